@@ -1,0 +1,114 @@
+"""One view of every batch a WAL knows, joining the files (segments, seals), the RocksDB log
+and Spark's checkpoint, with the action recovery would take. Used by ``cassandra-wal inspect``
+and by recovery's planner, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from . import checkpoint as ckpt
+from .layout import WalDir
+from .log import BatchRecord, WalLog
+from .seal import COMMIT_POINT_SEAL, Seal, now_us, read_seal
+from .states import BatchState
+
+# Recovery actions (docs/guarantees.md, "Recovery").
+NOTHING = "nothing"          # flushed or discarded: retention will remove it
+REPLAY = "replay"            # committed, not fully flushed: write it (again) with its timestamps
+DISCARD = "discard"          # never committed by Spark: drop it, Spark re-runs the batch
+WAIT = "wait"                # sealed, commit not decided yet (a running query), or no checkpoint known
+BROKEN = "error"             # cannot proceed (seal missing or corrupted): see detail
+
+
+@dataclass(frozen=True)
+class BatchView:
+    batch: int
+    state: str
+    partitions: int
+    rows: int
+    bytes: int
+    age_s: float
+    flushed_rows: int
+    committed: bool | None         # Spark's commits/N exists (None: checkpoint unknown)
+    action: str
+    detail: str = ""
+    seal: Seal | None = None
+    record: BatchRecord | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("seal"), d.pop("record")
+        return d
+
+
+def _seal_or_error(wal: WalDir, batch: int) -> tuple[Seal | None, str]:
+    from .errors import WalCorrupted
+    try:
+        return read_seal(wal, batch), ""
+    except WalCorrupted as exc:
+        return None, str(exc)
+
+
+def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
+             query_running: bool = False) -> list[BatchView]:
+    """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait."""
+    records = {r.batch: r for r in (log.records() if log else [])}
+    flushed_through = log.flushed_through() if log else -1
+    ids = set(records) | set(wal.sealed_batch_ids()) | set(wal.staged_batch_ids())
+    committed = set(ckpt.committed_batches(checkpoint)) if checkpoint else None
+    if committed is not None and ids:
+        # A committed batch the WAL should hold but does not. Batches below the first one the
+        # WAL knows were written before this WAL existed (or by another sink): not ours.
+        ids |= {b for b in committed if b > flushed_through and b >= min(ids)}
+    now = now_us()
+    views = []
+    for batch in sorted(ids):
+        record = records.get(batch)
+        is_committed = (batch in committed) if committed is not None else None
+        seal, seal_error = (record.seal, "") if record and record.seal else _seal_or_error(wal, batch)
+        if seal is not None and seal.commit_point == COMMIT_POINT_SEAL:
+            is_committed = True
+        segs = seal.segments if seal else ()
+        rows = seal.rows if seal else 0
+        size = seal.bytes if seal else 0
+        born = seal.sealed_at_us if seal else (record.updated_at_us if record else now)
+        base = dict(batch=batch, partitions=len({s.partition for s in segs}), rows=rows,
+                    bytes=size, age_s=max(0.0, (now - born) / 1e6),
+                    flushed_rows=record.flushed_rows if record else 0, committed=is_committed,
+                    seal=seal, record=record)
+        if record is not None and record.state in (BatchState.FLUSHED, BatchState.DISCARDED):
+            views.append(BatchView(state=record.state.value, action=NOTHING,
+                                   detail=record.reason, **base))
+        elif record is not None:  # SEALED or FLUSHING in the log: committed and final
+            views.append(BatchView(state=record.state.value, action=REPLAY,
+                                   detail=f"resume at row {record.flushed_rows}", **base))
+        elif seal_error:
+            views.append(BatchView(state="sealed", action=BROKEN, detail=seal_error, **base))
+        elif seal is not None and batch <= flushed_through:
+            # Flushed, then forgotten by retention, which keeps the newest seal (its segments
+            # are gone): the timestamps of later batches are chosen above its last one.
+            views.append(BatchView(state="flushed", action=NOTHING,
+                                   detail="flushed; only its seal is kept", **base))
+        elif seal is not None:
+            if is_committed:
+                action, detail = REPLAY, ""
+            elif is_committed is None:
+                action, detail = WAIT, "checkpoint unknown: pass --checkpoint"
+            elif query_running:
+                action, detail = WAIT, "waiting for Spark to commit the batch"
+            else:
+                action, detail = DISCARD, "Spark never committed it; it re-runs the batch"
+            views.append(BatchView(state="sealed", action=action, detail=detail, **base))
+        elif batch in wal.staged_batch_ids():
+            if is_committed:
+                views.append(BatchView(state="staged", action=BROKEN,
+                                       detail="Spark committed it but it has no seal", **base))
+            else:
+                action = WAIT if query_running else DISCARD
+                views.append(BatchView(state="staged", action=action,
+                                       detail="not sealed", **base))
+        else:  # committed by Spark, newer than anything flushed, and nothing in the WAL
+            views.append(BatchView(state="missing", action=BROKEN,
+                                   detail="Spark committed it but the WAL holds no seal", **base))
+    return views

@@ -1,0 +1,58 @@
+"""Named crash points: the crash tests kill a real process at an exact step of the protocol.
+
+Set ``CASSANDRA_WAL_CRASH_AT=<point>`` (or ``<point>@<n>`` to crash on the n-th time the point
+is reached in one process). When the point is reached the process is killed with SIGKILL: no
+``finally``, no atexit, no flush of anything, like a power cut. With
+``CASSANDRA_WAL_CRASH_SCOPE=group`` the whole process group dies (the Spark driver, its JVM and
+every Python worker), which is what a crashed driver machine looks like in ``local`` mode.
+``CASSANDRA_WAL_CRASH_ONCE=<file>``: crash only if the file does not exist, and create it
+first, so the restarted run goes through.
+
+Unset (production), a crash point costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV_POINT = "CASSANDRA_WAL_CRASH_AT"
+ENV_SCOPE = "CASSANDRA_WAL_CRASH_SCOPE"
+ENV_ONCE = "CASSANDRA_WAL_CRASH_ONCE"
+
+POINTS = (
+    "stage.mid",            # executor write(): some chunks of a segment written
+    "stage.after",          # executor write(): segment complete, before the task returns
+    "commit.before_seal",   # commit(N): before the seal is written
+    "commit.after_seal",    # commit(N): seal durable, before commit returns to Spark
+    "flush.before_ingest",  # driver: commits/N exists, nothing ingested or written yet
+    "flush.mid",            # driver: some chunks of batch N written to Cassandra
+    "flush.before_mark",    # driver: every row acknowledged, FLUSHED not yet recorded
+    "recover.mid",          # recovery's own replay: some chunks written
+)
+
+_hits: dict[str, int] = {}
+
+
+def crash_point(name: str) -> None:
+    wanted = os.environ.get(ENV_POINT)
+    if not wanted:
+        return
+    point, _, nth = wanted.partition("@")
+    if point != name:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if nth and _hits[name] != int(nth):
+        return
+    once = os.environ.get(ENV_ONCE)
+    if once:
+        try:
+            fd = os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return
+        os.write(fd, f"{name} pid={os.getpid()}\n".encode())
+        os.fsync(fd)
+        os.close(fd)
+    if os.environ.get(ENV_SCOPE) == "group":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

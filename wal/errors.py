@@ -1,0 +1,119 @@
+"""The WAL's exception family.
+
+Every error carries the location it is about (WAL directory, batch, segment) as attributes,
+so callers can report it precisely and tools can map it to an exit code. All of them survive
+pickling, because some are raised in Spark's Python workers and re-raised elsewhere.
+"""
+
+from __future__ import annotations
+
+
+class WalError(Exception):
+    """Base class of every error raised by the ``wal`` package."""
+
+    def __reduce__(self):
+        return (self.__class__, self.args)
+
+
+class NotAWal(WalError):
+    """The directory is not a WAL (no format marker), or cannot be read at all."""
+
+    def __init__(self, path: str, reason: str = "no WAL_FORMAT marker"):
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return f"{self.path} is not a cassandra-wal directory: {self.reason}"
+
+
+class UnsupportedFormat(WalError):
+    """The WAL was written by a newer (or unknown) format version."""
+
+    def __init__(self, path: str, found: object, supported: int):
+        super().__init__(path, found, supported)
+        self.path, self.found, self.supported = path, found, supported
+
+    def __str__(self) -> str:
+        return (f"{self.path}: WAL format version {self.found!r} is not supported "
+                f"(this build reads version {self.supported}); upgrade cassandra-wal-sink")
+
+
+class WalCorrupted(WalError):
+    """Bytes on disk do not match their checksum or framing.
+
+    ``segment`` is the segment file (or seal/log key) at fault, ``offset`` the byte offset
+    where the damage was detected, when known.
+    """
+
+    def __init__(self, path: str, detail: str, batch: int | None = None,
+                 partition: int | None = None, segment: str | None = None,
+                 offset: int | None = None):
+        super().__init__(path, detail, batch, partition, segment, offset)
+        self.path, self.detail, self.batch = path, detail, batch
+        self.partition, self.segment, self.offset = partition, segment, offset
+
+    def __str__(self) -> str:
+        where = []
+        if self.batch is not None:
+            where.append(f"batch {self.batch}")
+        if self.partition is not None:
+            where.append(f"partition {self.partition}")
+        if self.segment:
+            where.append(f"segment {self.segment}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        loc = ", ".join(where)
+        return f"WAL corrupted ({loc}): {self.detail} [{self.path}]" if loc else \
+            f"WAL corrupted: {self.detail} [{self.path}]"
+
+
+class SegmentTruncated(WalCorrupted):
+    """A segment ends before its footer: a torn write or a truncated copy."""
+
+
+class IllegalTransition(WalError):
+    """A batch state change that the state machine (wal/FORMAT.md) forbids."""
+
+    def __init__(self, batch: int, current: str | None, wanted: str, why: str = ""):
+        super().__init__(batch, current, wanted, why)
+        self.batch, self.current, self.wanted, self.why = batch, current, wanted, why
+
+    def __str__(self) -> str:
+        msg = f"batch {self.batch}: illegal transition {self.current or 'absent'} -> {self.wanted}"
+        return f"{msg} ({self.why})" if self.why else msg
+
+
+class WalLocked(WalError):
+    """Another process holds the WAL's writer lock (a running sink, or a recovery)."""
+
+    def __init__(self, path: str, detail: str = ""):
+        super().__init__(path, detail)
+        self.path, self.detail = path, detail
+
+    def __str__(self) -> str:
+        return (f"{self.path}: the WAL is open for writing by another process "
+                f"(a running sink or recovery); stop it first or use read-only commands")
+
+
+class WalFull(WalError):
+    """The WAL's size cap (``wal.maxBytes``) is reached and back-pressure gave up waiting."""
+
+    def __init__(self, path: str, size: int, cap: int, waited_s: float):
+        super().__init__(path, size, cap, waited_s)
+        self.path, self.size, self.cap, self.waited_s = path, size, cap, waited_s
+
+    def __str__(self) -> str:
+        return (f"{self.path}: WAL holds {self.size} bytes, over its cap wal.maxBytes={self.cap}; "
+                f"waited {self.waited_s:.0f}s for the flusher to drain it (is Cassandra reachable?)")
+
+
+class SealMissing(WalError):
+    """Spark committed a batch (``commits/N`` exists) but the WAL has no seal for it."""
+
+    def __init__(self, path: str, batch: int):
+        super().__init__(path, batch)
+        self.path, self.batch = path, batch
+
+    def __str__(self) -> str:
+        return (f"{self.path}: Spark committed batch {self.batch} but the WAL holds no seal for it; "
+                f"its rows cannot be reproduced (was the WAL directory replaced or pruned by hand?)")

@@ -1,0 +1,55 @@
+"""Constants of the WAL's on-disk format. The whole layout is specified in ``wal/FORMAT.md``;
+change nothing here without changing that page and ``FORMAT_VERSION``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+FORMAT_NAME = "cassandra-wal"
+FORMAT_VERSION = 1
+
+# Files and folders under WAL_DIR (FORMAT.md, "Directory").
+MARKER_FILE = "WAL_FORMAT"
+TARGET_FILE = "target.json"
+SEGMENTS_DIR = "segments"
+SEALS_DIR = "seals"
+LOG_DIR = "log"
+SEAL_SUFFIX = ".seal"
+SEGMENT_SUFFIX = ".seg"
+TMP_SUFFIX = ".tmp"
+
+# Segment framing (FORMAT.md, "Segment files"). Little-endian throughout.
+SEGMENT_MAGIC = b"CWALSEG1"
+FOOTER_MAGIC = b"CWALEND1"
+HEADER_LEN = struct.Struct("<I")            # u32 length of the JSON header that follows
+CHUNK_HEAD = struct.Struct("<III")          # u32 payload length, u32 rows, u32 crc32(payload)
+FOOTER = struct.Struct("<8sIQI")            # magic, u32 chunks, u64 rows, u32 crc32(all before)
+
+# RocksDB log keys (FORMAT.md, "The log"). Batch ids are zero-padded to 20 digits so that
+# byte order is numeric order.
+KEY_META_FORMAT = b"m/format"
+KEY_BATCH_PREFIX = b"b/"
+KEY_ROWS_PREFIX = b"r/"
+ROW_VALUE_HEAD = struct.Struct("<II")       # u32 crc32(payload), u32 rows
+
+
+def batch_name(batch_id: int) -> str:
+    return f"{batch_id:020d}"
+
+
+def batch_key(batch_id: int) -> bytes:
+    return KEY_BATCH_PREFIX + batch_name(batch_id).encode()
+
+
+def rows_prefix(batch_id: int) -> bytes:
+    return KEY_ROWS_PREFIX + batch_name(batch_id).encode() + b"/"
+
+
+def rows_key(batch_id: int, segment_index: int, chunk_index: int) -> bytes:
+    return rows_prefix(batch_id) + f"{segment_index:05d}/{chunk_index:08d}".encode()
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key that starts with ``prefix``."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])

@@ -1,0 +1,116 @@
+"""Where things live under a WAL directory (see ``wal/FORMAT.md``, "Directory")."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from . import format as fmt
+from .errors import NotAWal, UnsupportedFormat
+from .files import atomic_write, make_private_dirs
+
+
+@dataclass(frozen=True)
+class WalDir:
+    """The paths of one WAL. Creating the object touches nothing on disk."""
+
+    root: str
+
+    @property
+    def marker(self) -> str:
+        return os.path.join(self.root, fmt.MARKER_FILE)
+
+    @property
+    def target_file(self) -> str:
+        return os.path.join(self.root, fmt.TARGET_FILE)
+
+    @property
+    def segments(self) -> str:
+        return os.path.join(self.root, fmt.SEGMENTS_DIR)
+
+    @property
+    def seals(self) -> str:
+        return os.path.join(self.root, fmt.SEALS_DIR)
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.root, fmt.LOG_DIR)
+
+    def batch_segments(self, batch_id: int) -> str:
+        return os.path.join(self.segments, fmt.batch_name(batch_id))
+
+    def segment_path(self, relative: str) -> str:
+        return os.path.join(self.segments, relative)
+
+    def seal_path(self, batch_id: int) -> str:
+        return os.path.join(self.seals, fmt.batch_name(batch_id) + fmt.SEAL_SUFFIX)
+
+    # -- creation and checks -------------------------------------------------------------
+    def create(self) -> "WalDir":
+        """Create the folders (mode 0700) and the format marker; idempotent."""
+        for path in (self.root, self.segments, self.seals):
+            make_private_dirs(path)
+        if not os.path.exists(self.marker):
+            body = {"format": fmt.FORMAT_NAME, "version": fmt.FORMAT_VERSION}
+            atomic_write(self.marker, json.dumps(body).encode() + b"\n")
+        return self
+
+    def check(self) -> "WalDir":
+        """Raise NotAWal / UnsupportedFormat unless this is a WAL we can read."""
+        if not os.path.isdir(self.root):
+            raise NotAWal(self.root, "no such directory")
+        try:
+            with open(self.marker, "rb") as f:
+                body = json.loads(f.read() or b"null")
+        except FileNotFoundError:
+            raise NotAWal(self.root) from None
+        except (OSError, ValueError) as exc:
+            raise NotAWal(self.root, f"unreadable {fmt.MARKER_FILE}: {exc}") from None
+        if not isinstance(body, dict) or body.get("format") != fmt.FORMAT_NAME:
+            raise NotAWal(self.root, f"{fmt.MARKER_FILE} does not name {fmt.FORMAT_NAME}")
+        if body.get("version") != fmt.FORMAT_VERSION:
+            raise UnsupportedFormat(self.root, body.get("version"), fmt.FORMAT_VERSION)
+        return self
+
+    # -- listings ------------------------------------------------------------------------
+    def sealed_batch_ids(self) -> list[int]:
+        return sorted(_ids(self.seals, fmt.SEAL_SUFFIX))
+
+    def staged_batch_ids(self) -> list[int]:
+        return sorted(_ids(self.segments, ""))
+
+    def segment_files(self, batch_id: int) -> list[str]:
+        """Relative names (``<batch>/<file>``) of the complete segment files of a batch."""
+        folder = self.batch_segments(batch_id)
+        try:
+            names = sorted(os.listdir(folder))
+        except FileNotFoundError:
+            return []
+        return [f"{fmt.batch_name(batch_id)}/{n}" for n in names if n.endswith(fmt.SEGMENT_SUFFIX)]
+
+    def read_target(self) -> dict | None:
+        try:
+            with open(self.target_file, "rb") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return None
+
+    def write_target(self, target: dict) -> None:
+        """Record what this WAL writes to (never secrets: see sinks.options.public_dict)."""
+        atomic_write(self.target_file, json.dumps(target, indent=2, sort_keys=True).encode())
+
+
+def _ids(folder: str, suffix: str) -> list[int]:
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        if suffix and not name.endswith(suffix):
+            continue
+        stem = name[: -len(suffix)] if suffix else name
+        if stem.isdigit():
+            out.append(int(stem))
+    return out

@@ -1,0 +1,313 @@
+"""The RocksDB log: the batch state machine and a local working copy of sealed rows.
+
+One process at a time opens it for writing (RocksDB's own ``LOCK``): the sink's flusher in the
+Spark driver, or ``cassandra-wal recover``. Readers (``cassandra-wal inspect``) open it as a
+RocksDB *secondary* instance whose own files live in a private temporary folder, so they never
+take the lock and never change a byte under the WAL directory.
+
+Keys and values are specified in ``wal/FORMAT.md``, "The log".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+from rocksdict import AccessType, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+
+from . import format as fmt
+from .errors import IllegalTransition, UnsupportedFormat, WalCorrupted, WalLocked
+from .layout import WalDir
+from .seal import Seal, now_us
+from .segment import SegmentReader
+from .states import BatchState, check_transition
+
+KEY_FLUSHED_THROUGH = b"m/flushed_through"
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """The log's view of one batch."""
+
+    batch: int
+    state: BatchState
+    seal: Seal | None = None
+    next_segment: int = 0          # flush progress: first (segment, chunk) not yet acknowledged
+    next_chunk: int = 0
+    flushed_rows: int = 0
+    updated_at_us: int = field(default_factory=now_us)
+    reason: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "batch": self.batch, "state": self.state.value,
+            "seal": self.seal.to_dict() if self.seal else None,
+            "next_segment": self.next_segment, "next_chunk": self.next_chunk,
+            "flushed_rows": self.flushed_rows, "updated_at_us": self.updated_at_us,
+            "reason": self.reason,
+        }, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "BatchRecord":
+        d = json.loads(data)
+        return cls(batch=d["batch"], state=BatchState(d["state"]),
+                   seal=Seal.from_dict(d["seal"]) if d["seal"] else None,
+                   next_segment=d["next_segment"], next_chunk=d["next_chunk"],
+                   flushed_rows=d["flushed_rows"], updated_at_us=d["updated_at_us"],
+                   reason=d.get("reason", ""))
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A chunk of sealed rows read back from the log, checksum verified."""
+
+    batch: int
+    segment_index: int
+    chunk_index: int
+    first_row: int        # batch-wide position of the chunk's first row (write timestamp offset)
+    rows: int
+    payload: bytes
+
+
+def _open_secondary(log_dir: str, scratch: str, attempts: int = 5) -> Rdict:
+    """Open ``log_dir`` as a RocksDB secondary without writing a byte under it.
+
+    rocksdict (re)writes ``rocksdict-config.json`` into whatever path it opens, secondary or
+    not. So the secondary opens a *shadow* of the log inside ``scratch``: a symlink to every
+    RocksDB file, and a private copy of that config. A writer may delete or add files between
+    the listing and the open (flushes, compactions): then try again with a fresh listing.
+    """
+    import os
+    config = "rocksdict-config.json"
+    for attempt in range(attempts):
+        shadow = os.path.join(scratch, f"primary-{attempt}")
+        os.mkdir(shadow)
+        for name in os.listdir(log_dir):
+            if name == config:
+                shutil.copyfile(os.path.join(log_dir, name), os.path.join(shadow, name))
+            else:
+                os.symlink(os.path.join(log_dir, name), os.path.join(shadow, name))
+        own_files = AccessType.secondary(os.path.join(scratch, f"secondary-{attempt}"))
+        try:
+            db = Rdict(shadow, Options(raw_mode=True), access_type=own_files)
+            db.try_catch_up_with_primary()
+            return db
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _sync() -> WriteOptions:
+    wo = WriteOptions()
+    wo.sync = True
+    return wo
+
+
+class WalLog:
+    """Open with :meth:`open_writer` (one process) or :meth:`open_reader` (any number)."""
+
+    def __init__(self, wal: WalDir, db: Rdict, writable: bool, scratch: str | None = None):
+        self.wal, self._db, self.writable, self._scratch = wal, db, writable, scratch
+        self._sync = _sync()
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open_writer(cls, wal: WalDir) -> "WalLog":
+        wal.create().check()
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        try:
+            db = Rdict(wal.log, opts)
+        except Exception as exc:  # rocksdict raises a plain Exception carrying RocksDB's text
+            if "lock" in str(exc).lower():
+                raise WalLocked(wal.log, str(exc)) from None
+            raise
+        log = cls(wal, db, writable=True)
+        found = db.get(fmt.KEY_META_FORMAT)
+        if found is None:
+            db.put(fmt.KEY_META_FORMAT, str(fmt.FORMAT_VERSION).encode(), log._sync)
+        elif found != str(fmt.FORMAT_VERSION).encode():
+            db.close()
+            raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
+        return log
+
+    @classmethod
+    def open_reader(cls, wal: WalDir) -> "WalLog | None":
+        """A read-only view beside a live writer; None when the WAL has no log yet."""
+        wal.check()
+        import os
+        if not os.path.exists(os.path.join(wal.log, "CURRENT")):
+            return None
+        scratch = tempfile.mkdtemp(prefix="cassandra-wal-reader-")
+        try:
+            db = _open_secondary(wal.log, scratch)
+        except Exception as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise WalCorrupted(wal.log, f"cannot open the RocksDB log: {exc}") from None
+        found = db.get(fmt.KEY_META_FORMAT)
+        if found is not None and found != str(fmt.FORMAT_VERSION).encode():
+            db.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
+        return cls(wal, db, writable=False, scratch=scratch)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> "WalLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, batch: int) -> BatchRecord | None:
+        raw = self._db.get(fmt.batch_key(batch))
+        return BatchRecord.from_json(raw) if raw is not None else None
+
+    def records(self) -> list[BatchRecord]:
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
+        return [BatchRecord.from_json(v)
+                for _k, v in self._db.items(from_key=fmt.KEY_BATCH_PREFIX, read_opt=ro)]
+
+    def flushed_through(self) -> int:
+        """Highest batch id flushed so far (-1 if none): earlier batches need nothing more."""
+        raw = self._db.get(KEY_FLUSHED_THROUGH)
+        return int(raw) if raw is not None else -1
+
+    def chunks(self, batch: int, segment: int = 0, chunk: int = 0) -> Iterator[LogChunk]:
+        """Sealed rows of ``batch`` in flush order, from (segment, chunk) on, verified."""
+        record = self.get(batch)
+        if record is None or record.seal is None:
+            return
+        offsets = record.seal.row_offsets()
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(fmt.prefix_end(fmt.rows_prefix(batch)))
+        start = fmt.rows_key(batch, segment, chunk)
+        current_seg, seen_rows = -1, 0
+        for key, value in self._db.items(from_key=fmt.rows_prefix(batch), read_opt=ro):
+            seg_i, chunk_i = (int(p) for p in key.decode().split("/")[2:4])
+            if seg_i != current_seg:
+                current_seg, seen_rows = seg_i, 0
+            crc, rows = fmt.ROW_VALUE_HEAD.unpack_from(value)
+            payload = value[fmt.ROW_VALUE_HEAD.size:]
+            first_row = offsets[seg_i] + seen_rows
+            seen_rows += rows
+            if key < start:
+                continue
+            if zlib.crc32(payload) != crc:
+                raise WalCorrupted(self.wal.log, f"log chunk {seg_i}/{chunk_i} checksum mismatch",
+                                   batch=batch, partition=record.seal.segments[seg_i].partition,
+                                   segment=record.seal.segments[seg_i].name)
+            yield LogChunk(batch, seg_i, chunk_i, first_row, rows, payload)
+
+    # -- writing (state machine) ----------------------------------------------------------
+    def _put(self, record: BatchRecord, wb: WriteBatch | None = None, sync: bool = True) -> None:
+        wb = wb if wb is not None else WriteBatch(raw_mode=True)
+        wb.put(fmt.batch_key(record.batch), record.to_json())
+        if sync:
+            self._db.write(wb, self._sync)
+        else:
+            self._db.write(wb)
+
+    def _transition(self, batch: int, wanted: BatchState) -> BatchRecord | None:
+        current = self.get(batch)
+        check_transition(batch, current.state if current else None, wanted)
+        return current
+
+    def ingest(self, seal: Seal) -> BatchRecord:
+        """Copy a final seal's segments into the log (verifying every checksum) -> SEALED.
+
+        Idempotent: ingesting the same seal again returns the existing record. A segment that
+        fails its checksum raises WalCorrupted naming it, and leaves the log as it was.
+        """
+        current = self.get(seal.batch)
+        if current is not None and current.seal and current.seal.seal_id == seal.seal_id:
+            return current
+        check_transition(seal.batch, current.state if current else None, BatchState.SEALED)
+        lo, hi = fmt.rows_prefix(seal.batch), fmt.prefix_end(fmt.rows_prefix(seal.batch))
+        self._db.delete_range(lo, hi)
+        try:
+            for seg_i, ref in enumerate(seal.segments):
+                reader = SegmentReader(self.wal.segment_path(ref.name), seal.batch, ref.partition,
+                                       ref.name)
+                wb = WriteBatch(raw_mode=True)
+                for chunk in reader.chunks():
+                    head = fmt.ROW_VALUE_HEAD.pack(zlib.crc32(chunk.payload), chunk.rows)
+                    wb.put(fmt.rows_key(seal.batch, seg_i, chunk.index), head + chunk.payload)
+                    if wb.size_in_bytes() > (8 << 20):
+                        self._db.write(wb)
+                        wb = WriteBatch(raw_mode=True)
+                if reader.verified_crc != ref.crc32 or reader.verified_rows != ref.rows:
+                    raise WalCorrupted(reader.path, "segment differs from what its seal records",
+                                       batch=seal.batch, partition=ref.partition, segment=ref.name)
+                if not wb.is_empty():
+                    self._db.write(wb)
+        except BaseException:
+            self._db.delete_range(lo, hi)
+            raise
+        record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
+        self._put(record)   # synced: makes the row writes above durable too
+        return record
+
+    def begin_flush(self, batch: int) -> BatchRecord:
+        current = self._transition(batch, BatchState.FLUSHING)
+        record = replace(current, state=BatchState.FLUSHING, updated_at_us=now_us())
+        self._put(record)
+        return record
+
+    def record_progress(self, batch: int, next_segment: int, next_chunk: int,
+                        flushed_rows: int) -> BatchRecord:
+        """Everything before (next_segment, next_chunk) is acknowledged by Cassandra.
+
+        Not synced: losing the latest progress only means replaying a few chunks again, which
+        writes identical cells.
+        """
+        current = self._transition(batch, BatchState.FLUSHING)
+        if current.state is not BatchState.FLUSHING:  # SEALED -> FLUSHING is begin_flush's edge
+            raise IllegalTransition(batch, current.state.value, BatchState.FLUSHING.value,
+                                    "progress is recorded only while flushing (begin_flush first)")
+        record = replace(current, next_segment=next_segment, next_chunk=next_chunk,
+                         flushed_rows=flushed_rows, updated_at_us=now_us())
+        self._put(record, sync=False)
+        return record
+
+    def mark_flushed(self, batch: int) -> BatchRecord:
+        current = self._transition(batch, BatchState.FLUSHED)
+        rows = current.seal.rows if current.seal else current.flushed_rows
+        record = replace(current, state=BatchState.FLUSHED, flushed_rows=rows,
+                         updated_at_us=now_us())
+        wb = WriteBatch(raw_mode=True)
+        if batch > self.flushed_through():
+            wb.put(KEY_FLUSHED_THROUGH, str(batch).encode())
+        self._put(record, wb)
+        return record
+
+    def discard(self, batch: int, reason: str) -> BatchRecord:
+        self._transition(batch, BatchState.DISCARDED)
+        self._db.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
+        record = BatchRecord(batch, BatchState.DISCARDED, reason=reason)
+        self._put(record)
+        return record
+
+    def forget(self, batch: int) -> None:
+        """Drop a finished batch's record and rows (retention). Only FLUSHED or DISCARDED."""
+        current = self.get(batch)
+        if current is None:
+            return
+        if current.state not in (BatchState.FLUSHED, BatchState.DISCARDED):
+            raise ValueError(f"batch {batch} is {current.state}: only finished batches are forgotten")
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
+        wb.delete(fmt.batch_key(batch))
+        self._db.write(wb, self._sync)

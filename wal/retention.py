@@ -1,0 +1,92 @@
+"""Retention and size: what the WAL keeps after a batch is flushed, and how big it is.
+
+A flushed batch's rows, segments and seal are kept for ``keep_batches`` batches and/or
+``keep_seconds`` (so ``cassandra-wal dump`` can still show recent batches), then removed. The
+newest seal is always kept: the next batch's write timestamps are chosen above its last one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from . import format as fmt
+from .files import tree_size
+from .layout import WalDir
+from .log import WalLog
+from .seal import now_us
+from .states import BatchState
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    keep_batches: int = 10             # newest finished batches kept
+    keep_seconds: float | None = None  # and/or finished batches younger than this
+
+    def __post_init__(self):
+        if self.keep_batches < 0:
+            raise ValueError("keep_batches must be >= 0")
+
+
+@dataclass(frozen=True)
+class WalSize:
+    total: int
+    segments: int
+    log: int
+    seals: int
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, "segments": self.segments, "log": self.log, "seals": self.seals}
+
+
+def wal_size(wal: WalDir) -> WalSize:
+    seg, log, seals = tree_size(wal.segments), tree_size(wal.log), tree_size(wal.seals)
+    return WalSize(seg + log + seals, seg, log, seals)
+
+
+def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None:
+    shutil.rmtree(wal.batch_segments(batch), ignore_errors=True)
+    if not keep_seal:
+        try:
+            os.unlink(wal.seal_path(batch))
+        except FileNotFoundError:
+            pass
+
+
+def remove_unsealed_segments(wal: WalDir, batch: int, keep: set[str]) -> int:
+    """Delete a batch's segment files that its seal does not name (losing attempts, earlier
+    runs, ``.tmp`` leftovers of crashed tasks). Returns how many were removed."""
+    folder = wal.batch_segments(batch)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        if f"{fmt.batch_name(batch)}/{name}" not in keep:
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[int]:
+    """Forget finished batches beyond the policy. Returns the batch ids removed."""
+    finished = [r for r in log.records()
+                if r.state in (BatchState.FLUSHED, BatchState.DISCARDED)]
+    finished.sort(key=lambda r: r.batch, reverse=True)
+    newest_seal = max(wal.sealed_batch_ids(), default=None)
+    now = now_us()
+    removed = []
+    for i, record in enumerate(finished):
+        young = (policy.keep_seconds is not None
+                 and (now - record.updated_at_us) / 1e6 < policy.keep_seconds)
+        if i < policy.keep_batches or young:
+            continue
+        remove_batch_files(wal, record.batch, keep_seal=record.batch == newest_seal)
+        log.forget(record.batch)
+        removed.append(record.batch)
+    return sorted(removed)

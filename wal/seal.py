@@ -1,0 +1,138 @@
+"""Seals: the durable record that fixes which segments make up a batch, and its timestamps.
+
+A seal is written by the sink's commit (``commit(N)`` in Spark's commit worker) *before* it
+returns, so Spark never writes ``commits/N`` for a batch the WAL cannot reproduce (invariant 3
+in ``docs/guarantees.md``). Until ``commits/N`` exists a later execution of batch N may replace
+the seal; after that it is final. File format: ``wal/FORMAT.md``, "Seal files".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+from .errors import WalCorrupted
+from .files import atomic_write
+from .layout import WalDir
+from .segment import SegmentRef
+
+COMMIT_POINT_CHECKPOINT = "spark-checkpoint"   # streaming: final once commits/N exists
+COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: final when sealed
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class Seal:
+    batch: int
+    segments: tuple[SegmentRef, ...]
+    base_ts_us: int
+    query_id: str = ""
+    commit_point: str = COMMIT_POINT_CHECKPOINT
+    seal_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    sealed_at_us: int = field(default_factory=now_us)
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.segments)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.segments)
+
+    @property
+    def last_ts_us(self) -> int:
+        """The largest write timestamp any row of this batch gets."""
+        return self.base_ts_us + max(self.rows - 1, 0)
+
+    def row_offsets(self) -> list[int]:
+        """Batch-wide position of each segment's first row (segments are in partition order)."""
+        out, acc = [], 0
+        for seg in self.segments:
+            out.append(acc)
+            acc += seg.rows
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "batch": self.batch, "query_id": self.query_id, "seal_id": self.seal_id,
+            "commit_point": self.commit_point, "base_ts_us": self.base_ts_us,
+            "sealed_at_us": self.sealed_at_us, "rows": self.rows,
+            "segments": [s.to_dict() for s in self.segments],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Seal":
+        return cls(batch=d["batch"], segments=tuple(SegmentRef.from_dict(s) for s in d["segments"]),
+                   base_ts_us=d["base_ts_us"], query_id=d.get("query_id", ""),
+                   commit_point=d["commit_point"], seal_id=d["seal_id"],
+                   sealed_at_us=d["sealed_at_us"])
+
+
+def encode_seal(seal: Seal) -> bytes:
+    body = json.dumps(seal.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    return body + b"\n" + f"crc32:{zlib.crc32(body):08x}\n".encode()
+
+
+def decode_seal(data: bytes, path: str, batch: int | None = None) -> Seal:
+    body, sep, tail = data.rstrip(b"\n").rpartition(b"\n")
+    if not sep or not tail.startswith(b"crc32:"):
+        raise WalCorrupted(path, "seal has no checksum line (truncated?)", batch=batch,
+                           segment=path)
+    try:
+        want = int(tail[6:], 16)
+    except ValueError:
+        raise WalCorrupted(path, "seal checksum line unreadable", batch=batch, segment=path) from None
+    if zlib.crc32(body) != want:
+        raise WalCorrupted(path, "seal checksum mismatch", batch=batch, segment=path)
+    try:
+        return Seal.from_dict(json.loads(body))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise WalCorrupted(path, f"seal content invalid: {exc}", batch=batch, segment=path) from None
+
+
+def read_seal(wal: WalDir, batch: int) -> Seal | None:
+    path = wal.seal_path(batch)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    return decode_seal(data, path, batch)
+
+
+def write_seal(wal: WalDir, seal: Seal) -> None:
+    """Durably (re)place the seal of ``seal.batch``: a crash leaves the old one or the new."""
+    atomic_write(wal.seal_path(seal.batch), encode_seal(seal))
+
+
+def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) -> int:
+    """Close to wall-clock time, and greater than every timestamp of every earlier batch.
+
+    Looks at the seals of batches before ``batch``; retention always keeps the newest seal,
+    so the chain of timestamps never goes backwards even when the clock does.
+    """
+    floor = 0
+    for other in reversed(wal.sealed_batch_ids()):
+        if other >= batch:
+            continue
+        prev = read_seal(wal, other)
+        if prev is not None:
+            floor = prev.last_ts_us + 1
+            break
+    return max(clock_us if clock_us is not None else now_us(), floor)
+
+
+def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
+               commit_point: str = COMMIT_POINT_CHECKPOINT) -> Seal:
+    """Choose the winning segments' order, fix the timestamps, and write the seal."""
+    ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))
+    seal = Seal(batch=batch, segments=ordered, base_ts_us=next_base_timestamp(wal, batch),
+                query_id=query_id, commit_point=commit_point)
+    write_seal(wal, seal)
+    return seal
