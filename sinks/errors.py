@@ -1,0 +1,165 @@
+"""Typed exceptions of the Cassandra sink.
+
+Every error the sink raises on purpose is a :class:`SinkError`. Each subclass keeps the
+thing at fault as attributes (``option``, ``column``, ``keyspace`` ...) so callers and tests
+can react to it without parsing text, and renders a one-line message that names it.
+
+Why the pickling care: these exceptions are raised inside Spark's Python workers and travel
+back to the driver pickled. ``Exception`` pickles as ``cls(*self.args)``; because our
+constructors take the context fields rather than the message, each class lists its fields in
+``_fields`` and :meth:`SinkError.__reduce__` rebuilds it from them.
+
+Secrets: no message ever contains a password. :class:`OptionError` redacts the value of any
+option whose name mentions a password or secret, and :class:`ConnectionFailed` carries hosts
+and a reason only (callers pass the driver's reason, which never holds the password).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+REDACTED = "<redacted>"
+
+_SECRET_MARKERS = ("password", "secret")
+
+
+def is_secret_option(name: str) -> bool:
+    """True when an option's value must never be shown (passwords, secrets)."""
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+class SinkError(Exception):
+    """Base of every error the sink raises on purpose."""
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (type(self), tuple(getattr(self, f) for f in self._fields))
+
+
+class OptionError(SinkError):
+    """An option is unknown, malformed, missing or refused.
+
+    ``option`` is the user's canonical spelling (Spark lower-cases option keys; we report
+    ``spark.cassandra.output.concurrent.writes``, not the lower-cased key). ``value`` is None
+    when there is nothing worth echoing (a missing option), and is redacted for secrets.
+    """
+
+    _fields = ("option", "value", "reason")
+
+    def __init__(self, option: str, value: str | None, reason: str) -> None:
+        if value is not None and is_secret_option(option):
+            value = REDACTED
+        self.option = option
+        self.value = value
+        self.reason = reason
+        shown = "" if value is None else f" = {value!r}"
+        super().__init__(f"option {option!r}{shown}: {reason}")
+
+    @classmethod
+    def unknown(cls, option: str, known: Iterable[str]) -> OptionError:
+        """Error for an option we do not know, suggesting the closest known name.
+
+        The value is deliberately not echoed: a misspelt password option would otherwise
+        print the password.
+        """
+        known = list(known)
+        by_lower = {name.lower(): name for name in known}
+        close = difflib.get_close_matches(option.lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+        return cls(option, None, f"unknown option{hint} (see docs/options.md)")
+
+
+class SchemaError(SinkError):
+    """The DataFrame does not fit the Cassandra table (missing, extra or mistyped column)."""
+
+    _fields: ClassVar[tuple[str, ...]] = ("column", "reason")
+
+    def __init__(self, column: str, reason: str) -> None:
+        self.column = column
+        self.reason = reason
+        super().__init__(f"column {column!r}: {reason}")
+
+
+class NullPrimaryKeyError(SchemaError):
+    """A row has a null in a partition-key or clustering column; Cassandra rejects it."""
+
+    _fields: ClassVar[tuple[str, ...]] = ("column", "row_hint")
+
+    def __init__(self, column: str, row_hint: Any = None) -> None:
+        where = "" if row_hint is None else f" (first at {row_hint})"
+        reason = f"primary key column is null{where}; Cassandra cannot store a row without its key"
+        SchemaError.__init__(self, column, reason)
+        self.row_hint = row_hint
+
+
+class InvalidValueError(SchemaError):
+    """A value cannot be converted to its column's CQL type (bad uuid, out-of-range tinyint).
+
+    The schema matched, but this row's data does not: it is reported before anything is
+    sent, so a batch is never half-written because of one bad value.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ("column", "row_hint", "reason")
+
+    def __init__(self, column: str, row_hint: Any, reason: str) -> None:
+        where = "" if row_hint is None else f" (at {row_hint})"
+        SchemaError.__init__(self, column, f"{reason}{where}")
+        self.reason = reason
+        self.row_hint = row_hint
+
+
+class UnknownKeyspaceError(SinkError):
+    """The keyspace does not exist in the cluster's schema."""
+
+    _fields = ("keyspace",)
+
+    def __init__(self, keyspace: str) -> None:
+        self.keyspace = keyspace
+        super().__init__(f"keyspace {keyspace!r} does not exist; create it before writing")
+
+
+class UnknownTableError(SinkError):
+    """The table does not exist in the keyspace."""
+
+    _fields = ("keyspace", "table")
+
+    def __init__(self, keyspace: str, table: str) -> None:
+        self.keyspace = keyspace
+        self.table = table
+        super().__init__(f"table {keyspace}.{table} does not exist; create it before writing")
+
+
+class CounterTableError(SinkError):
+    """The target is a counter table, which this sink refuses.
+
+    A replayed write-ahead-log flush must write the very same cells again. Counter updates
+    are increments, so a replay would add twice.
+    """
+
+    _fields = ("keyspace", "table")
+
+    def __init__(self, keyspace: str, table: str) -> None:
+        self.keyspace = keyspace
+        self.table = table
+        super().__init__(
+            f"table {keyspace}.{table} is a counter table: counter updates are increments, not "
+            "idempotent, so a replay after a failure would double count; write to a regular table"
+        )
+
+
+class ConnectionFailed(SinkError):
+    """The cluster could not be reached, or refused us (auth, TLS, schema refresh)."""
+
+    _fields = ("hosts", "reason")
+
+    def __init__(self, hosts: Iterable[str], reason: str) -> None:
+        self.hosts = tuple(str(h) for h in hosts)
+        self.reason = reason
+        super().__init__(f"cannot connect to Cassandra at {', '.join(self.hosts)}: {reason}")

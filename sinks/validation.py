@@ -1,0 +1,151 @@
+"""Check a DataFrame against the target table before anything is staged or sent.
+
+Why up front: a mismatch found while flushing would leave a batch staged in the WAL that
+can never be written, blocking every later batch (flushes are strictly ordered). So the
+schema is checked once per query, on the driver, and each error names the column at fault.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from sinks.convert import CqlType, parse_cql_type
+from sinks.errors import CounterTableError, NullPrimaryKeyError, SchemaError
+from sinks.options import WriteConfig
+from sinks.table import TableSchema
+
+_INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
+_SCALARS: dict[type, frozenset[str]] = {
+    T.ByteType: _INTS,
+    T.ShortType: _INTS,
+    T.IntegerType: _INTS,  # narrower CQL ints are range-checked per batch (sinks.convert)
+    T.LongType: frozenset({"bigint", "varint"}),
+    T.DoubleType: frozenset({"double"}),
+    T.FloatType: frozenset({"float", "double"}),
+    T.BooleanType: frozenset({"boolean"}),
+    T.TimestampType: frozenset({"timestamp"}),
+    T.TimestampNTZType: frozenset({"timestamp"}),
+    T.DateType: frozenset({"date"}),
+    T.TimeType: frozenset({"time"}),
+    T.DecimalType: frozenset({"decimal"}),
+    T.BinaryType: frozenset({"blob"}),
+}
+_STRING_TARGETS = frozenset({"text", "varchar", "ascii", "uuid", "timeuuid", "inet"})
+_TTL_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_WRITETIME_TYPES = (T.LongType, T.TimestampType)
+
+
+def validate_schema(spark_schema: T.StructType, table: TableSchema, write: WriteConfig) -> list[str]:
+    """The DataFrame columns to write, in table order; raises if the DataFrame cannot be written.
+
+    Raises CounterTableError for a counter table, SchemaError naming the column for a
+    column not in the table, a missing primary-key column, an incompatible type, or a bad
+    ttl/writetime column. The ttl and writetime columns are not written.
+    """
+    if table.is_counter:
+        raise CounterTableError(table.keyspace, table.table)
+    special = _special_columns(spark_schema, table, write)
+    chosen: dict[str, str] = {}  # table column -> DataFrame column
+    for spark_field in spark_schema.fields:
+        if spark_field.name in special:
+            continue
+        target = table.resolve_column(spark_field.name)
+        if target is None:
+            close = _close(spark_field.name, table)
+            raise SchemaError(spark_field.name, f"not a column of {table.keyspace}.{table.table}{close}")
+        if target in chosen:
+            raise SchemaError(
+                spark_field.name,
+                f"DataFrame columns {chosen[target]!r} and {spark_field.name!r} both map to table column {target!r}",
+            )
+        chosen[target] = spark_field.name
+        cql_text = table.column_type(target)
+        reason = type_mismatch(spark_field.dataType, parse_cql_type(cql_text))
+        if reason is not None:
+            spark_type = spark_field.dataType.simpleString()
+            raise SchemaError(spark_field.name, f"Spark type {spark_type} cannot be written to CQL type {cql_text}: {reason}")
+    missing = [key for key in table.primary_key if key not in chosen]
+    if missing:
+        kind = "partition key" if missing[0] in table.partition_key else "clustering"
+        raise SchemaError(
+            missing[0],
+            f"{kind} column of {table.keyspace}.{table.table} is missing from the DataFrame "
+            f"(missing: {', '.join(missing)})",
+        )
+    return [chosen[name] for name in table.column_names if name in chosen]
+
+
+def _special_columns(spark_schema: T.StructType, table: TableSchema, write: WriteConfig) -> set[str]:
+    """Find and type-check the ttl / writetime columns; they must not also be table columns."""
+    found: set[str] = set()
+    for role, wanted, allowed, expect in (
+        ("ttl", write.ttl_column, _TTL_TYPES, "an integer type (seconds)"),
+        ("writetime", write.writetime_column, _WRITETIME_TYPES, "long (microseconds since the epoch) or timestamp"),
+    ):
+        if wanted is None:
+            continue
+        if wanted not in spark_schema.names:
+            # Exact match only: the writer reads this column from each batch by this name.
+            near = [n for n in spark_schema.names if n.lower() == wanted.lower()]
+            hint = f" (names must match exactly; the DataFrame has {near[0]!r})" if near else ""
+            raise SchemaError(wanted, f"the {role} column is not in the DataFrame{hint}")
+        spark_field = spark_schema[wanted]
+        if not isinstance(spark_field.dataType, allowed):
+            actual = spark_field.dataType.simpleString()
+            raise SchemaError(spark_field.name, f"the {role} column must be {expect}, not {actual}")
+        if table.resolve_column(spark_field.name) is not None:
+            raise SchemaError(
+                spark_field.name,
+                f"is the {role} column and also a column of {table.keyspace}.{table.table}; "
+                "rename one so it is clear whether to write it",
+            )
+        found.add(spark_field.name)
+    return found
+
+
+def type_mismatch(spark_type: T.DataType, cql: CqlType) -> str | None:
+    """None when values of ``spark_type`` can be written to ``cql``, else the reason why not."""
+    if isinstance(spark_type, T.StringType):
+        return None if cql.name in _STRING_TARGETS else "strings go to text, varchar, ascii, uuid, timeuuid or inet"
+    if isinstance(spark_type, T.ArrayType):
+        if cql.name not in ("list", "set", "vector"):
+            return "an array goes to a list, set or vector"
+        return type_mismatch(spark_type.elementType, cql.params[0])
+    if isinstance(spark_type, T.MapType):
+        if cql.name != "map":
+            return "a map goes to a map"
+        return type_mismatch(spark_type.keyType, cql.params[0]) or type_mismatch(spark_type.valueType, cql.params[1])
+    if isinstance(spark_type, T.StructType):
+        return "structs (to user-defined types or tuples) are not supported yet"
+    allowed = _SCALARS.get(type(spark_type))
+    if allowed is None:
+        return f"Spark type {spark_type.simpleString()} is not supported"
+    if cql.name in allowed:
+        return None
+    hint = f"; cast the column (e.g. to {_cast_hint(cql.name)})" if _cast_hint(cql.name) else ""
+    return f"expected CQL {' or '.join(sorted(allowed))}{hint}"
+
+
+def _cast_hint(cql_name: str) -> str | None:
+    return {"int": "int", "smallint": "short", "tinyint": "byte", "bigint": "long", "double": "double",
+            "float": "float", "text": "string", "timestamp": "timestamp", "date": "date"}.get(cql_name)
+
+
+def _close(name: str, table: TableSchema) -> str:
+    by_lower = {c.lower(): c for c in table.column_names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    return f"; close matches: {', '.join(by_lower[c] for c in close)}" if close else ""
+
+
+def check_primary_key_not_null(record_batch: pa.RecordBatch, key_columns: Sequence[str]) -> None:
+    """Raise NullPrimaryKeyError for the first key column holding a null (O(1) when none)."""
+    for name in key_columns:
+        column = record_batch.column(name)
+        if column.null_count:
+            first = pc.index(pc.is_null(column), True).as_py()
+            raise NullPrimaryKeyError(name, f"row {first} of {record_batch.num_rows}")
