@@ -1,0 +1,147 @@
+"""Bring Cassandra up to date with the WAL, batch by batch, in order.
+
+This is the one code path that writes sealed batches: the sink's flusher runs it after every
+micro-batch (``query_running=True``: undecided batches wait), a query start runs it before the
+first batch (``query_running=False``: batches Spark never committed are discarded, since Spark
+re-runs them with the same id), and ``cassandra-wal recover`` runs it offline.
+
+Rules (docs/guarantees.md): batches go in increasing id; a batch that cannot be written stops
+the run, and no later batch is written before it; a batch is replayed from its recorded
+progress with the timestamps fixed in its seal; corrupted data is never written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from wal import catalog
+from wal.catalog import BatchView
+from wal.crashpoints import crash_point
+from wal.errors import WalCorrupted
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.retention import (RetentionPolicy, apply_retention, remove_batch_files,
+                           remove_unsealed_segments)
+from wal.segment import decode_chunk
+from wal.states import BatchState
+
+from .errors import RecoveryBlocked
+
+log = logging.getLogger(__name__)
+
+RUNBOOK = "See docs/runbook.md ('A corrupted WAL')."
+
+
+@dataclass
+class Progress:
+    batch: int
+    rows_done: int
+    rows_total: int
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return self.rows_done / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        rate = self.rate
+        return (self.rows_total - self.rows_done) / rate if rate > 0 else None
+
+
+@dataclass
+class ReplayReport:
+    replayed: list[int] = field(default_factory=list)
+    discarded: list[int] = field(default_factory=list)
+    rows_written: int = 0
+    waiting_at: int | None = None
+    removed_by_retention: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Replayer:
+    """Executes recovery's plan with one WAL writer and one :class:`~recovery.upsert.Upserter`."""
+
+    def __init__(self, wal: WalDir, log_: WalLog, upserter_factory: Callable[[], object] | None,
+                 checkpoint: str | None, retention: RetentionPolicy | None = None,
+                 on_progress: Callable[[Progress], None] | None = None,
+                 crash_prefix: str = "flush"):
+        self.wal, self.log, self.checkpoint = wal, log_, checkpoint
+        self._factory, self._upserter = upserter_factory, None
+        self.retention = retention
+        self.on_progress = on_progress
+        self._crash_prefix = crash_prefix
+
+    def plan(self, query_running: bool) -> list[BatchView]:
+        return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running)
+
+    def run(self, query_running: bool) -> ReplayReport:
+        report, started = ReplayReport(), time.monotonic()
+        for view in self.plan(query_running):
+            if view.action == catalog.NOTHING:
+                continue
+            if view.action == catalog.WAIT:
+                report.waiting_at = view.batch
+                break
+            if view.action == catalog.BROKEN:
+                raise RecoveryBlocked(view.batch, view.detail, RUNBOOK)
+            if view.action == catalog.DISCARD:
+                self.discard(view)
+                report.discarded.append(view.batch)
+            elif view.action == catalog.REPLAY:
+                report.rows_written += self.flush(view)
+                report.replayed.append(view.batch)
+        if self.retention is not None:
+            report.removed_by_retention = apply_retention(self.wal, self.log, self.retention)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def discard(self, view: BatchView) -> None:
+        self.log.discard(view.batch, "never committed by Spark")
+        remove_batch_files(self.wal, view.batch)
+        log.info("discarded batch %d (never committed by Spark)", view.batch)
+
+    def _upserter_for_run(self):
+        if self._upserter is None:
+            self._upserter = self._factory()
+        return self._upserter
+
+    def flush(self, view: BatchView) -> int:
+        """Ingest (if needed), write every not-yet-acknowledged chunk, mark FLUSHED."""
+        batch = view.batch
+        crash_point(f"{self._crash_prefix}.before_ingest")
+        try:
+            record = view.record or self.log.ingest(view.seal)
+        except WalCorrupted as exc:
+            raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
+        seal = record.seal
+        remove_unsealed_segments(self.wal, batch, {s.name for s in seal.segments})
+        if record.state == BatchState.SEALED:
+            record = self.log.begin_flush(batch)
+        upserter = self._upserter_for_run() if seal.rows else None
+        progress = Progress(batch, record.flushed_rows, seal.rows)
+        written = 0
+        try:
+            for chunk in self.log.chunks(batch, record.next_segment, record.next_chunk):
+                upserter.write_chunk(decode_chunk(chunk.payload), seal.base_ts_us + chunk.first_row,
+                                     batch)
+                written += chunk.rows
+                progress.rows_done += chunk.rows
+                self.log.record_progress(batch, chunk.segment_index, chunk.chunk_index + 1,
+                                         progress.rows_done)
+                if self.on_progress:
+                    self.on_progress(progress)
+                crash_point(f"{self._crash_prefix}.mid")
+        except WalCorrupted as exc:
+            raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
+        crash_point(f"{self._crash_prefix}.before_mark")
+        self.log.mark_flushed(batch)
+        log.info("flushed batch %d: %d rows", batch, seal.rows)
+        return written

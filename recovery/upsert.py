@@ -1,0 +1,193 @@
+"""Idempotent upserts of sealed rows: the only code that writes rows to Cassandra.
+
+Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?`` when asked)
+with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
+cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
+still wins. Rows sharing a partition key go in one single-partition UNLOGGED batch; requests
+run through the driver's ``execute_concurrent`` with a bounded number in flight; statements
+that failed with a transient error (timeouts, unavailable, overloaded, lost connections) are
+retried with exponential back-off and jitter (tenacity); anything else fails at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import pyarrow as pa
+from cassandra import (CoordinationFailure, OperationTimedOut, Unavailable, WriteFailure,
+                       WriteTimeout)
+from cassandra.cluster import NoHostAvailable
+from cassandra.concurrent import execute_concurrent
+from cassandra.connection import ConnectionException
+from cassandra.protocol import OverloadedErrorMessage
+from cassandra.query import BatchStatement, BatchType
+from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt,
+                      wait_exponential_jitter)
+
+from sinks.convert import row_converter
+from sinks.options import WriteConfig
+from sinks.table import TableSchema
+
+from .errors import FlushFailed
+
+TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
+             NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
+AUTO_BATCH_ROWS = 32
+
+
+class _Transient(Exception):
+    """Some statements failed with a transient error; tenacity retries just those."""
+
+    def __init__(self, pending, last_error):
+        super().__init__(str(last_error))
+        self.pending, self.last_error = pending, last_error
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass
+class RateLimiter:
+    """At most ``mb_per_s`` megabytes a second (``spark.cassandra.output.throughputMBPerSec``)."""
+
+    mb_per_s: float | None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    _start: float | None = None
+    _sent: float = 0.0
+
+    def account(self, nbytes: int) -> None:
+        if not self.mb_per_s:
+            return
+        now = self.clock()
+        if self._start is None:
+            self._start = now
+        self._sent += nbytes
+        due = self._start + self._sent / (self.mb_per_s * 1_000_000)
+        if due > now:
+            self.sleep(due - now)
+
+
+class Upserter:
+    """Writes Arrow chunks of one table's rows with fixed write timestamps."""
+
+    def __init__(self, session, table: TableSchema, columns: Sequence[str], write: WriteConfig,
+                 consistency_level: int | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.session, self.table, self.columns, self.write = session, table, list(columns), write
+        self._convert = row_converter(table, self.columns, ignore_nulls=write.ignore_nulls)
+        self.table_columns = [table.resolve_column(c) or c for c in self.columns]
+        cols = ", ".join(quote(c) for c in self.table_columns)
+        marks = ", ".join("?" for _ in self.columns)
+        using = "USING TIMESTAMP ?"
+        if write.ttl_column or write.ttl_seconds:
+            using += " AND TTL ?"
+        cql = (f"INSERT INTO {quote(table.keyspace)}.{quote(table.table)} ({cols}) "
+               f"VALUES ({marks}) {using}")
+        self.statement = session.prepare(cql)
+        self.statement.is_idempotent = True
+        if consistency_level is not None:
+            self.statement.consistency_level = consistency_level
+        self.consistency_level = consistency_level
+        self._key_positions = [self.table_columns.index(c) for c in table.partition_key]
+        self._batch_rows = write.batch_size_rows or AUTO_BATCH_ROWS
+        self._group = write.batch_grouping_key != "none"
+        self._sleep = sleep
+        self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
+
+    # -- building statements -------------------------------------------------------------
+    def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
+        """Bind values for every row of ``batch``: the data columns, the timestamp, the TTL."""
+        rows = self._convert(batch.select(self.columns))
+        if self.write.writetime_column:
+            stamps = _micros(batch.column(self.write.writetime_column))
+        elif self.write.writetime_micros is not None:
+            stamps = [self.write.writetime_micros] * batch.num_rows
+        else:
+            stamps = range(first_ts, first_ts + batch.num_rows)
+        if self.write.ttl_column:
+            ttls = batch.column(self.write.ttl_column).to_pylist()
+            return [r + (ts, ttl or 0) for r, ts, ttl in zip(rows, stamps, ttls)]
+        if self.write.ttl_seconds:
+            ttl = self.write.ttl_seconds
+            return [r + (ts, ttl) for r, ts in zip(rows, stamps)]
+        return [r + (ts,) for r, ts in zip(rows, stamps)]
+
+    def statements(self, params: list[tuple]) -> list[tuple]:
+        """(statement, parameters) pairs: one bound row, or a single-partition UNLOGGED batch."""
+        if not self._group:
+            return [(self.statement, p) for p in params]
+        groups: dict[tuple, list[tuple]] = {}
+        for p in params:
+            groups.setdefault(_hashable(tuple(p[i] for i in self._key_positions)), []).append(p)
+        out = []
+        for rows in groups.values():
+            for i in range(0, len(rows), self._batch_rows):
+                part = rows[i:i + self._batch_rows]
+                if len(part) == 1:
+                    out.append((self.statement, part[0]))
+                    continue
+                batch = BatchStatement(batch_type=BatchType.UNLOGGED,
+                                       consistency_level=self.consistency_level)
+                batch.is_idempotent = True
+                for p in part:
+                    batch.add(self.statement, p)
+                out.append((batch, ()))
+        return out
+
+    # -- executing -----------------------------------------------------------------------
+    def write_chunk(self, batch: pa.RecordBatch, first_ts: int, batch_id: int) -> int:
+        """Write every row of one chunk; returns the rows acknowledged (all of them)."""
+        pending = self.statements(self.parameters(batch, first_ts))
+        self.execute(pending, batch_id)
+        self._limiter.account(batch.nbytes)
+        return batch.num_rows
+
+    def execute(self, pending: list[tuple], batch_id: int) -> None:
+        retrying = Retrying(
+            stop=stop_after_attempt(self.write.retry_count + 1),
+            wait=wait_exponential_jitter(initial=0.2, max=10.0),
+            retry=retry_if_exception_type(_Transient), sleep=self._sleep, reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    try:
+                        self._execute_once(pending, batch_id)
+                    except _Transient as exc:
+                        pending = exc.pending   # the next attempt retries only these
+                        raise
+        except _Transient as exc:
+            raise FlushFailed(batch_id, f"retry budget spent ({self.write.retry_count} retries): "
+                                        f"{type(exc.last_error).__name__}: {exc.last_error}") from None
+
+    def _execute_once(self, pending: list[tuple], batch_id: int) -> None:
+        results = execute_concurrent(self.session, pending,
+                                     concurrency=self.write.concurrent_writes,
+                                     raise_on_first_error=False)
+        failed, last = [], None
+        for stmt, (ok, result) in zip(pending, results):
+            if ok:
+                continue
+            if not isinstance(result, TRANSIENT):
+                raise FlushFailed(batch_id, f"{type(result).__name__}: {result}")
+            failed.append(stmt)
+            last = result
+        if failed:
+            raise _Transient(failed, last)
+
+
+def _micros(column: pa.Array) -> list[int]:
+    if pa.types.is_timestamp(column.type):
+        return column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64()).to_pylist()
+    return column.to_pylist()
+
+
+def _hashable(key: tuple):
+    try:
+        hash(key)
+        return key
+    except TypeError:  # frozen collections in the partition key
+        return repr(key)

@@ -1,0 +1,63 @@
+"""A drop-in Cassandra sink for Spark that lands every micro-batch exactly once in effect.
+
+Use::
+
+    import sinks
+    sinks.register(spark)
+    (df.writeStream.format("cassandra_wal")
+       .option("keyspace", "ks").option("table", "events")
+       .option("checkpointLocation", "/data/checkpoints/events")
+       .option("spark.cassandra.connection.host", "10.0.0.1,10.0.0.2")
+       .start())
+
+Lifecycle of batch N (details: ``docs/architecture.md``, on-disk: ``wal/FORMAT.md``):
+
+1. ``streamWriter`` (driver host): options parsed, DataFrame validated against the live
+   table; bad input fails here, before anything is staged (:mod:`sinks.plan`).
+2. ``write`` (every task): rows staged as an immutable, checksummed WAL segment.
+3. ``commit(N)`` (Spark's commit worker): the winning segments and the write timestamps are
+   sealed, durably, before Spark may write ``commits/N``.
+4. Spark writes ``commits/N``; the listener wakes the driver's flusher (:mod:`sinks.driver`).
+5. The flusher ingests the seal into the RocksDB log, writes every row with idempotent
+   upserts at the sealed timestamps, records progress, marks the batch flushed.
+6. After a crash, the next query start replays what Spark committed and we did not finish,
+   and discards what Spark never committed (:mod:`recovery`).
+"""
+
+from __future__ import annotations
+
+from .errors import (ConnectionFailed, CounterTableError, NullPrimaryKeyError, OptionError,
+                     SchemaError, SinkError, UnknownKeyspaceError, UnknownTableError)
+from .foreach_batch import CassandraWalWriter
+from .source import FORMAT_NAME, CassandraWalDataSource
+
+_registries: dict[int, object] = {}
+
+
+def register(spark):
+    """Register the ``cassandra_wal`` data source and the driver-side flusher with ``spark``.
+
+    Call it once per SparkSession, after setting any ``spark.cassandra.*`` session conf you
+    want as defaults. Returns the session's :class:`sinks.driver.FlushRegistry`.
+    """
+    from .driver import FlushRegistry
+    from .listener import CassandraWalListener
+
+    conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
+    source = type("CassandraWalDataSource", (CassandraWalDataSource,),
+                  {"session_conf": conf, "__module__": __name__,
+                   "__qualname__": "CassandraWalDataSource<registered>"})
+    spark.dataSource.register(source)
+    registry = _registries.get(id(spark))
+    if registry is None:
+        registry = FlushRegistry(spark, conf)
+        spark.streams.addListener(CassandraWalListener(registry))
+        _registries[id(spark)] = registry
+    else:
+        registry.session_conf = conf
+    return registry
+
+
+__all__ = ["register", "CassandraWalWriter", "CassandraWalDataSource", "FORMAT_NAME",
+           "SinkError", "OptionError", "SchemaError", "NullPrimaryKeyError", "ConnectionFailed",
+           "CounterTableError", "UnknownKeyspaceError", "UnknownTableError"]

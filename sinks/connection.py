@@ -1,0 +1,77 @@
+"""Opening a cassandra-driver session from a :class:`~sinks.options.ConnectionConfig`.
+
+One place builds clusters, so the sink's validation, the flusher, recovery and the tools all
+connect the same way: token-aware routing (the driver's default), the configured local DC,
+protocol v5 when the node speaks it, credentials that never reach a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+from .errors import ConnectionFailed
+from .options import ConnectionConfig
+
+log = logging.getLogger(__name__)
+
+
+def _redact(text: str, conn: ConnectionConfig) -> str:
+    for secret in (conn.password, conn.ssl_keystore_password):
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+def build_cluster(conn: ConnectionConfig) -> Cluster:
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=conn.local_dc)),
+        consistency_level=conn.consistency_level,
+        request_timeout=conn.request_timeout_s,
+    )
+    kwargs = {}
+    if conn.username is not None:
+        kwargs["auth_provider"] = PlainTextAuthProvider(conn.username, conn.password or "")
+    ssl_context = _ssl_context(conn)
+    if ssl_context is not None:
+        kwargs["ssl_context"] = ssl_context
+    return Cluster(
+        contact_points=list(conn.hosts), port=conn.port,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=conn.connect_timeout_s, control_connection_timeout=conn.connect_timeout_s,
+        **kwargs,
+    )
+
+
+def _ssl_context(conn: ConnectionConfig):
+    if not conn.ssl_enabled:
+        return None
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if conn.ssl_truststore_path:
+        ctx.load_verify_locations(cafile=conn.ssl_truststore_path)
+    else:
+        ctx.load_default_certs()
+    if conn.ssl_keystore_path:
+        ctx.load_cert_chain(conn.ssl_keystore_path, password=conn.ssl_keystore_password)
+    ctx.check_hostname = False  # nodes are addressed by IP; the CA check still applies
+    return ctx
+
+
+def connect(conn: ConnectionConfig):
+    """Return ``(cluster, session)``; raises ConnectionFailed naming the hosts, never secrets."""
+    cluster = build_cluster(conn)
+    try:
+        session = cluster.connect()
+    except NoHostAvailable as exc:
+        cluster.shutdown()
+        reasons = "; ".join(f"{h}: {e}" for h, e in exc.errors.items()) or str(exc)
+        raise ConnectionFailed(list(conn.hosts), _redact(reasons, conn)) from None
+    except Exception as exc:  # auth and TLS failures surface as various driver types
+        cluster.shutdown()
+        raise ConnectionFailed(list(conn.hosts), _redact(f"{type(exc).__name__}: {exc}", conn)) from None
+    return cluster, session

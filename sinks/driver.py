@@ -1,0 +1,233 @@
+"""The driver side: the single owner of a query's WAL log, which flushes committed batches.
+
+``sinks.register(spark)`` adds a StreamingQueryListener. For a query that writes through this
+sink (its checkpoint holds ``cassandra_wal_sink.json``):
+
+* ``onQueryStarted`` (synchronous, before the first batch runs): open the WAL log for writing
+  and run recovery: replay batches Spark committed but we had not finished flushing, discard
+  batches Spark never committed (it re-runs them with the same id).
+* ``onQueryProgress`` / ``onQueryIdle``: Spark has written ``commits/N``; wake the flusher
+  thread, which writes every committed batch, in order, from the WAL.
+* ``onQueryTerminated``: a last drain, then close.
+
+A flush that fails (Cassandra down) leaves the batch in the WAL and is retried with back-off
+while the query goes on staging (bounded by ``wal.maxBytes``). A WAL that cannot be replayed
+(corruption) blocks the sink: ``blocked.json`` makes the next commit fail with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from recovery.errors import FlushFailed, RecoveryBlocked
+from recovery.replay import Replayer
+from recovery.target import Target
+from recovery.upsert import Upserter
+from wal.errors import WalLocked
+from wal.files import atomic_write
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.retention import RetentionPolicy
+
+from .connection import connect
+from .errors import ConnectionFailed, SinkError
+from .plan import BLOCKED_FILE, WritePlan, read_pointer
+
+log = logging.getLogger(__name__)
+
+CREDENTIAL_KEYS = {"spark.cassandra.auth.username": "username",
+                   "spark.cassandra.auth.password": "password"}
+
+
+def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
+    recorded = wal.read_target()
+    if recorded is None:
+        raise SinkError(f"{wal.root} has no target.json: nothing says where its rows go")
+    target = Target.from_dict(recorded["target"])
+    creds = {field: (session_conf or {}).get(key) for key, field in CREDENTIAL_KEYS.items()}
+    return target.with_connection(**creds).with_env_credentials()
+
+
+class CassandraOutput:
+    """A lazily opened session and the Upserter for one target; closed with the flusher."""
+
+    def __init__(self, target: Target):
+        self.target, self._cluster = target, None
+
+    def upserter(self) -> Upserter:
+        cluster, session = connect(self.target.config.connection)
+        self._cluster = cluster
+        return Upserter(session, self.target.table, self.target.columns, self.target.config.write,
+                        self.target.config.connection.consistency_level)
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+
+
+def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
+    """Open the log for writing, waiting for a previous owner (a finishing job) to let go."""
+    for attempt in Retrying(stop=stop_after_delay(seconds), wait=wait_fixed(0.2),
+                            retry=retry_if_exception_type(WalLocked), reraise=True):
+        with attempt:
+            return WalLog.open_writer(wal)
+
+
+def retention_of(target: Target) -> RetentionPolicy:
+    wal = target.config.wal
+    return RetentionPolicy(keep_batches=wal.retention_batches, keep_seconds=wal.retention_seconds)
+
+
+def flush_now(plan: WritePlan) -> None:
+    """A batch job's flush, in its commit: everything sealed in this WAL, in order."""
+    if not plan.config.wal.flush:
+        return
+    wal = plan.wal
+    output = CassandraOutput(plan.target.with_connection(
+        username=plan.config.connection.username, password=plan.config.connection.password))
+    wal_log = open_writer_waiting(wal, 60)
+    try:
+        Replayer(wal, wal_log, output.upserter, checkpoint=None,
+                 retention=retention_of(plan.target)).run(query_running=False)
+    finally:
+        wal_log.close()
+        output.close()
+
+
+class QueryFlusher:
+    """Owns one query's WAL log in the driver and flushes committed batches in order."""
+
+    def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
+                 retry_interval_s: float = 2.0):
+        self.wal = WalDir(wal_root)
+        self.checkpoint = checkpoint
+        self.target = load_target(self.wal, session_conf)
+        self.log = open_writer_waiting(self.wal, 30)
+        self.output = CassandraOutput(self.target)
+        self.replayer = Replayer(self.wal, self.log, self.output.upserter, checkpoint,
+                                 retention=retention_of(self.target))
+        self.retry_interval_s = retry_interval_s
+        self.last_error: Exception | None = None
+        self.last_report = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- runs ----------------------------------------------------------------------------
+    def drain(self, query_running: bool) -> None:
+        if not self.target.config.wal.flush:
+            return
+        with self._lock:
+            try:
+                self.last_report = self.replayer.run(query_running=query_running)
+                self.last_error = None
+                self._set_blocked(None)
+            except RecoveryBlocked as exc:
+                self.last_error = exc
+                self._set_blocked(str(exc))
+                log.error("%s", exc)
+            except (FlushFailed, ConnectionFailed) as exc:
+                self.last_error = exc   # transient: keep the batch, retry after a pause
+                log.warning("%s", exc)
+                self._reset_output()
+
+    def _reset_output(self) -> None:
+        self.output.close()
+        self.replayer._upserter = None
+
+    def _set_blocked(self, reason: str | None) -> None:
+        path = os.path.join(self.wal.root, BLOCKED_FILE)
+        if reason is None:
+            if os.path.exists(path):
+                os.unlink(path)
+            return
+        atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
+
+    def recover(self) -> None:
+        """At query start, before any batch: replay committed, discard uncommitted."""
+        self.drain(query_running=False)
+
+    # -- background thread -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="cassandra-wal-flusher",
+                                        daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.retry_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            self.drain(query_running=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.drain(query_running=True)
+        self.output.close()
+        self.log.close()
+
+
+class FlushRegistry:
+    """The flushers of one Spark session's queries, driven by the listener's events."""
+
+    def __init__(self, spark, session_conf: dict):
+        self.spark, self.session_conf = spark, session_conf
+        self.flushers: dict[str, QueryFlusher] = {}
+        self.checkpoints: dict[str, str] = {}
+
+    def _checkpoint_of(self, query_id: str) -> str | None:
+        query = self.spark.streams.get(query_id)
+        if query is None:
+            return None
+        return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+
+    def _flusher(self, query_id: str) -> QueryFlusher | None:
+        if query_id in self.flushers:
+            return self.flushers[query_id]
+        checkpoint = self.checkpoints.get(query_id)
+        wal_root = read_pointer(checkpoint) if checkpoint else None
+        if wal_root is None:
+            return None     # not our sink, or its first batch is not committed yet
+        flusher = QueryFlusher(wal_root, checkpoint, self.session_conf)
+        self.flushers[query_id] = flusher
+        return flusher
+
+    def started(self, query_id: str) -> None:
+        checkpoint = self._checkpoint_of(query_id)
+        if checkpoint is None:
+            return
+        self.checkpoints[query_id] = checkpoint
+        flusher = self._flusher(query_id)
+        if flusher is not None:
+            flusher.recover()
+            flusher.start()
+
+    def progressed(self, query_id: str) -> None:
+        flusher = self.flushers.get(query_id)
+        if flusher is None:
+            flusher = self._flusher(query_id)
+            if flusher is None:
+                return
+            flusher.start()
+        flusher.kick()
+
+    def terminated(self, query_id: str) -> None:
+        flusher = self.flushers.pop(query_id, None)
+        self.checkpoints.pop(query_id, None)
+        if flusher is not None:
+            flusher.stop()

@@ -1,0 +1,220 @@
+"""Preparing a write, staging a task's rows, and sealing a batch: the sink's three steps.
+
+``prepare_write`` runs where Spark builds the writer (a Python worker on the driver host), once
+per micro-batch: it parses the options, resolves the WAL, validates the DataFrame against the
+live table (cached in ``target.json`` by a fingerprint of schema and options, so the table is
+read once per query, not once per batch) and returns a picklable :class:`WritePlan`.
+``stage_partition`` runs in every task; ``commit_batch`` in Spark's commit worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from recovery.target import Target
+from wal import checkpoint as ckpt
+from wal.crashpoints import crash_point
+from wal.errors import WalError, WalFull
+from wal.files import atomic_write, others_can_write, tree_size
+from wal.layout import WalDir
+from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
+from wal.segment import SegmentRef, SegmentWriter
+
+from .connection import connect
+from .errors import OptionError, SinkError
+from .options import SinkConfig, parse_options
+from .table import fetch_table_schema
+from .validation import check_primary_key_not_null, validate_schema
+
+log = logging.getLogger(__name__)
+
+POINTER_FILE = "cassandra_wal_sink.json"     # in the checkpoint: where this query's WAL is
+BLOCKED_FILE = "blocked.json"                # in the WAL: the flusher cannot go on (see driver)
+DEFAULT_STREAM_WAL = "cassandra_wal"         # <checkpointLocation>/cassandra_wal
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a task and the commit need; picklable, built once per batch."""
+
+    config: SinkConfig
+    wal_root: str
+    target: Target
+    stored_columns: tuple[str, ...]     # written columns + ttl/writetime columns, staged as is
+
+    @property
+    def wal(self) -> WalDir:
+        return WalDir(self.wal_root)
+
+
+@dataclass
+class StageMessage(WriterCommitMessage):
+    """A task's commit message: the segment it wrote (None when its partition was empty)."""
+
+    segment: dict | None
+    query_id: str = ""
+
+
+def _fingerprint(config: SinkConfig, schema_json: str) -> str:
+    body = json.dumps([config.public_dict(), schema_json], sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def resolve_wal_root(config: SinkConfig, streaming: bool) -> str:
+    if config.wal.path:
+        return os.path.abspath(ckpt.local_path(config.wal.path))
+    if streaming:
+        if not config.checkpoint_location:
+            raise OptionError("checkpointLocation", None,
+                              "required: the sink flushes a batch only once Spark's checkpoint "
+                              "has committed it")
+        return os.path.join(os.path.abspath(ckpt.local_path(config.checkpoint_location)),
+                            DEFAULT_STREAM_WAL)
+    return os.path.join(os.path.expanduser("~"), ".cassandra_wal",
+                        f"{config.keyspace}.{config.table}")
+
+
+def open_wal_dir(root: str) -> WalDir:
+    wal = WalDir(root).create()
+    if others_can_write(root):
+        raise OptionError("wal.path", root, "the WAL directory is writable by group or others; "
+                          "it holds rows in plain form: chmod 700 it or choose another path")
+    wal.check()
+    return wal
+
+
+def prepare_write(options, session_conf, spark_schema, streaming: bool) -> WritePlan:
+    """Parse, resolve, validate. Raises a SinkError naming the option/column at fault."""
+    config = parse_options(dict(options), session_conf)
+    wal = open_wal_dir(resolve_wal_root(config, streaming))
+    fingerprint = _fingerprint(config, spark_schema.json())
+    recorded = wal.read_target()
+    if recorded and recorded.get("fingerprint") == fingerprint:
+        target = Target.from_dict(recorded["target"])
+    else:
+        cluster, session = connect(config.connection)
+        try:
+            table = fetch_table_schema(cluster, config.keyspace, config.table)
+        finally:
+            cluster.shutdown()
+        columns = validate_schema(spark_schema, table, config.write)
+        target = Target(config, table, tuple(columns))
+        wal.write_target({"fingerprint": fingerprint, "target": target.to_dict(),
+                          "checkpoint_location": config.checkpoint_location})
+    if streaming and config.checkpoint_location:
+        _write_pointer(config.checkpoint_location, wal.root)
+    extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
+    return WritePlan(config, wal.root, target, target.columns + extra)
+
+
+def _write_pointer(checkpoint: str, wal_root: str) -> None:
+    cp = ckpt.local_path(checkpoint)
+    os.makedirs(cp, exist_ok=True)
+    path = os.path.join(cp, POINTER_FILE)
+    body = json.dumps({"wal_path": wal_root}).encode()
+    try:
+        with open(path, "rb") as f:
+            if f.read() == body:
+                return
+    except FileNotFoundError:
+        pass
+    atomic_write(path, body)
+
+
+def read_pointer(checkpoint: str) -> str | None:
+    try:
+        with open(os.path.join(ckpt.local_path(checkpoint), POINTER_FILE), "rb") as f:
+            return json.loads(f.read())["wal_path"]
+    except FileNotFoundError:
+        return None
+
+
+# -- tasks ----------------------------------------------------------------------------------
+def _select(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.RecordBatch:
+    return batch.select(list(columns)) if tuple(batch.schema.names) != columns else batch
+
+
+def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id: int,
+                    partition: int, attempt: int, query_id: str = "") -> StageMessage:
+    """Stage one task's rows as a segment. Nothing is left behind if anything fails."""
+    table = plan.target.table
+    key_columns = [c for c in plan.target.columns if table.resolve_column(c) in table.primary_key]
+    header = {"query_id": query_id, "columns": list(plan.stored_columns)}
+    writer: SegmentWriter | None = None
+    try:
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            rb = _select(rb, plan.stored_columns)
+            check_primary_key_not_null(rb, key_columns)
+            if writer is None:
+                writer = SegmentWriter(plan.wal, batch_id, partition, attempt, header)
+            writer.append(rb)
+            if writer.chunks == 1:
+                crash_point("stage.mid")
+        ref = writer.finish() if writer is not None else None
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    crash_point("stage.after")
+    return StageMessage(ref.to_dict() if ref else None, query_id)
+
+
+# -- commit ---------------------------------------------------------------------------------
+def check_not_blocked(wal: WalDir) -> None:
+    try:
+        with open(os.path.join(wal.root, BLOCKED_FILE), "rb") as f:
+            reason = json.loads(f.read()).get("reason", "")
+    except FileNotFoundError:
+        return
+    raise SinkError(f"the WAL at {wal.root} is blocked and no new batch is accepted: {reason}")
+
+
+def wait_for_room(plan: WritePlan, sleep=time.sleep, clock=time.monotonic) -> None:
+    """Back-pressure: hold the commit while staged-but-unflushed bytes exceed ``wal.maxBytes``.
+
+    ``wal.backpressure=block`` waits (up to ``wal.backpressure.timeoutSeconds``) for the
+    flusher to drain; ``fail`` fails at once. Either way the failure is a WalFull naming the
+    cap, the batch is not sealed, and Spark re-runs it on restart: nothing is lost.
+    """
+    cap = plan.config.wal.max_bytes
+    size = tree_size(plan.wal.segments)
+    if size <= cap:
+        return
+    started = clock()
+    timeout = 0.0 if plan.config.wal.backpressure == "fail" else plan.config.wal.backpressure_timeout_s
+    while size > cap:
+        waited = clock() - started
+        if waited >= timeout:
+            raise WalFull(plan.wal_root, size, cap, waited)
+        log.warning("WAL over its cap (%d > %d bytes): holding the commit", size, cap)
+        sleep(min(1.0, timeout - waited))
+        size = tree_size(plan.wal.segments)
+
+
+def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
+                 commit_point: str = COMMIT_POINT_CHECKPOINT) -> Seal:
+    """Seal the batch: the winning segments and the write timestamps, durably, before return."""
+    messages = [m for m in messages if m is not None]
+    refs = [SegmentRef.from_dict(m.segment) for m in messages if m.segment]
+    query_id = next((m.query_id for m in messages if m.query_id), "")
+    check_not_blocked(plan.wal)
+    wait_for_room(plan)
+    crash_point("commit.before_seal")
+    seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point)
+    crash_point("commit.after_seal")
+    return seal
+
+
+__all__ = ["WritePlan", "StageMessage", "prepare_write", "stage_partition", "commit_batch",
+           "read_pointer", "resolve_wal_root", "POINTER_FILE", "BLOCKED_FILE", "WalError"]
