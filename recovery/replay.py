@@ -82,7 +82,10 @@ class Replayer:
     def plan(self, query_running: bool) -> list[BatchView]:
         return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running)
 
-    def run(self, query_running: bool) -> ReplayReport:
+    def run(self, query_running: bool, crash_prefix: str | None = None) -> ReplayReport:
+        """Act on the plan. ``crash_prefix`` names this run's crash points (tests only)."""
+        if crash_prefix:
+            self._crash_prefix = crash_prefix
         report, started = ReplayReport(), time.monotonic()
         for view in self.plan(query_running):
             if view.action == catalog.NOTHING:
@@ -143,5 +146,8 @@ class Replayer:
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         crash_point(f"{self._crash_prefix}.before_mark")
         self.log.mark_flushed(batch)
+        # Flushed rows stay in the log for retention; the staged files are no longer needed,
+        # so the segments folder holds exactly the backlog that wal.maxBytes caps.
+        remove_batch_files(self.wal, batch, keep_seal=True)
         log.info("flushed batch %d: %d rows", batch, seal.rows)
         return written

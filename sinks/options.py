@@ -450,7 +450,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.output.concurrent.writes", "32", _int_in(1),
-        "Requests in flight per task. SCC's 5 suits its JVM thread pool; this sink is a "
+        "Requests in flight per flusher. SCC's 5 suits its JVM thread pool; this sink is a "
         "single-threaded async Python client, which needs more requests in flight to keep the"
         " cluster busy.",
         target="write.concurrent_writes",
@@ -480,27 +480,29 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.output.throughputMBPerSec", None, _positive_float,
-        "Cap on the bytes written per second per task, in MB (unset: no cap).",
+        "Cap on the bytes written per second by the flusher, in MB (unset: no cap).",
         target="write.throughput_mb_per_s",
     ),
     _spec(
         "wal.path", None, _nonempty,
-        "WAL directory. Unset: `<checkpointLocation>/_cassandra_wal` for streams.",
+        "WAL directory. Unset: `<checkpointLocation>/cassandra_wal` for streams, "
+        "`~/.cassandra_wal/<keyspace>.<table>` for batch writes. In a cluster: a path every node reaches.",
         section=_L, target="wal.path",
     ),
     _spec(
         "wal.retention.batches", "10", _int_in(0),
-        "Flushed batches kept for inspection and replay.",
+        "Newest flushed batches kept (rows in the log, for `cassandra-wal dump`) before retention removes them.",
         section=_L, target="wal.retention_batches",
     ),
     _spec(
         "wal.retention.seconds", None, _positive_float,
-        "Also drop flushed batches older than this (unset: by count only).",
+        "Also keep flushed batches younger than this many seconds, even beyond the count (unset: by count only).",
         section=_L, target="wal.retention_seconds",
     ),
     _spec(
         "wal.maxBytes", "10g", _byte_size,
-        "Size cap on the WAL: bytes, or with a k/m/g/t suffix (powers of 1024), e.g. 512m.",
+        "Cap on the backlog: bytes staged but not yet flushed to Cassandra (segment files). "
+        "Bytes, or with a k/m/g/t suffix (powers of 1024), e.g. 512m. Reaching it applies `wal.backpressure`.",
         section=_L, target="wal.max_bytes",
     ),
     _spec(

@@ -2,7 +2,8 @@
 
 A flushed batch's rows, segments and seal are kept for ``keep_batches`` batches and/or
 ``keep_seconds`` (so ``cassandra-wal dump`` can still show recent batches), then removed. The
-newest seal is always kept: the next batch's write timestamps are chosen above its last one.
+newest flushed batch's seal is always kept: the next batch's write timestamps are chosen above
+its last one.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[i
     finished = [r for r in log.records()
                 if r.state in (BatchState.FLUSHED, BatchState.DISCARDED)]
     finished.sort(key=lambda r: r.batch, reverse=True)
-    newest_seal = max(wal.sealed_batch_ids(), default=None)
+    # The newest flushed batch keeps its seal: the next batch's timestamps start above it, even
+    # if every newer seal is later discarded (Spark never committed those batches).
+    newest_flushed = next((r.batch for r in finished if r.state == BatchState.FLUSHED), None)
     now = now_us()
     removed = []
     for i, record in enumerate(finished):
@@ -86,7 +89,13 @@ def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[i
                  and (now - record.updated_at_us) / 1e6 < policy.keep_seconds)
         if i < policy.keep_batches or young:
             continue
-        remove_batch_files(wal, record.batch, keep_seal=record.batch == newest_seal)
+        remove_batch_files(wal, record.batch, keep_seal=record.batch == newest_flushed)
         log.forget(record.batch)
         removed.append(record.batch)
+    # Seals kept only for their timestamps become redundant once a newer batch is flushed.
+    through = log.flushed_through()
+    known = {r.batch for r in log.records()}
+    for batch in wal.sealed_batch_ids():
+        if batch < through and batch not in known:
+            remove_batch_files(wal, batch)
     return sorted(removed)

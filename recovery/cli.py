@@ -1,0 +1,151 @@
+"""``cassandra-wal recover``: replay what Spark committed and the sink did not finish.
+
+The same :class:`~recovery.replay.Replayer` the sink runs at query start, run by hand: with
+the query stopped (the command takes the WAL's writer lock, so it cannot run beside a live
+sink), it discards batches Spark never committed and replays committed ones in order, with
+their sealed write timestamps. ``--dry-run`` only prints the plan and changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from sinks.connection import connect
+from sinks.errors import ConnectionFailed
+from wal import catalog
+from wal.cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
+from wal.cli.render import table
+from wal.layout import WalDir
+from wal.log import WalLog
+
+from .errors import FlushFailed, RecoveryBlocked
+from .replay import Progress, Replayer
+from .target import ENV_PASSWORD, ENV_USERNAME, Target
+from .upsert import Upserter
+
+NAME = "recover"
+
+EPILOG = f"""\
+Credentials are never stored in the WAL: pass --username and set the password in the
+environment variable named by --password-env (default {ENV_PASSWORD}), or set
+{ENV_USERNAME} / {ENV_PASSWORD}. Connection settings default to those the sink recorded in
+WAL_DIR/target.json.
+
+Stop the streaming query first: recover takes the WAL's writer lock (exit 1 if a running sink
+holds it). Restarting the query runs the same recovery automatically.
+
+exit codes: 0 done (or plan printed), 1 a flush failed (Cassandra down, lock held),
+            2 usage, 3 corruption: a batch cannot be replayed (named), see docs/runbook.md
+
+Examples:
+  cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1 --dry-run
+  cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1
+  CASSANDRA_WAL_PASSWORD=... cassandra-wal recover /data/wal --username etl --host 10.0.0.5
+  cassandra-wal recover /data/wal --json"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help="replay committed batches not yet flushed, discard the rest",
+                       description=__doc__.split("\n\n")[1],
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
+    p.add_argument("--checkpoint", metavar="CP",
+                   help="Spark checkpoint folder (default: target.json's checkpoint_location)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    p.add_argument("--host", help="contact points, comma separated (default: recorded)")
+    p.add_argument("--port", type=int, help="native port (default: recorded)")
+    p.add_argument("--username", help=f"user name (default: ${ENV_USERNAME})")
+    p.add_argument("--password-env", default=ENV_PASSWORD, metavar="VAR",
+                   help=f"environment variable holding the password (default {ENV_PASSWORD})")
+    p.add_argument("--json", action="store_true", help="print the plan/summary as JSON")
+    p.set_defaults(run=run)
+    return p
+
+
+def _target(wal: WalDir, args) -> Target:
+    import os
+
+    recorded = wal.read_target()
+    if recorded is None:
+        raise UsageError(f"{wal.root} has no target.json", "is this the WAL of a cassandra_wal sink?")
+    target = Target.from_dict(recorded["target"]).with_env_credentials()
+    hosts = tuple(h.strip() for h in args.host.split(",")) if args.host else None
+    return target.with_connection(hosts=hosts, port=args.port, username=args.username,
+                                  password=os.environ.get(args.password_env))
+
+
+def _checkpoint(wal: WalDir, args) -> str | None:
+    if args.checkpoint:
+        return args.checkpoint
+    recorded = wal.read_target() or {}
+    return recorded.get("checkpoint_location")
+
+
+class _Reporter:
+    """Progress on stderr, at most every 2 s: rows, rate, time left."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self._last = quiet, 0.0
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        if self.quiet or (now - self._last < 2 and p.rows_done < p.rows_total):
+            return
+        self._last = now
+        eta = f", {p.eta_s:.0f}s left" if p.eta_s is not None else ""
+        print(f"batch {p.batch}: {p.rows_done}/{p.rows_total} rows, {p.rate:,.0f} rows/s{eta}",
+              file=sys.stderr)
+
+
+def run(args) -> int:
+    wal = WalDir(args.wal_dir).check()
+    checkpoint = _checkpoint(wal, args)
+    if args.dry_run:
+        reader = WalLog.open_reader(wal)
+        try:
+            plan = catalog.describe(wal, reader, checkpoint)
+        finally:
+            if reader is not None:
+                reader.close()
+        todo = [v for v in plan if v.action != catalog.NOTHING]
+        if args.json:
+            print(json.dumps({"dry_run": True, "checkpoint": checkpoint,
+                              "plan": [v.to_dict() for v in todo]}, indent=2))
+        else:
+            rows = [(v.batch, v.state, v.rows, v.flushed_rows, v.action, v.detail) for v in todo]
+            print(table(("BATCH", "STATE", "ROWS", "FLUSHED", "ACTION", "DETAIL"), rows)
+                  if rows else "nothing to do")
+        return EXIT_OK
+    target = _target(wal, args)
+    wal_log = WalLog.open_writer(wal)
+    cluster_holder = []
+
+    def upserter():
+        cluster, session = connect(target.config.connection)
+        cluster_holder.append(cluster)
+        return Upserter(session, target.table, target.columns, target.config.write,
+                        target.config.connection.consistency_level)
+
+    try:
+        replayer = Replayer(wal, wal_log, upserter, checkpoint,
+                            on_progress=_Reporter(quiet=args.json))
+        report = replayer.run(query_running=False, crash_prefix="recover")
+    except RecoveryBlocked as exc:
+        print(f"cassandra-wal: error: {exc}", file=sys.stderr)
+        return EXIT_CORRUPT
+    except (FlushFailed, ConnectionFailed) as exc:
+        print(f"cassandra-wal: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        wal_log.close()
+        for cluster in cluster_holder:
+            cluster.shutdown()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(f"replayed {len(report.replayed)} batches ({report.rows_written} rows), "
+              f"discarded {len(report.discarded)}, in {report.seconds:.1f}s")
+    return EXIT_OK
