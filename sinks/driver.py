@@ -122,12 +122,12 @@ class QueryFlusher:
         self._thread: threading.Thread | None = None
 
     # -- runs ----------------------------------------------------------------------------
-    def drain(self, query_running: bool) -> None:
+    def drain(self, query_running: bool, crash_prefix: str = "flush") -> None:
         if not self.target.config.wal.flush:
             return
         with self._lock:
             try:
-                self.last_report = self.replayer.run(query_running=query_running)
+                self.last_report = self.replayer.run(query_running, crash_prefix)
                 self.last_error = None
                 self._set_blocked(None)
             except RecoveryBlocked as exc:
@@ -153,7 +153,7 @@ class QueryFlusher:
 
     def recover(self) -> None:
         """At query start, before any batch: replay committed, discard uncommitted."""
-        self.drain(query_running=False)
+        self.drain(query_running=False, crash_prefix="recover")
 
     # -- background thread -----------------------------------------------------------------
     def start(self) -> None:
