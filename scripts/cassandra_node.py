@@ -1,0 +1,845 @@
+"""Run a local single-node Apache Cassandra 5.0 from Maven Central jars (stdlib only).
+
+Used by the ``scripts/cassandra`` command line and by the pytest fixtures in
+``tests/conftest.py``.  Layout:
+
+* jars: ``<cache>/<version>/lib`` where ``<cache>`` is ``$CASSANDRA_WAL_CACHE`` or
+  ``<repo>/.cache/cassandra``; fetched once with Maven from ``scripts/cassandra-node/pom.xml``,
+  a ``.complete`` marker is written after a successful copy.
+* node dir (default ``<cache>/node-<port>``)::
+
+      node.json        port, storage port, pid, options of the last start
+      cassandra.pid    pid of the running JVM (removed by stop)
+      conf/            cassandra.yaml, logback.xml (rewritten on every start)
+      data/            -Dcassandra.storagedir: data, commitlog, hints, saved_caches
+      logs/            system.log (logback), stdout.log (JVM stdout/stderr)
+
+Readiness and ``status`` use a tiny raw CQL (native protocol v4) client: STARTUP then
+``SELECT release_version FROM system.local``, so no driver is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+CASSANDRA_VERSION = "5.0.8"
+HOST = "127.0.0.1"
+DEFAULT_PORT = 9042
+DEFAULT_TIMEOUT = 180.0
+DEFAULT_HEAP = "1g"
+STOP_TIMEOUT = 30.0
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
+MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
+
+SCRIPTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = SCRIPTS_DIR.parent
+POM = SCRIPTS_DIR / "cassandra-node" / "pom.xml"
+MARKER = ".complete"
+
+# Files/dirs that this module creates in a node dir (purge removes only these).
+_NODE_ENTRIES = ("data", "logs", "conf", "node.json", "cassandra.pid", ".lock")
+
+# JPMS flags from Cassandra 5.0's conf/jvm17-server.options.
+JVM17_MODULE_FLAGS = [
+    "-Djdk.attach.allowAttachSelf=true",
+    *(f"--add-exports={m}=ALL-UNNAMED" for m in (
+        "java.base/jdk.internal.misc",
+        "java.management.rmi/com.sun.jmx.remote.internal.rmi",
+        "java.rmi/sun.rmi.registry",
+        "java.rmi/sun.rmi.server",
+        "java.sql/java.sql",
+        "java.base/java.lang.ref",
+        "jdk.unsupported/sun.misc",
+        "jdk.compiler/com.sun.tools.javac.file",
+        "jdk.attach/sun.tools.attach",
+    )),
+    *(f"--add-opens={m}=ALL-UNNAMED" for m in (
+        "java.base/java.lang.module",
+        "java.base/jdk.internal.loader",
+        "java.base/jdk.internal.ref",
+        "java.base/jdk.internal.reflect",
+        "java.base/jdk.internal.math",
+        "java.base/jdk.internal.module",
+        "java.base/jdk.internal.util.jar",
+        "jdk.management/com.sun.management.internal",
+        "java.base/sun.nio.ch",
+        "java.base/java.io",
+        "java.base/java.lang.reflect",
+        "jdk.compiler/com.sun.tools.javac",
+        "java.base/java.lang",
+        "java.base/java.util",
+    )),
+    "-Dio.netty.tryReflectionSetAccessible=true",
+]
+
+# System properties that shorten startup of a fresh single node.
+FAST_START_PROPS = [
+    "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+    "-Dcassandra.ring_delay_ms=0",
+]
+
+
+class CassandraNodeError(Exception):
+    """A start/stop failure with a message meant for humans."""
+
+
+class PortInUseError(CassandraNodeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# paths, jars, java
+
+
+def cache_root() -> Path:
+    env = os.environ.get("CASSANDRA_WAL_CACHE")
+    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".cache" / "cassandra"
+
+
+def lib_dir(version: str = CASSANDRA_VERSION) -> Path:
+    return cache_root() / version / "lib"
+
+
+def default_node_dir(port: int) -> Path:
+    return cache_root() / f"node-{port}"
+
+
+def _pom_digest() -> str:
+    return hashlib.sha256(POM.read_bytes()).hexdigest()
+
+
+def jars_complete(lib: Optional[Path] = None) -> bool:
+    lib = lib or lib_dir()
+    try:
+        marker = json.loads((lib / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    if marker.get("pom_sha256") != _pom_digest():
+        return False
+    jars = marker.get("jars") or []
+    return bool(jars) and all((lib / j).is_file() for j in jars)
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_jars(java_home: Optional[Path] = None) -> Path:
+    """Return the lib dir, fetching the jars with Maven if the cache is missing/incomplete."""
+    lib = lib_dir()
+    if jars_complete(lib):
+        return lib
+    with _flock(lib.parent / ".fetch.lock"):
+        if jars_complete(lib):  # another process fetched meanwhile
+            return lib
+        mvn = shutil.which("mvn")
+        if not mvn:
+            raise CassandraNodeError(
+                f"Cassandra jars are not cached in {lib} and `mvn` is not on PATH; install "
+                "Maven (apt-get install maven) or point CASSANDRA_WAL_CACHE at a filled cache")
+        log(f"fetching Cassandra {CASSANDRA_VERSION} jars from Maven Central "
+            f"(one time, ~1 min) into {lib} ...")
+        t0 = time.monotonic()
+        tmp = lib.parent / f"lib.partial-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        env = dict(os.environ)
+        if java_home:
+            env["JAVA_HOME"] = str(java_home)
+        cmd = [mvn, "-B", "-q", "-f", str(POM), DEPENDENCY_PLUGIN,
+               f"-DoutputDirectory={tmp}"]
+        # Captured (our stdout carries only the address); shown if Maven fails.
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                              stdin=subprocess.DEVNULL, text=True, errors="replace")
+        jars = sorted(p.name for p in tmp.glob("*.jar")) if tmp.is_dir() else []
+        if proc.returncode != 0 or not any(j.startswith("cassandra-all-") for j in jars):
+            shutil.rmtree(tmp, ignore_errors=True)
+            output = "\n".join(proc.stdout.splitlines()[-40:])
+            raise CassandraNodeError(
+                f"fetching jars failed (mvn exit {proc.returncode}): {' '.join(cmd)}\n{output}")
+        (tmp / MARKER).write_text(json.dumps(
+            {"version": CASSANDRA_VERSION, "pom_sha256": _pom_digest(), "jars": jars,
+             "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
+        shutil.rmtree(lib, ignore_errors=True)
+        os.replace(tmp, lib)
+        log(f"fetched {len(jars)} jars in {time.monotonic() - t0:.0f}s")
+    return lib
+
+
+def _java_major(home: Path) -> Optional[int]:
+    try:
+        text = (home / "release").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("JAVA_VERSION="):
+            v = line.split("=", 1)[1].strip().strip('"')
+            head = v.split(".")[0]
+            if head == "1":  # 1.8.0
+                head = v.split(".")[1]
+            try:
+                return int(head)
+            except ValueError:
+                return None
+    return None
+
+
+def find_java_home() -> Path:
+    """A JDK 17 (or 11) home. Cassandra 5.0 refuses newer JDKs (security manager)."""
+    override = os.environ.get("CASSANDRA_WAL_JAVA_HOME")
+    if override:
+        home = Path(override)
+        if not (home / "bin" / "java").exists():
+            raise CassandraNodeError(f"CASSANDRA_WAL_JAVA_HOME={override} has no bin/java")
+        return home
+    candidates: List[Path] = [Path("/usr/lib/jvm/java-17-openjdk-amd64")]
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/jvm/*17*"))]
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(Path(os.environ["JAVA_HOME"]))
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/jvm/*"))]
+    java = shutil.which("java")
+    if java:
+        candidates.append(Path(os.path.realpath(java)).parent.parent)
+    found = {}
+    for home in candidates:
+        if (home / "bin" / "java").exists():
+            major = _java_major(home)
+            if major in (17, 11):
+                found.setdefault(major, home)
+    if 17 in found:
+        return found[17]
+    if 11 in found:
+        return found[11]
+    raise CassandraNodeError(
+        "no JDK 17 found (Cassandra 5.0 needs Java 17 or 11, not newer); "
+        "set CASSANDRA_WAL_JAVA_HOME")
+
+
+# --------------------------------------------------------------------------------------------
+# processes and ports
+
+
+def _read_cmdline(pid: int) -> List[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _config_arg(node_dir: Path) -> str:
+    return f"-Dcassandra.config={(node_dir / 'conf' / 'cassandra.yaml').as_uri()}"
+
+
+def is_our_process(pid: int, node_dir: Path) -> bool:
+    """True if pid is a live CassandraDaemon JVM started for node_dir."""
+    _reap(pid)
+    if _is_zombie(pid):
+        return False
+    args = _read_cmdline(pid)
+    return MAIN_CLASS in args and _config_arg(node_dir) in args
+
+
+def find_node_pids(node_dir: Path) -> List[int]:
+    """All live CassandraDaemon JVMs whose command line points at node_dir's config."""
+    node_dir = Path(node_dir).resolve()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and is_our_process(int(entry), node_dir):
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    """True if something holds (host, port) or the wildcard address for it."""
+    for addr in (host, "0.0.0.0"):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT
+            s.bind((addr, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+        finally:
+            s.close()
+    return False
+
+
+def free_port(exclude: tuple = ()) -> int:
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        finally:
+            s.close()
+        if port not in exclude:
+            return port
+
+
+# --------------------------------------------------------------------------------------------
+# a minimal CQL native-protocol (v4) probe
+
+
+def _cql_string(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">H", len(b)) + b
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by server")
+        buf += chunk
+    return buf
+
+
+def _cql_request(sock: socket.socket, stream: int, opcode: int, body: bytes):
+    sock.sendall(struct.pack(">BBhBI", 0x04, 0, stream, opcode, len(body)) + body)
+    _ver, _flags, _stream, op, length = struct.unpack(">BBhBI", _recv_exact(sock, 9))
+    payload = _recv_exact(sock, length)
+    if op == 0x00:  # ERROR
+        code = struct.unpack(">i", payload[:4])[0]
+        (mlen,) = struct.unpack(">H", payload[4:6])
+        raise ConnectionError(f"CQL error 0x{code:04x}: {payload[6:6 + mlen].decode()}")
+    return op, payload
+
+
+def cql_release_version(port: int, host: str = HOST, timeout: float = 3.0) -> Optional[str]:
+    """Run `SELECT release_version FROM system.local` over a raw v4 connection.
+
+    Returns the version string, or None if the node does not answer CQL (yet).
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            op, _ = _cql_request(sock, 0, 0x01, struct.pack(">H", 1)
+                                 + _cql_string("CQL_VERSION") + _cql_string("3.0.0"))
+            if op != 0x02:  # READY (0x03 would be AUTHENTICATE: not our node)
+                return None
+            q = b"SELECT release_version FROM system.local"
+            op, p = _cql_request(sock, 1, 0x07,
+                                 struct.pack(">I", len(q)) + q + struct.pack(">HB", 0x0001, 0))
+            if op != 0x08 or struct.unpack(">i", p[:4])[0] != 2:  # RESULT / Rows
+                return None
+            pos = 4
+            flags, ncols = struct.unpack(">ii", p[pos:pos + 8])
+            pos += 8
+            if flags & 0x0002:  # paging state
+                (n,) = struct.unpack(">i", p[pos:pos + 4])
+                pos += 4 + max(n, 0)
+            if not flags & 0x0004:  # metadata present
+                def skip_string(pos: int) -> int:
+                    return pos + 2 + struct.unpack(">H", p[pos:pos + 2])[0]
+                if flags & 0x0001:  # global table spec
+                    pos = skip_string(skip_string(pos))
+                for _ in range(ncols):
+                    if not flags & 0x0001:
+                        pos = skip_string(skip_string(pos))
+                    pos = skip_string(pos) + 2  # name, type id (varchar: no params)
+            (nrows,) = struct.unpack(">i", p[pos:pos + 4])
+            pos += 4
+            if nrows < 1:
+                return ""
+            (n,) = struct.unpack(">i", p[pos:pos + 4])
+            return p[pos + 4:pos + 4 + n].decode() if n >= 0 else ""
+    except (OSError, ConnectionError, struct.error, UnicodeDecodeError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# node state and configuration
+
+
+@dataclass
+class NodeInfo:
+    node_dir: str
+    port: int
+    storage_port: int = 0
+    pid: Optional[int] = None
+    fast: bool = False
+    heap: str = DEFAULT_HEAP
+    java: str = ""
+    version: str = CASSANDRA_VERSION
+    started_at: Optional[float] = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+def _node_json(node_dir: Path) -> Path:
+    return node_dir / "node.json"
+
+
+def _pid_file(node_dir: Path) -> Path:
+    return node_dir / "cassandra.pid"
+
+
+def load_info(node_dir: Path) -> Optional[NodeInfo]:
+    try:
+        data = json.loads(_node_json(node_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    known = {k: v for k, v in data.items() if k in NodeInfo.__dataclass_fields__}
+    try:
+        return NodeInfo(**known)
+    except TypeError:
+        return None
+
+
+def _save_info(info: NodeInfo) -> None:
+    path = _node_json(Path(info.node_dir))
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(asdict(info), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_pid(node_dir: Path) -> Optional[int]:
+    try:
+        return int(_pid_file(node_dir).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def running_pid(node_dir: Path) -> Optional[int]:
+    """Pid of this node dir's live JVM (pid file first, then a /proc scan)."""
+    pid = read_pid(node_dir)
+    if pid and is_our_process(pid, node_dir):
+        return pid
+    pids = find_node_pids(node_dir)
+    return pids[0] if pids else None
+
+
+def render_cassandra_yaml(info: NodeInfo) -> str:
+    return f"""\
+# Written by scripts/cassandra_node.py on every start; edits are overwritten.
+cluster_name: 'cassandra-wal-{info.port}'
+num_tokens: 1
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+endpoint_snitch: SimpleSnitch
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "{HOST}:{info.storage_port}"
+listen_address: {HOST}
+rpc_address: {HOST}
+storage_port: {info.storage_port}
+native_transport_port: {info.port}
+start_native_transport: true
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+auto_snapshot: false
+authenticator: AllowAllAuthenticator
+authorizer: AllowAllAuthorizer
+# data, commitlog, hints, saved_caches and cdc_raw live under -Dcassandra.storagedir
+"""
+
+
+def render_logback_xml(node_dir: Path) -> str:
+    logs = node_dir / "logs"
+    return f"""\
+<configuration scan="false">
+  <appender name="FILE" class="ch.qos.logback.core.rolling.RollingFileAppender">
+    <file>{logs / 'system.log'}</file>
+    <rollingPolicy class="ch.qos.logback.core.rolling.FixedWindowRollingPolicy">
+      <fileNamePattern>{logs / 'system.log.%i'}</fileNamePattern>
+      <minIndex>1</minIndex>
+      <maxIndex>3</maxIndex>
+    </rollingPolicy>
+    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">
+      <maxFileSize>50MB</maxFileSize>
+    </triggeringPolicy>
+    <encoder>
+      <pattern>%-5level [%thread] %date{{ISO8601}} %F:%L - %msg%n</pattern>
+    </encoder>
+  </appender>
+  <logger name="org.apache.cassandra.utils.SigarLibrary" level="ERROR"/>
+  <root level="INFO">
+    <appender-ref ref="FILE"/>
+  </root>
+</configuration>
+"""
+
+
+def java_command(info: NodeInfo, java_home: Path, lib: Path) -> List[str]:
+    node_dir = Path(info.node_dir)
+    jamm = sorted(lib.glob("jamm-*.jar"))
+    cmd = [str(java_home / "bin" / "java"),
+           f"-Xms{info.heap}", f"-Xmx{info.heap}", "-Xss256k",
+           "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError", "-XX:+PerfDisableSharedMem"]
+    if jamm:
+        cmd.append(f"-javaagent:{jamm[-1]}")
+    cmd += JVM17_MODULE_FLAGS
+    cmd += [
+        "-Djava.net.preferIPv4Stack=true",
+        "-Dcassandra-foreground=yes",
+        _config_arg(node_dir),
+        f"-Dcassandra.storagedir={node_dir / 'data'}",
+        f"-Dcassandra.logdir={node_dir / 'logs'}",
+        f"-Dlogback.configurationFile={(node_dir / 'conf' / 'logback.xml').as_uri()}",
+        *FAST_START_PROPS,
+    ]
+    if info.fast:
+        cmd.append("-Dcassandra.unsafesystem=true")
+    cmd += ["-cp", str(lib / "*"), MAIN_CLASS]
+    return cmd
+
+
+def tail_logs(node_dir: Path, lines: int = 40) -> str:
+    out = []
+    for name in ("logs/system.log", "logs/stdout.log"):
+        path = Path(node_dir) / name
+        try:
+            text = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if text:
+            out.append(f"--- last {min(lines, len(text))} lines of {path} ---")
+            out.extend(text[-lines:])
+    return "\n".join(out) if out else f"(no logs in {node_dir}/logs)"
+
+
+# --------------------------------------------------------------------------------------------
+# start / stop / status
+
+
+def resolve(port: Optional[int], node_dir: Optional[os.PathLike]) -> tuple:
+    """(port, node_dir): an explicit --port wins, else the dir's recorded port, else 9042."""
+    if node_dir is None:
+        port = port or DEFAULT_PORT
+        return port, default_node_dir(port)
+    node_dir = Path(node_dir).expanduser().resolve()
+    if port is None:
+        info = load_info(node_dir)
+        port = info.port if info else DEFAULT_PORT
+    return port, node_dir
+
+
+def _kill(pid: int, node_dir: Path, timeout: float = STOP_TIMEOUT) -> None:
+    if not is_our_process(pid, node_dir):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_our_process(pid, node_dir):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and is_our_process(pid, node_dir):
+        time.sleep(0.1)
+
+
+def _wait_ready(info: NodeInfo, timeout: float) -> Optional[str]:
+    """Wait until the node answers CQL; returns its release_version, None if the JVM died."""
+    node_dir = Path(info.node_dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        if not info.pid or not is_our_process(info.pid, node_dir):
+            return None
+        version = cql_release_version(info.port)
+        if version is not None:
+            return version
+        if time.monotonic() >= deadline:
+            raise TimeoutError
+        time.sleep(0.5)
+
+
+def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
+          timeout: float = DEFAULT_TIMEOUT, fast: bool = False, heap: Optional[str] = None,
+          die_with_parent: bool = False, quiet: bool = False) -> NodeInfo:
+    """Start (or reuse) the node of node_dir and wait until CQL answers.
+
+    The JVM runs in its own session (a Ctrl-C in the terminal does not reach it).
+    die_with_parent: ask the kernel to SIGTERM the JVM when the calling *thread* exits
+    (test fixtures: a SIGKILLed pytest does not leak a node; needs util-linux `setpriv`).
+    Raises PortInUseError / CassandraNodeError on failure.
+    """
+    port, node_dir = resolve(port, node_dir)
+    heap = heap or os.environ.get("CASSANDRA_WAL_HEAP") or DEFAULT_HEAP
+    node_dir.mkdir(parents=True, exist_ok=True)
+    say = (lambda m: None) if quiet else log
+    with _flock(node_dir / ".lock"):
+        pid = running_pid(node_dir)
+        if pid:
+            info = load_info(node_dir) or NodeInfo(str(node_dir), port)
+            info.pid = pid
+            if info.port != port:
+                raise CassandraNodeError(
+                    f"node in {node_dir} is already running on port {info.port} (pid {pid}); "
+                    f"stop it first to use port {port}")
+            try:
+                if _wait_ready(info, timeout) is None:
+                    raise CassandraNodeError(f"node in {node_dir} (pid {pid}) died while starting\n"
+                                             + tail_logs(node_dir))
+            except TimeoutError:
+                raise CassandraNodeError(f"node in {node_dir} (pid {pid}) runs but does not answer "
+                                         f"CQL on {info.address}\n" + tail_logs(node_dir))
+            return info
+        _pid_file(node_dir).unlink(missing_ok=True)
+
+        if port_in_use(port):
+            raise PortInUseError(f"port {port} is in use by another process")
+
+        java_home = find_java_home()
+        lib = ensure_jars(java_home)
+
+        prev = load_info(node_dir)
+        storage_port = prev.storage_port if prev and prev.storage_port else 0
+        if not storage_port or storage_port == port or port_in_use(storage_port):
+            storage_port = free_port(exclude=(port,))
+        info = NodeInfo(node_dir=str(node_dir), port=port, storage_port=storage_port,
+                        fast=fast, heap=heap, java=str(java_home / "bin" / "java"))
+        for sub in ("conf", "data", "logs"):
+            (node_dir / sub).mkdir(exist_ok=True)
+        (node_dir / "conf" / "cassandra.yaml").write_text(render_cassandra_yaml(info))
+        (node_dir / "conf" / "logback.xml").write_text(render_logback_xml(node_dir))
+
+        cmd = java_command(info, java_home, lib)
+        setpriv = shutil.which("setpriv") if die_with_parent else None
+        if setpriv:
+            cmd = [setpriv, "--pdeathsig", "TERM", "--", *cmd]
+        env = dict(os.environ, JAVA_HOME=str(java_home))
+        for var in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "CLASSPATH"):
+            env.pop(var, None)
+        say(f"starting Cassandra {CASSANDRA_VERSION} on {info.address} "
+            f"(storage port {storage_port}, dir {node_dir}) ...")
+        t0 = time.monotonic()
+        with open(node_dir / "logs" / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(cmd, cwd=node_dir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        info.pid = proc.pid
+        info.started_at = time.time()
+        _pid_file(node_dir).write_text(f"{proc.pid}\n")
+        _save_info(info)
+        # Give setpriv a moment to exec java so the cmdline check sees CassandraDaemon.
+        exec_deadline = time.monotonic() + 5
+        while (setpriv and proc.poll() is None and time.monotonic() < exec_deadline
+               and MAIN_CLASS not in _read_cmdline(proc.pid)):
+            time.sleep(0.02)
+
+        try:
+            version = _wait_ready(info, timeout)
+        except TimeoutError:
+            version = None
+            reason = f"did not answer CQL within {timeout:.0f}s"
+        except BaseException:  # KeyboardInterrupt while waiting: do not leak the JVM
+            _kill(proc.pid, node_dir, timeout=10)
+            proc.poll()
+            _pid_file(node_dir).unlink(missing_ok=True)
+            raise
+        else:
+            reason = f"exited with code {proc.poll()}"
+        if version is None:
+            logs = tail_logs(node_dir)
+            _kill(proc.pid, node_dir, timeout=10)
+            proc.poll()
+            _pid_file(node_dir).unlink(missing_ok=True)
+            raise CassandraNodeError(f"Cassandra in {node_dir} {reason}\n{logs}")
+        info.extra = {"release_version": version, "startup_seconds": round(time.monotonic() - t0, 1)}
+        _save_info(info)
+        say(f"Cassandra {version} is up on {info.address} after "
+            f"{info.extra['startup_seconds']}s (pid {proc.pid})")
+        return info
+
+
+def stop(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
+         purge: bool = False, timeout: float = STOP_TIMEOUT) -> Optional[int]:
+    """Stop the node of node_dir; returns the pid that was stopped (None if none ran)."""
+    port, node_dir = resolve(port, node_dir)
+    if not node_dir.exists():
+        return None
+    stopped = None
+    with _flock(node_dir / ".lock"):
+        pids = set(find_node_pids(node_dir))
+        pid = read_pid(node_dir)
+        if pid and is_our_process(pid, node_dir):
+            pids.add(pid)
+        for p in sorted(pids):
+            _kill(p, node_dir, timeout=timeout)
+            if is_our_process(p, node_dir):
+                raise CassandraNodeError(f"could not stop pid {p}")
+            stopped = stopped or p
+        _pid_file(node_dir).unlink(missing_ok=True)
+    if purge:
+        for name in _NODE_ENTRIES:
+            path = node_dir / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            node_dir.rmdir()  # only if nothing else is in it
+    return stopped
+
+
+def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -> dict:
+    """{'state': 'up'|'starting'|'down', 'pid', 'address', ...}."""
+    port, node_dir = resolve(port, node_dir)
+    info = load_info(node_dir) if node_dir.exists() else None
+    pid = running_pid(node_dir) if node_dir.exists() else None
+    if info and pid:
+        port = info.port
+    version = cql_release_version(port) if pid else None
+    state = "up" if pid and version is not None else ("starting" if pid else "down")
+    result = {
+        "state": state,
+        "pid": pid,
+        "host": HOST,
+        "port": port,
+        "address": f"{HOST}:{port}",
+        "node_dir": str(node_dir),
+        "storage_port": info.storage_port if info else None,
+        "release_version": version,
+        "log": str(node_dir / "logs" / "system.log"),
+    }
+    if state == "down" and port_in_use(port):
+        result["note"] = f"port {port} is in use by another process"
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+EPILOG = """\
+examples:
+  scripts/cassandra start                      # node on 127.0.0.1:9042, dir .cache/cassandra/node-9042
+  scripts/cassandra start --port 19042 --fast  # another port; unsafe (no fsync) system tables
+  export CASSANDRA_PORT=$(scripts/cassandra start --port 19042 | cut -d: -f2)
+  scripts/cassandra status --port 19042 --json
+  scripts/cassandra stop --port 19042 --purge  # stop and delete its data
+  scripts/cassandra start --dir /tmp/n1 --port 9142 --timeout 300
+
+stdout of `start` is exactly HOST:PORT; progress and errors go to stderr.
+exit codes: 0 ok / up; 1 failure / down.
+environment:
+  CASSANDRA_WAL_CACHE      cache root instead of <repo>/.cache/cassandra (jars in <root>/%s/lib)
+  CASSANDRA_WAL_JAVA_HOME  JDK to run Cassandra with (default: the system JDK 17)
+  CASSANDRA_WAL_HEAP       heap size (default %s)
+  CASSANDRA_WAL_FAST=1     same as --fast
+""" % (CASSANDRA_VERSION, DEFAULT_HEAP)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--port", type=int, default=None,
+                        help=f"CQL native port (default: the dir's recorded port, else {DEFAULT_PORT})")
+    common.add_argument("--dir", dest="node_dir", default=None,
+                        help="node directory (default: <cache>/node-<port>)")
+    common.add_argument("--json", action="store_true", help="print a JSON object on stdout")
+    p = argparse.ArgumentParser(
+        prog="cassandra",
+        description=f"Run a local single-node Apache Cassandra {CASSANDRA_VERSION} "
+                    "(jars from Maven Central, JDK 17) for development and tests.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{start,stop,status}")
+    s = sub.add_parser("start", parents=[common], help="start a node (no-op if already up)",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds to wait for CQL (default {DEFAULT_TIMEOUT:.0f})")
+    s.add_argument("--fast", action="store_true",
+                   default=os.environ.get("CASSANDRA_WAL_FAST", "") not in ("", "0"),
+                   help="tests only: -Dcassandra.unsafesystem=true (system tables not fsynced)")
+    s.add_argument("--heap", default=None, help=f"JVM heap, e.g. 512m, 2g (default {DEFAULT_HEAP})")
+    t = sub.add_parser("stop", parents=[common], help="stop the node (SIGTERM, then SIGKILL)",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--purge", action="store_true", help="also delete the node's data, logs and config")
+    t.add_argument("--timeout", type=float, default=STOP_TIMEOUT,
+                   help=f"seconds to wait after SIGTERM before SIGKILL (default {STOP_TIMEOUT:.0f})")
+    sub.add_parser("status", parents=[common], help="is the node up? (exit 0 up, 1 not)",
+                   epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "start":
+            info = start(args.port, args.node_dir, timeout=args.timeout, fast=args.fast,
+                         heap=args.heap)
+            if args.json:
+                print(json.dumps({"address": info.address, "host": HOST, **asdict(info)}))
+            else:
+                print(info.address)
+            return 0
+        if args.command == "stop":
+            pid = stop(args.port, args.node_dir, purge=args.purge, timeout=args.timeout)
+            _, node_dir = resolve(args.port, args.node_dir)
+            if args.json:
+                print(json.dumps({"stopped_pid": pid, "node_dir": str(node_dir),
+                                  "purged": args.purge}))
+            else:
+                log(f"stopped pid {pid}" if pid else f"no node running in {node_dir}")
+            return 0
+        st = status(args.port, args.node_dir)
+        if args.json:
+            print(json.dumps(st))
+        elif st["state"] == "up":
+            print(f"up: pid {st['pid']} at {st['address']} (Cassandra {st['release_version']}, "
+                  f"dir {st['node_dir']})")
+        elif st["state"] == "starting":
+            print(f"starting: pid {st['pid']}, {st['address']} not answering CQL yet "
+                  f"(log {st['log']})")
+        else:
+            print(f"down: no node running in {st['node_dir']}"
+                  + (f" ({st['note']})" if st.get("note") else ""))
+        return 0 if st["state"] == "up" else 1
+    except CassandraNodeError as e:
+        log(f"error: {e}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

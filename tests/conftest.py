@@ -1,0 +1,174 @@
+"""Shared pytest fixtures: a real Cassandra node, a CQL session, a fresh keyspace, Spark.
+
+Cassandra: set CASSANDRA_HOST / CASSANDRA_PORT to use a running node (e.g. one started with
+`scripts/cassandra start`); otherwise the session starts its own node (Cassandra 5.0 on JDK 17,
+jars cached in .cache/cassandra) on a free port in a temp dir and stops + purges it at the end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NODE_MODULE = REPO_ROOT / "scripts" / "cassandra_node.py"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "unit: fast tests without external services")
+    config.addinivalue_line(
+        "markers", "integration: needs a real Cassandra node and/or a local Spark")
+
+
+def load_cassandra_node_module():
+    """Import scripts/cassandra_node.py (stdlib only) as module `cassandra_node`."""
+    if "cassandra_node" in sys.modules:
+        return sys.modules["cassandra_node"]
+    spec = importlib.util.spec_from_file_location("cassandra_node", NODE_MODULE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cassandra_node"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class CassandraNode:
+    host: str
+    port: int
+    node_dir: Optional[Path] = None  # None: an external node (CASSANDRA_HOST/PORT)
+    pid: Optional[int] = None
+    release_version: Optional[str] = None
+    contact_points: List[str] = field(init=False)
+
+    def __post_init__(self):
+        self.contact_points = [self.host]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def managed(self) -> bool:
+        return self.node_dir is not None
+
+
+@pytest.fixture(scope="session")
+def cassandra_node():
+    host, port = os.environ.get("CASSANDRA_HOST"), os.environ.get("CASSANDRA_PORT")
+    if host or port:
+        yield CassandraNode(host=host or "127.0.0.1", port=int(port or 9042))
+        return
+
+    cn = load_cassandra_node_module()
+    node_dir = Path(tempfile.mkdtemp(prefix="cassandra-wal-node-"))
+    stopped = False
+
+    def teardown():
+        nonlocal stopped
+        if stopped:
+            return
+        stopped = True
+        try:
+            cn.stop(None, node_dir, purge=True)
+        finally:
+            shutil.rmtree(node_dir, ignore_errors=True)
+
+    atexit.register(teardown)  # also covers exits that skip fixture finalization
+    # A SIGTERM (CI timeout, `kill`) would end pytest without teardown; turn it into a
+    # KeyboardInterrupt so pytest stops and finalizes fixtures. (A SIGKILLed pytest still
+    # takes the node down: it runs with PR_SET_PDEATHSIG, see die_with_parent.)
+    previous_sigterm = signal.getsignal(signal.SIGTERM)
+    if previous_sigterm == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        info = cn.start(
+            cn.free_port(), node_dir, fast=True, die_with_parent=True,
+            timeout=float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT", cn.DEFAULT_TIMEOUT)))
+        yield CassandraNode(host=cn.HOST, port=info.port, node_dir=node_dir, pid=info.pid,
+                            release_version=info.extra.get("release_version"))
+    finally:
+        teardown()
+        atexit.unregister(teardown)
+        if previous_sigterm == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def cql(cassandra_node):
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    last_error = None
+    for protocol_version in (5, 4):
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+            request_timeout=30)
+        cluster = Cluster(contact_points=cassandra_node.contact_points,
+                          port=cassandra_node.port, protocol_version=protocol_version,
+                          execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                          connect_timeout=15)
+        try:
+            session = cluster.connect()
+        except NoHostAvailable as e:
+            last_error = e
+            cluster.shutdown()
+            continue
+        try:
+            yield session
+        finally:
+            cluster.shutdown()
+        return
+    raise RuntimeError(f"cannot connect to Cassandra at {cassandra_node.address}: {last_error}")
+
+
+@pytest.fixture
+def keyspace(cql):
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
+                "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    try:
+        yield name
+    finally:
+        cql.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if not os.environ.get("JAVA_HOME"):
+        try:
+            os.environ["JAVA_HOME"] = str(load_cassandra_node_module().find_java_home())
+        except Exception:  # leave it to pyspark to find `java`
+            pass
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder
+               .master("local[2]")
+               .appName("cassandra-wal-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,148 @@
+"""scripts/cassandra: start / status / stop behaviours, and the session Cassandra fixture.
+
+The CLI tests use their own node dir and port, so they never touch the session node.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / "scripts" / "cassandra"
+
+
+def _load_cassandra_node():
+    if "cassandra_node" not in sys.modules:  # conftest may have loaded it already
+        spec = importlib.util.spec_from_file_location(
+            "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["cassandra_node"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["cassandra_node"]
+
+
+cn = _load_cassandra_node()
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def daemon_pids(node_dir: Path):
+    """Pids of CassandraDaemon JVMs whose command line mentions node_dir (independent scan)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "CassandraDaemon" in cmdline and str(node_dir) in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture
+def node_dir(tmp_path):
+    d = tmp_path / "cli-node"
+    yield d
+    cn.stop(None, d, purge=True)  # never leave a JVM behind, whatever the test did
+    assert daemon_pids(d) == []
+
+
+def test_status_of_unknown_dir_is_down(node_dir):
+    result = run_cli("status", "--dir", node_dir, "--json", timeout=30)
+    assert result.returncode == 1, result
+    assert json.loads(result.stdout)["state"] == "down"
+    assert run_cli("stop", "--dir", node_dir, timeout=30).returncode == 0  # nothing to stop
+
+
+def test_taken_port_fails_fast_without_launching_java(node_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        t0 = time.monotonic()
+        result = run_cli("start", "--port", port, "--dir", node_dir, timeout=60)
+        elapsed = time.monotonic() - t0
+    assert result.returncode != 0
+    assert f"port {port} is in use by another process" in result.stderr
+    assert result.stdout == ""
+    assert elapsed < 10, elapsed
+    assert daemon_pids(node_dir) == []
+
+
+def test_failed_start_dumps_log_and_leaves_no_process(node_dir):
+    # A heap too small for the JVM to boot: the process exits at once.
+    result = run_cli("start", "--port", cn.free_port(), "--dir", node_dir, "--heap", "1k",
+                     "--timeout", 60)
+    assert result.returncode != 0
+    assert "exited with code" in result.stderr
+    assert "stdout.log" in result.stderr  # the log tail is printed
+    assert daemon_pids(node_dir) == []
+    assert not (node_dir / "cassandra.pid").exists()
+
+
+def test_start_status_second_start_stop(node_dir):
+    port = cn.free_port()
+    address = f"127.0.0.1:{port}"
+
+    result = run_cli("start", "--port", port, "--dir", node_dir, "--fast")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{address}\n"
+    pids = daemon_pids(node_dir)
+    assert len(pids) == 1, pids
+    assert int((node_dir / "cassandra.pid").read_text()) == pids[0]
+
+    result = run_cli("status", "--dir", node_dir, "--json", timeout=30)
+    assert result.returncode == 0, result
+    st = json.loads(result.stdout)
+    assert (st["state"], st["pid"], st["address"]) == ("up", pids[0], address)
+    assert st["release_version"].startswith("5.0")
+    human = run_cli("status", "--dir", node_dir, timeout=30)
+    assert human.returncode == 0 and human.stdout.startswith("up:"), human
+
+    # Second start on the same dir: a no-op (same pid, no second JVM), --port not needed.
+    t0 = time.monotonic()
+    result = run_cli("start", "--dir", node_dir, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{address}\n"
+    assert time.monotonic() - t0 < 10
+    assert daemon_pids(node_dir) == pids
+
+    result = run_cli("stop", "--dir", node_dir, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert daemon_pids(node_dir) == []
+    assert not (node_dir / "cassandra.pid").exists()
+    assert not cn.port_in_use(port)
+
+    result = run_cli("status", "--dir", node_dir, "--json", timeout=30)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["state"] == "down"
+
+    assert run_cli("stop", "--dir", node_dir, "--purge", timeout=60).returncode == 0
+    assert not node_dir.exists()
+
+
+def test_session_node_answers(cql, cassandra_node):
+    row = cql.execute("SELECT release_version FROM system.local").one()
+    assert row.release_version.startswith("5.0"), row
+
+
+def test_keyspace_fixture(cql, keyspace):
+    cql.execute(f"CREATE TABLE {keyspace}.kv (k int PRIMARY KEY, v text)")
+    cql.execute(f"INSERT INTO {keyspace}.kv (k, v) VALUES (1, 'one')")
+    assert cql.execute(f"SELECT v FROM {keyspace}.kv WHERE k = 1").one().v == "one"
