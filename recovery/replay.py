@@ -146,6 +146,7 @@ class Replayer:
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         crash_point(f"{self._crash_prefix}.before_mark")
         self.log.mark_flushed(batch)
+        self.wal.write_flushed_through(batch)
         # Flushed rows stay in the log for retention; the staged files are no longer needed,
         # so the segments folder holds exactly the backlog that wal.maxBytes caps.
         remove_batch_files(self.wal, batch, keep_seal=True)

@@ -54,7 +54,7 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
              query_running: bool = False) -> list[BatchView]:
     """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait."""
     records = {r.batch: r for r in (log.records() if log else [])}
-    flushed_through = log.flushed_through() if log else -1
+    flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
     ids = set(records) | set(wal.sealed_batch_ids()) | set(wal.staged_batch_ids())
     committed = set(ckpt.committed_batches(checkpoint)) if checkpoint else None
     if committed is not None and ids:

@@ -12,6 +12,7 @@ FORMAT_VERSION = 1
 # Files and folders under WAL_DIR (FORMAT.md, "Directory").
 MARKER_FILE = "WAL_FORMAT"
 TARGET_FILE = "target.json"
+FLUSHED_THROUGH_FILE = "flushed_through"   # highest flushed batch id, ASCII (shared copy)
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"
 LOG_DIR = "log"

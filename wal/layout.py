@@ -89,6 +89,20 @@ class WalDir:
             return []
         return [f"{fmt.batch_name(batch_id)}/{n}" for n in names if n.endswith(fmt.SEGMENT_SUFFIX)]
 
+    def read_flushed_through(self) -> int:
+        """The shared copy of the highest flushed batch id (-1: none). It lets the RocksDB log,
+        a local working copy, be lost and rebuilt from the files without replaying batches
+        whose segments are already gone."""
+        try:
+            with open(os.path.join(self.root, fmt.FLUSHED_THROUGH_FILE), "rb") as f:
+                return int(f.read().strip() or -1)
+        except (FileNotFoundError, ValueError):
+            return -1
+
+    def write_flushed_through(self, batch: int) -> None:
+        if batch > self.read_flushed_through():
+            atomic_write(os.path.join(self.root, fmt.FLUSHED_THROUGH_FILE), b"%d\n" % batch)
+
     def read_target(self) -> dict | None:
         try:
             with open(self.target_file, "rb") as f:

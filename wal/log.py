@@ -144,12 +144,15 @@ class WalLog:
         if not os.path.exists(os.path.join(wal.log, "CURRENT")):
             return None
         scratch = tempfile.mkdtemp(prefix="cassandra-wal-reader-")
+        db = None
         try:
             db = _open_secondary(wal.log, scratch)
+            found = db.get(fmt.KEY_META_FORMAT)
         except Exception as exc:
+            if db is not None:
+                db.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise WalCorrupted(wal.log, f"cannot open the RocksDB log: {exc}") from None
-        found = db.get(fmt.KEY_META_FORMAT)
         if found is not None and found != str(fmt.FORMAT_VERSION).encode():
             db.close()
             shutil.rmtree(scratch, ignore_errors=True)
