@@ -63,8 +63,15 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
         ids |= {b for b in committed if b > flushed_through and b >= min(ids)}
     now = now_us()
     views = []
+    sealed_ids = set(wal.sealed_batch_ids())
     for batch in sorted(ids):
         record = records.get(batch)
+        if record is not None and record.state is BatchState.DISCARDED and batch in sealed_ids:
+            # Discarding removes the batch's files, and Spark then re-runs the batch with the
+            # same id: a seal found now is that re-run's (or the leftover of a discard cut
+            # short by a crash, never committed). Decide from it as for a batch the log has
+            # not seen: replay once committed (DISCARDED -> SEALED), else wait or discard.
+            record = None
         is_committed = (batch in committed) if committed is not None else None
         seal, seal_error = (record.seal, "") if record and record.seal else _seal_or_error(wal, batch)
         if seal is not None and seal.commit_point == COMMIT_POINT_SEAL:

@@ -83,6 +83,7 @@ def _open_secondary(log_dir: str, scratch: str, attempts: int = 5) -> Rdict:
     """
     import os
     config = "rocksdict-config.json"
+    log_dir = os.path.abspath(log_dir)      # symlink targets must not be relative
     for attempt in range(attempts):
         shadow = os.path.join(scratch, f"primary-{attempt}")
         os.mkdir(shadow)

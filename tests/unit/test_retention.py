@@ -222,6 +222,28 @@ def test_newest_seal_is_kept_when_a_later_batch_was_discarded(wal, log, clock):
     assert wal.sealed_batch_ids() == [2]
 
 
+def test_newest_flushed_seal_is_kept_when_a_newer_seal_was_discarded(wal, log, clock):
+    """A newer seal that Spark never committed must not displace the timestamps' floor."""
+    for b in range(3):
+        flush(wal, log, b)
+    seal(wal, 3)                       # sealed, then Spark never committed it
+    log.discard(3, "never committed")
+    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0)) == [0, 1, 2, 3]
+    assert wal.sealed_batch_ids() == [2]
+    assert next_base_timestamp(wal, 3, clock_us=0) == read_seal(wal, 2).last_ts_us + 1
+
+
+def test_kept_seal_is_removed_once_a_newer_batch_is_flushed(wal, log, clock):
+    for b in range(3):
+        flush(wal, log, b)
+    apply_retention(wal, log, RetentionPolicy(keep_batches=0))
+    assert wal.sealed_batch_ids() == [2]
+    flush(wal, log, 3)
+    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1)) == []
+    assert wal.sealed_batch_ids() == [3]
+    assert kept(log) == [3]
+
+
 def test_timestamps_stay_increasing_after_retention(wal, log, clock):
     last = max(flush(wal, log, b).seal.last_ts_us for b in range(3))
     apply_retention(wal, log, RetentionPolicy(keep_batches=0))

@@ -1,0 +1,327 @@
+"""The joined view of files, log and checkpoint (wal/catalog.py): the action for every case.
+
+Checkpoints are plain folders with ``commits/N`` files, as Spark writes them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from wal.catalog import BROKEN, DISCARD, NOTHING, REPLAY, WAIT, describe
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
+from wal.seal import COMMIT_POINT_SEAL, seal_batch
+from wal.segment import SegmentWriter
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def wal(tmp_path) -> WalDir:
+    return WalDir(str(tmp_path / "wal")).create()
+
+
+@pytest.fixture
+def log(wal):
+    with WalLog.open_writer(wal) as opened:
+        yield opened
+
+
+@pytest.fixture
+def checkpoint(tmp_path) -> str:
+    path = tmp_path / "checkpoint"
+    (path / "commits").mkdir(parents=True)
+    return str(path)
+
+
+def commit(checkpoint: str, *batches: int) -> None:
+    for b in batches:
+        with open(os.path.join(checkpoint, "commits", str(b)), "w") as f:
+            f.write('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def stage(wal: WalDir, batch: int, partition: int = 0, rows: int = 4):
+    with SegmentWriter(wal, batch, partition, 0) as writer:
+        writer.append(pa.record_batch({"id": pa.array(range(rows), pa.int64())}))
+        return writer.finish()
+
+
+def seal(wal: WalDir, batch: int, partitions: int = 2, rows: int = 4, **kw):
+    return seal_batch(wal, batch, [stage(wal, batch, p, rows) for p in range(partitions)], **kw)
+
+
+def view(wal, log, checkpoint, batch, query_running=False):
+    views = {v.batch: v for v in describe(wal, log, checkpoint, query_running=query_running)}
+    return views[batch]
+
+
+# -- staged only (segments, no seal) ------------------------------------------------------
+
+def test_staged_only_is_discarded(wal, log, checkpoint):
+    stage(wal, 3)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.committed, v.detail) == ("staged", DISCARD, False, "not sealed")
+    assert (v.rows, v.partitions, v.seal, v.record) == (0, 0, None, None)
+
+
+def test_staged_only_waits_while_the_query_runs(wal, log, checkpoint):
+    stage(wal, 3)
+    assert view(wal, log, checkpoint, 3, query_running=True).action == WAIT
+
+
+def test_staged_only_without_a_checkpoint_is_discarded(wal, log):
+    stage(wal, 3)
+    v = view(wal, log, None, 3)
+    assert (v.action, v.committed) == (DISCARD, None)
+
+
+def test_committed_with_segments_but_no_seal_is_an_error(wal, log, checkpoint):
+    stage(wal, 3)
+    commit(checkpoint, 3)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.committed) == ("staged", BROKEN, True)
+    assert "no seal" in v.detail
+
+
+# -- sealed, not in the log yet -----------------------------------------------------------
+
+def test_sealed_and_committed_is_replayed(wal, log, checkpoint):
+    s = seal(wal, 3, partitions=2, rows=4)
+    commit(checkpoint, 3)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.committed, v.detail) == ("sealed", REPLAY, True, "")
+    assert (v.rows, v.partitions, v.bytes, v.seal) == (8, 2, s.bytes, s)
+    assert v.age_s >= 0
+
+
+def test_sealed_not_committed_is_discarded(wal, log, checkpoint):
+    seal(wal, 3)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.committed) == ("sealed", DISCARD, False)
+    assert "never committed" in v.detail
+
+
+def test_sealed_not_committed_waits_while_the_query_runs(wal, log, checkpoint):
+    seal(wal, 3)
+    v = view(wal, log, checkpoint, 3, query_running=True)
+    assert (v.action, v.committed) == (WAIT, False)
+    assert "waiting for Spark" in v.detail
+
+
+def test_sealed_with_checkpoint_unknown_waits(wal, log):
+    seal(wal, 3)
+    v = view(wal, log, None, 3)
+    assert (v.action, v.committed) == (WAIT, None)
+    assert "checkpoint unknown" in v.detail
+
+
+def test_sealed_with_checkpoint_unknown_waits_even_when_no_query_runs(wal, log):
+    seal(wal, 3)
+    assert view(wal, log, None, 3, query_running=False).action == WAIT
+
+
+def test_seal_commit_point_is_replayed_without_a_checkpoint(wal, log):
+    seal(wal, 3, commit_point=COMMIT_POINT_SEAL)
+    v = view(wal, log, None, 3)
+    assert (v.state, v.action, v.committed) == ("sealed", REPLAY, True)
+
+
+def test_seal_commit_point_is_replayed_even_if_the_checkpoint_lacks_it(wal, log, checkpoint):
+    seal(wal, 3, commit_point=COMMIT_POINT_SEAL)
+    assert view(wal, log, checkpoint, 3).action == REPLAY
+
+
+def test_corrupted_seal_is_an_error(wal, log, checkpoint):
+    seal(wal, 3)
+    commit(checkpoint, 3)
+    with open(wal.seal_path(3), "r+b") as f:
+        f.seek(5)
+        f.write(b"~")
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.seal) == ("sealed", BROKEN, None)
+    assert "corrupted" in v.detail and "checksum" in v.detail
+
+
+def test_corrupted_seal_of_an_ingested_batch_uses_the_log_copy(wal, log, checkpoint):
+    s = seal(wal, 3)
+    commit(checkpoint, 3)
+    log.ingest(s)
+    with open(wal.seal_path(3), "wb") as f:
+        f.write(b"garbage")
+    v = view(wal, log, checkpoint, 3)
+    assert (v.action, v.seal) == (REPLAY, s)
+
+
+# -- in the log ---------------------------------------------------------------------------
+
+def test_ingested_sealed_batch_is_replayed_from_the_start(wal, log, checkpoint):
+    s = seal(wal, 3)
+    commit(checkpoint, 3)
+    record = log.ingest(s)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.detail) == ("sealed", REPLAY, "resume at row 0")
+    assert (v.record, v.seal, v.rows) == (record, s, 8)
+
+
+def test_ingested_flushing_batch_is_replayed_from_its_progress(wal, log, checkpoint):
+    log.ingest(seal(wal, 3))
+    commit(checkpoint, 3)
+    log.begin_flush(3)
+    log.record_progress(3, 1, 0, 4)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.detail, v.flushed_rows) == \
+        ("flushing", REPLAY, "resume at row 4", 4)
+
+
+def test_ingested_batch_is_replayed_even_if_the_checkpoint_is_unknown(wal, log):
+    log.ingest(seal(wal, 3))
+    assert view(wal, log, None, 3).action == REPLAY
+
+
+def test_flushed_batch_needs_nothing(wal, log, checkpoint):
+    log.ingest(seal(wal, 3))
+    commit(checkpoint, 3)
+    log.begin_flush(3)
+    log.mark_flushed(3)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.flushed_rows) == ("flushed", NOTHING, 8)
+
+
+def test_discarded_batch_needs_nothing_and_says_why(wal, log, checkpoint):
+    stage(wal, 3)
+    log.discard(3, "Spark never committed it")
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.detail) == ("discarded", NOTHING, "Spark never committed it")
+
+
+def test_discarded_batch_without_files_is_still_listed(wal, log, checkpoint):
+    log.discard(3, "x")
+    assert [(v.batch, v.action) for v in describe(wal, log, checkpoint)] == [(3, NOTHING)]
+
+
+def test_discarded_batch_sealed_again_by_a_rerun_is_replayed_once_committed(
+        wal, log, checkpoint):
+    stage(wal, 3)
+    log.discard(3, "never committed")
+    s = seal(wal, 3)                 # Spark re-ran batch 3 with the same id
+    commit(checkpoint, 3)
+    v = view(wal, log, checkpoint, 3)
+    assert (v.state, v.action, v.seal) == ("sealed", REPLAY, s)
+
+
+def test_discarded_batch_sealed_again_but_not_committed_waits_while_the_query_runs(
+        wal, log, checkpoint):
+    log.discard(3, "never committed")
+    seal(wal, 3)
+    assert view(wal, log, checkpoint, 3, query_running=True).action == WAIT
+    assert view(wal, log, checkpoint, 3).action == DISCARD
+
+
+def test_flushed_batch_forgotten_by_retention_with_its_seal_kept_needs_nothing(
+        wal, log, checkpoint):
+    """Retention keeps the newest seal (for timestamps) but removes its segments and record."""
+    for b in (0, 1):
+        log.ingest(seal(wal, b))
+        commit(checkpoint, b)
+        log.begin_flush(b)
+        log.mark_flushed(b)
+    apply_retention(wal, log, RetentionPolicy(keep_batches=0))
+    assert wal.sealed_batch_ids() == [1] and log.get(1) is None
+    assert [(v.batch, v.action) for v in describe(wal, log, checkpoint)] == [(1, NOTHING)]
+
+
+def test_shared_flushed_through_stands_in_for_a_lost_log(wal, log, checkpoint):
+    """The log is a working copy: rebuilt empty, the shared marker still says what is done."""
+    for b in (0, 1):
+        log.ingest(seal(wal, b))
+        commit(checkpoint, b)
+        log.begin_flush(b)
+        log.mark_flushed(b)
+    wal.write_flushed_through(1)
+    apply_retention(wal, log, RetentionPolicy(keep_batches=0))
+    seal(wal, 2)
+    commit(checkpoint, 2)
+    got = [(v.batch, v.action) for v in describe(wal, None, checkpoint)]
+    assert got == [(1, NOTHING), (2, REPLAY)]
+
+
+# -- committed batches the WAL does not hold ----------------------------------------------
+
+def test_committed_batch_with_nothing_in_the_wal_is_an_error(wal, log, checkpoint):
+    seal(wal, 3)
+    commit(checkpoint, 3, 4)
+    v = view(wal, log, checkpoint, 4)
+    assert (v.state, v.action, v.committed) == ("missing", BROKEN, True)
+    assert "no seal" in v.detail
+
+
+def test_committed_batches_before_the_first_wal_batch_are_not_ours(wal, log, checkpoint):
+    seal(wal, 5)
+    commit(checkpoint, 0, 1, 2, 5)
+    assert [v.batch for v in describe(wal, log, checkpoint)] == [5]
+
+
+def test_committed_batches_already_flushed_are_not_missing(wal, log, checkpoint):
+    log.discard(0, "never committed")
+    for b in (1, 2):
+        log.ingest(seal(wal, b))
+        log.begin_flush(b)
+        log.mark_flushed(b)
+    log.forget(1)
+    remove_batch_files(wal, 1)
+    commit(checkpoint, 1, 2)
+    assert [(v.batch, v.action) for v in describe(wal, log, checkpoint)] == \
+        [(0, NOTHING), (2, NOTHING)]
+
+
+def test_empty_wal_reports_nothing_even_with_commits(wal, log, checkpoint):
+    commit(checkpoint, 0, 1)
+    assert describe(wal, log, checkpoint) == []
+
+
+# -- the listing as a whole ---------------------------------------------------------------
+
+def test_every_case_at_once_in_batch_order(wal, log, checkpoint):
+    log.ingest(seal(wal, 1))
+    log.begin_flush(1)
+    log.mark_flushed(1)              # flushed
+    log.ingest(seal(wal, 2))         # ingested
+    seal(wal, 3)                     # sealed, committed
+    seal(wal, 4)                     # sealed, not committed
+    stage(wal, 5)                    # staged only
+    commit(checkpoint, 1, 2, 3, 6)   # 6: committed, missing
+    got = [(v.batch, v.state, v.action) for v in describe(wal, log, checkpoint)]
+    assert got == [(1, "flushed", NOTHING), (2, "sealed", REPLAY), (3, "sealed", REPLAY),
+                   (4, "sealed", DISCARD), (5, "staged", DISCARD), (6, "missing", BROKEN)]
+
+
+def test_describe_without_a_log(wal, checkpoint):
+    seal(wal, 3)
+    commit(checkpoint, 3)
+    stage(wal, 4)
+    assert [(v.batch, v.action) for v in describe(wal, None, checkpoint)] == \
+        [(3, REPLAY), (4, DISCARD)]
+
+
+def test_checkpoint_given_as_a_file_url(wal, log, checkpoint):
+    seal(wal, 3)
+    commit(checkpoint, 3)
+    assert view(wal, log, "file://" + checkpoint, 3).action == REPLAY
+    assert view(wal, log, "file:" + checkpoint, 3).action == REPLAY
+
+
+def test_checkpoint_without_a_commits_folder_commits_nothing(wal, log, tmp_path):
+    seal(wal, 3)
+    v = view(wal, log, str(tmp_path / "fresh-checkpoint"), 3)
+    assert (v.action, v.committed) == (DISCARD, False)
+
+
+def test_to_dict_leaves_out_seal_and_record(wal, log, checkpoint):
+    log.ingest(seal(wal, 3))
+    d = view(wal, log, checkpoint, 3).to_dict()
+    assert "seal" not in d and "record" not in d
+    assert d["batch"] == 3 and d["action"] == REPLAY and d["rows"] == 8

@@ -1,0 +1,562 @@
+"""The RocksDB log (wal/log.py, FORMAT.md "The log" and "States"): one named test per edge case."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from wal import format as fmt
+from wal.errors import (IllegalTransition, SegmentTruncated, UnsupportedFormat, WalCorrupted,
+                        WalLocked)
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.seal import Seal, seal_batch
+from wal.segment import SegmentWriter
+from wal.states import BatchState
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+@pytest.fixture
+def wal(tmp_path) -> WalDir:
+    return WalDir(str(tmp_path / "wal")).create()
+
+
+@pytest.fixture
+def log(wal):
+    with WalLog.open_writer(wal) as opened:
+        yield opened
+
+
+def stage(wal: WalDir, batch: int, partition: int, chunk_rows, attempt: int = 0,
+          start: int = 0):
+    """Write a segment whose chunks hold ``chunk_rows`` rows; ids count up from ``start``."""
+    with SegmentWriter(wal, batch, partition, attempt) as writer:
+        for n in chunk_rows:
+            writer.append(pa.record_batch({
+                "id": pa.array(range(start, start + n), pa.int64()),
+                "part": pa.array([partition] * n, pa.int32())}))
+            start += n
+        return writer.finish()
+
+
+def sealed(wal: WalDir, batch: int, parts=None) -> Seal:
+    """Stage and seal a batch: partition -> chunk sizes (default: p0 [2, 3], p1 [4])."""
+    parts = parts if parts is not None else {0: [2, 3], 1: [4]}
+    refs, start = [], 0
+    for p, sizes in sorted(parts.items()):
+        refs.append(stage(wal, batch, p, sizes, start=start))
+        start += sum(sizes)
+    return seal_batch(wal, batch, refs, query_id="q")
+
+
+def row_keys(log: WalLog, batch: int) -> list[bytes]:
+    prefix = fmt.rows_prefix(batch)
+    return [k for k in log._db.keys(from_key=prefix) if k.startswith(prefix)]
+
+
+def ids_of(chunks) -> list[int]:
+    out = []
+    for c in chunks:
+        out += pa.ipc.open_stream(pa.py_buffer(c.payload)).read_all().column("id").to_pylist()
+    return out
+
+
+def corrupt_byte(path: str, offset_from_end: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(-offset_from_end, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-offset_from_end, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+# -- the happy path -----------------------------------------------------------------------
+
+def test_ingest_copies_every_chunk_and_records_sealed(wal, log):
+    seal = sealed(wal, 4)
+    record = log.ingest(seal)
+    assert record.state is BatchState.SEALED and record.seal == seal
+    assert (record.next_segment, record.next_chunk, record.flushed_rows) == (0, 0, 0)
+    assert log.get(4) == record
+    assert len(row_keys(log, 4)) == 3
+    assert ids_of(log.chunks(4)) == list(range(9))
+
+
+def test_ingest_begin_flush_progress_mark_flushed(wal, log):
+    seal = sealed(wal, 4)
+    log.ingest(seal)
+    flushing = log.begin_flush(4)
+    assert flushing.state is BatchState.FLUSHING
+    progress = log.record_progress(4, next_segment=0, next_chunk=2, flushed_rows=5)
+    assert (progress.state, progress.next_segment, progress.next_chunk, progress.flushed_rows) \
+        == (BatchState.FLUSHING, 0, 2, 5)
+    assert log.get(4) == progress
+    done = log.mark_flushed(4)
+    assert done.state is BatchState.FLUSHED and done.flushed_rows == seal.rows == 9
+    assert done.seal == seal
+    assert log.flushed_through() == 4
+
+
+def test_progress_survives_a_clean_reopen(wal):
+    with WalLog.open_writer(wal) as log:
+        log.ingest(sealed(wal, 1))
+        log.begin_flush(1)
+        log.record_progress(1, 1, 0, 5)
+    with WalLog.open_writer(wal) as log:
+        got = log.get(1)
+        assert (got.state, got.next_segment, got.next_chunk, got.flushed_rows) == \
+            (BatchState.FLUSHING, 1, 0, 5)
+
+
+def test_progress_before_begin_flush_raises(wal, log):
+    log.ingest(sealed(wal, 1))
+    with pytest.raises(IllegalTransition, match="sealed -> flushing"):
+        log.record_progress(1, 0, 1, 2)
+
+
+def test_mark_flushed_before_begin_flush_raises(wal, log):
+    log.ingest(sealed(wal, 1))
+    with pytest.raises(IllegalTransition, match="flush must begin"):
+        log.mark_flushed(1)
+    assert log.get(1).state is BatchState.SEALED
+
+
+def test_begin_flush_of_an_absent_batch_raises(log):
+    with pytest.raises(IllegalTransition, match="absent -> flushing"):
+        log.begin_flush(3)
+
+
+def test_mark_flushed_twice_raises(wal, log):
+    log.ingest(sealed(wal, 1))
+    log.begin_flush(1)
+    log.mark_flushed(1)
+    with pytest.raises(IllegalTransition, match="flushed -> flushed"):
+        log.mark_flushed(1)
+
+
+def test_ingest_of_an_empty_batch(wal, log):
+    seal = seal_batch(wal, 2, [stage(wal, 2, 0, [])])
+    assert log.ingest(seal).state is BatchState.SEALED
+    assert list(log.chunks(2)) == []
+    log.begin_flush(2)
+    assert log.mark_flushed(2).flushed_rows == 0
+
+
+def test_records_are_in_batch_order(wal, log):
+    for b in (10, 2, 1):
+        log.ingest(sealed(wal, b, {0: [1]}))
+    assert [r.batch for r in log.records()] == [1, 2, 10]
+
+
+# -- idempotence and replaced seals -------------------------------------------------------
+
+def test_reingest_of_the_same_seal_is_idempotent(wal, log):
+    seal = sealed(wal, 4)
+    first = log.ingest(seal)
+    assert log.ingest(seal) == first
+    assert len(row_keys(log, 4)) == 3
+    assert ids_of(log.chunks(4)) == list(range(9))
+
+
+def test_reingest_of_the_same_seal_keeps_flush_progress(wal, log):
+    seal = sealed(wal, 4)
+    log.ingest(seal)
+    log.begin_flush(4)
+    progress = log.record_progress(4, 1, 0, 5)
+    assert log.ingest(seal) == progress
+
+
+def test_reingest_of_the_same_seal_after_flush_is_a_no_op(wal, log):
+    seal = sealed(wal, 4)
+    log.ingest(seal)
+    log.begin_flush(4)
+    done = log.mark_flushed(4)
+    assert log.ingest(seal) == done
+
+
+def test_different_seal_for_an_ingested_batch_raises(wal, log):
+    log.ingest(sealed(wal, 4))
+    other = sealed(wal, 4, {0: [1]})
+    with pytest.raises(IllegalTransition, match="sealed -> sealed") as exc:
+        log.ingest(other)
+    assert exc.value.batch == 4
+    assert log.get(4).seal.rows == 9
+    assert ids_of(log.chunks(4)) == list(range(9))
+
+
+@pytest.mark.parametrize("state", ["flushing", "flushed"])
+def test_different_seal_for_a_flushing_or_flushed_batch_raises(wal, log, state):
+    log.ingest(sealed(wal, 4))
+    log.begin_flush(4)
+    if state == "flushed":
+        log.mark_flushed(4)
+    with pytest.raises(IllegalTransition, match=f"{state} -> sealed"):
+        log.ingest(sealed(wal, 4, {0: [1]}))
+    assert log.get(4).state.value == state
+
+
+# -- discard ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("state", ["sealed", "flushing", "flushed"])
+def test_discard_of_a_committed_batch_raises(wal, log, state):
+    log.ingest(sealed(wal, 4))
+    if state != "sealed":
+        log.begin_flush(4)
+    if state == "flushed":
+        log.mark_flushed(4)
+    with pytest.raises(IllegalTransition, match=f"{state} -> discarded"):
+        log.discard(4, "never committed")
+    assert log.get(4).state.value == state
+    assert len(row_keys(log, 4)) == 3
+
+
+def test_discard_of_an_absent_batch_records_the_reason(log):
+    record = log.discard(6, "Spark never committed it")
+    assert (record.state, record.reason, record.seal) == \
+        (BatchState.DISCARDED, "Spark never committed it", None)
+    assert log.get(6) == record
+
+
+def test_discard_twice_is_allowed(log):
+    log.discard(6, "first")
+    assert log.discard(6, "second").reason == "second"
+
+
+def test_discard_then_reingest_when_spark_reran_the_batch(wal, log):
+    log.discard(6, "not committed")
+    seal = sealed(wal, 6)
+    record = log.ingest(seal)
+    assert record.state is BatchState.SEALED and record.reason == ""
+    assert ids_of(log.chunks(6)) == list(range(9))
+    log.begin_flush(6)
+    assert log.mark_flushed(6).state is BatchState.FLUSHED
+
+
+# -- reading rows back --------------------------------------------------------------------
+
+def test_chunks_first_row_is_the_batch_wide_position(wal, log):
+    seal = sealed(wal, 3, {0: [2, 3], 1: [], 2: [4, 1, 5]})
+    log.ingest(seal)
+    got = [(c.segment_index, c.chunk_index, c.first_row, c.rows) for c in log.chunks(3)]
+    assert got == [(0, 0, 0, 2), (0, 1, 2, 3), (2, 0, 5, 4), (2, 1, 9, 1), (2, 2, 10, 5)]
+    for c in log.chunks(3):
+        assert ids_of([c])[0] == c.first_row   # ids were written as batch-wide positions
+
+
+def test_chunks_resume_inside_a_segment(wal, log):
+    log.ingest(sealed(wal, 3, {0: [2, 3], 1: [4, 1, 5]}))
+    got = [(c.segment_index, c.chunk_index, c.first_row) for c in log.chunks(3, 1, 1)]
+    assert got == [(1, 1, 9), (1, 2, 10)]
+    assert ids_of(log.chunks(3, 1, 1)) == list(range(9, 15))
+
+
+def test_chunks_resume_at_the_start_of_a_later_segment(wal, log):
+    log.ingest(sealed(wal, 3, {0: [2, 3], 1: [4, 1, 5]}))
+    assert [c.first_row for c in log.chunks(3, 1, 0)] == [5, 9, 10]
+
+
+def test_chunks_resume_past_the_last_chunk_of_a_segment_moves_on(wal, log):
+    log.ingest(sealed(wal, 3, {0: [2, 3], 1: [4]}))
+    assert [(c.segment_index, c.first_row) for c in log.chunks(3, 0, 2)] == [(1, 5)]
+
+
+def test_chunks_resume_past_the_end_yields_nothing(wal, log):
+    log.ingest(sealed(wal, 3, {0: [2, 3], 1: [4]}))
+    assert list(log.chunks(3, 2, 0)) == []
+
+
+def test_chunks_of_an_unknown_or_discarded_batch_yield_nothing(log):
+    assert list(log.chunks(99)) == []
+    log.discard(98, "x")
+    assert list(log.chunks(98)) == []
+
+
+def test_chunks_of_one_batch_never_include_another(wal, log):
+    log.ingest(sealed(wal, 1, {0: [1]}))
+    log.ingest(sealed(wal, 10, {0: [2]}))
+    log.ingest(sealed(wal, 100, {0: [3]}))
+    assert [c.rows for c in log.chunks(1)] == [1]
+    assert [c.rows for c in log.chunks(10)] == [2]
+
+
+def test_damaged_row_in_the_log_raises_naming_the_segment(wal, log):
+    seal = sealed(wal, 3)
+    log.ingest(seal)
+    key = fmt.rows_key(3, 1, 0)
+    value = bytearray(log._db.get(key))
+    value[-1] ^= 0xFF
+    log._db.put(key, bytes(value))
+    chunks = log.chunks(3)
+    assert [c.rows for c in (next(chunks), next(chunks))] == [2, 3]
+    with pytest.raises(WalCorrupted, match="checksum mismatch") as exc:
+        next(chunks)
+    assert (exc.value.batch, exc.value.partition, exc.value.segment) == \
+        (3, 1, seal.segments[1].name)
+
+
+# -- damaged segments at ingest -----------------------------------------------------------
+
+def test_corrupted_segment_at_ingest_raises_naming_it_and_leaves_the_log_unchanged(wal, log):
+    seal = sealed(wal, 5, {0: [2, 3], 1: [4], 2: [1]})
+    bad = seal.segments[1]
+    corrupt_byte(wal.segment_path(bad.name), 40)   # inside the last chunk's payload
+    with pytest.raises(WalCorrupted) as exc:
+        log.ingest(seal)
+    assert (exc.value.batch, exc.value.partition, exc.value.segment) == (5, 1, bad.name)
+    assert bad.name in str(exc.value)
+    assert log.get(5) is None
+    assert row_keys(log, 5) == []
+    assert log.records() == []
+
+
+def test_truncated_segment_at_ingest_raises_segment_truncated(wal, log):
+    seal = sealed(wal, 5)
+    path = wal.segment_path(seal.segments[0].name)
+    os.truncate(path, os.path.getsize(path) - 3)
+    with pytest.raises(SegmentTruncated):
+        log.ingest(seal)
+    assert log.get(5) is None and row_keys(log, 5) == []
+
+
+def test_segment_replaced_after_sealing_raises(wal, log):
+    seal = sealed(wal, 5)
+    victim = seal.segments[1]
+    other = stage(wal, 5, victim.partition, [4], start=100)   # valid file, other rows
+    os.replace(wal.segment_path(other.name), wal.segment_path(victim.name))
+    with pytest.raises(WalCorrupted, match="differs from what its seal records") as exc:
+        log.ingest(seal)
+    assert exc.value.segment == victim.name
+    assert log.get(5) is None and row_keys(log, 5) == []
+
+
+def test_segment_missing_after_sealing_raises_wal_corrupted(wal, log):
+    seal = sealed(wal, 5)
+    os.unlink(wal.segment_path(seal.segments[1].name))
+    with pytest.raises(WalCorrupted) as exc:
+        log.ingest(seal)
+    assert exc.value.segment == seal.segments[1].name
+    assert log.get(5) is None and row_keys(log, 5) == []
+
+
+def test_failed_ingest_of_a_discarded_batch_keeps_it_discarded(wal, log):
+    log.discard(5, "not committed")
+    seal = sealed(wal, 5)
+    corrupt_byte(wal.segment_path(seal.segments[0].name), 40)
+    with pytest.raises(WalCorrupted):
+        log.ingest(seal)
+    assert log.get(5).state is BatchState.DISCARDED
+
+
+def test_ingest_after_repairing_the_segment_succeeds(wal, log):
+    seal = sealed(wal, 5)
+    path = wal.segment_path(seal.segments[0].name)
+    with open(path, "rb") as f:
+        good = f.read()
+    corrupt_byte(path, 40)
+    with pytest.raises(WalCorrupted):
+        log.ingest(seal)
+    with open(path, "wb") as f:
+        f.write(good)
+    assert log.ingest(seal).state is BatchState.SEALED
+    assert ids_of(log.chunks(5)) == list(range(9))
+
+
+# -- opening: lock, readers, format -------------------------------------------------------
+
+def test_second_open_writer_in_the_same_process_raises_wal_locked(wal, log):
+    with pytest.raises(WalLocked):
+        WalLog.open_writer(wal)
+
+
+def test_open_writer_in_another_process_raises_wal_locked(wal, log):
+    code = textwrap.dedent(f"""
+        from wal import WalDir, WalLog, WalLocked
+        try:
+            WalLog.open_writer(WalDir({wal.root!r}))
+        except WalLocked:
+            raise SystemExit(7)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), timeout=60)
+    assert proc.returncode == 7
+
+
+def test_writer_reopens_after_close(wal):
+    WalLog.open_writer(wal).close()
+    with WalLog.open_writer(wal) as log:
+        assert log.writable and log.records() == []
+
+
+def test_open_reader_without_a_log_is_none(wal):
+    assert WalLog.open_reader(wal) is None
+
+
+def test_open_reader_beside_a_writer_sees_new_records_after_reopen(wal, log):
+    log.ingest(sealed(wal, 1))
+    reader = WalLog.open_reader(wal)
+    assert not reader.writable
+    assert [r.batch for r in reader.records()] == [1]
+    log.begin_flush(1)
+    log.mark_flushed(1)
+    log.ingest(sealed(wal, 2, {0: [1]}))
+    reader.close()
+    with WalLog.open_reader(wal) as reader:
+        assert [(r.batch, r.state) for r in reader.records()] == \
+            [(1, BatchState.FLUSHED), (2, BatchState.SEALED)]
+        assert reader.flushed_through() == 1
+        assert ids_of(reader.chunks(2)) == [0]
+
+
+def test_reader_cannot_write(wal, log):
+    with WalLog.open_reader(wal) as reader:
+        with pytest.raises(Exception):
+            reader.discard(3, "no")
+    assert log.get(3) is None
+
+
+def test_reader_removes_its_scratch_folder_on_close(wal, log):
+    reader = WalLog.open_reader(wal)
+    scratch = reader._scratch
+    assert scratch and os.path.isdir(scratch)
+    assert not scratch.startswith(wal.root)
+    reader.close()
+    assert not os.path.exists(scratch)
+
+
+def test_open_writer_refuses_a_newer_log_format(wal):
+    with WalLog.open_writer(wal) as log:
+        log._db.put(fmt.KEY_META_FORMAT, b"2")
+    with pytest.raises(UnsupportedFormat):
+        WalLog.open_writer(wal)
+
+
+# -- flushed_through and forget -----------------------------------------------------------
+
+def _flush(wal, log, batch):
+    log.ingest(sealed(wal, batch, {0: [1]}))
+    log.begin_flush(batch)
+    return log.mark_flushed(batch)
+
+
+def test_flushed_through_is_minus_one_when_nothing_was_flushed(wal, log):
+    assert log.flushed_through() == -1
+    log.ingest(sealed(wal, 0, {0: [1]}))
+    assert log.flushed_through() == -1
+
+
+def test_flushed_through_is_the_highest_flushed_batch(wal, log):
+    _flush(wal, log, 0)
+    _flush(wal, log, 3)
+    assert log.flushed_through() == 3
+
+
+def test_flushed_through_never_goes_down(wal, log):
+    _flush(wal, log, 5)
+    _flush(wal, log, 2)
+    assert log.flushed_through() == 5
+
+
+def test_flushed_through_survives_forget(wal, log):
+    _flush(wal, log, 5)
+    log.forget(5)
+    assert log.flushed_through() == 5
+
+
+def test_forget_a_flushed_batch_removes_its_record_and_rows(wal, log):
+    _flush(wal, log, 5)
+    _flush(wal, log, 6)
+    log.forget(5)
+    assert log.get(5) is None and row_keys(log, 5) == []
+    assert log.get(6) is not None and len(row_keys(log, 6)) == 1
+
+
+def test_forget_a_discarded_batch(log):
+    log.discard(5, "x")
+    log.forget(5)
+    assert log.get(5) is None
+
+
+@pytest.mark.parametrize("state", ["sealed", "flushing"])
+def test_forget_an_unfinished_batch_raises(wal, log, state):
+    log.ingest(sealed(wal, 5))
+    if state == "flushing":
+        log.begin_flush(5)
+    with pytest.raises(ValueError, match="only finished batches"):
+        log.forget(5)
+    assert log.get(5).state.value == state and len(row_keys(log, 5)) == 3
+
+
+def test_forget_an_absent_batch_does_nothing(log):
+    log.forget(5)
+    assert log.records() == []
+
+
+# -- durability ---------------------------------------------------------------------------
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run_and_sigkill(wal: WalDir, steps: str) -> None:
+    """Run ``steps`` against the writer in a child process that then SIGKILLs itself."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        from wal import WalDir, WalLog, read_seal
+        wal = WalDir({wal.root!r})
+        log = WalLog.open_writer(wal)
+        seal = read_seal(wal, 8)
+    """) + textwrap.dedent(steps) + textwrap.dedent("""
+        sys.stdout.write("done\\n"); sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout == "done\n", proc.stderr
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_ingest_and_mark_flushed_survive_sigkill(wal):
+    seal = sealed(wal, 8)
+    _run_and_sigkill(wal, """
+        log.ingest(seal)
+        log.begin_flush(8)
+        log.mark_flushed(8)
+    """)
+    with WalLog.open_writer(wal) as log:
+        got = log.get(8)
+        assert got.state is BatchState.FLUSHED and got.seal == seal
+        assert got.flushed_rows == 9
+        assert log.flushed_through() == 8
+        assert ids_of(log.chunks(8)) == list(range(9))
+
+
+def test_ingest_survives_sigkill_with_every_row(wal):
+    seal = sealed(wal, 8)
+    _run_and_sigkill(wal, "log.ingest(seal)\n")
+    with WalLog.open_writer(wal) as log:
+        assert log.get(8).state is BatchState.SEALED
+        assert ids_of(log.chunks(8)) == list(range(9))
+
+
+def test_discard_survives_sigkill(wal):
+    _run_and_sigkill(wal, "log.discard(9, 'never committed')\n")
+    with WalLog.open_writer(wal) as log:
+        assert log.get(9).state is BatchState.DISCARDED
+        assert log.get(9).reason == "never committed"
+
+
+def test_lock_is_released_when_the_writer_is_killed(wal):
+    _run_and_sigkill(wal, "")
+    WalLog.open_writer(wal).close()
