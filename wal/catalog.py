@@ -55,8 +55,12 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait."""
     records = {r.batch: r for r in (log.records() if log else [])}
     flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
-    ids = set(records) | set(wal.sealed_batch_ids()) | set(wal.staged_batch_ids())
-    committed = set(ckpt.committed_batches(checkpoint)) if checkpoint else None
+    staged_ids = set(wal.staged_batch_ids())
+    ids = set(records) | set(wal.sealed_batch_ids()) | staged_ids
+    # None: commits unknown. A checkpoint folder that does not exist (a mistyped path) must not
+    # make committed batches look uncommitted.
+    committed = (set(ckpt.committed_batches(checkpoint))
+                 if checkpoint and ckpt.exists(checkpoint) else None)
     if committed is not None and ids:
         # A committed batch the WAL should hold but does not. Batches below the first one the
         # WAL knows were written before this WAL existed (or by another sink): not ours.
@@ -107,7 +111,7 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             else:
                 action, detail = DISCARD, "Spark never committed it; it re-runs the batch"
             views.append(BatchView(state="sealed", action=action, detail=detail, **base))
-        elif batch in wal.staged_batch_ids():
+        elif batch in staged_ids:
             if is_committed:
                 views.append(BatchView(state="staged", action=BROKEN,
                                        detail="Spark committed it but it has no seal", **base))

@@ -23,6 +23,10 @@ def is_committed(checkpoint: str, batch: int) -> bool:
     return os.path.exists(os.path.join(local_path(checkpoint), "commits", str(batch)))
 
 
+def exists(checkpoint: str) -> bool:
+    return os.path.isdir(local_path(checkpoint))
+
+
 def committed_batches(checkpoint: str) -> list[int]:
     try:
         names = os.listdir(os.path.join(local_path(checkpoint), "commits"))

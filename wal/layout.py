@@ -109,6 +109,9 @@ class WalDir:
                 return json.loads(f.read())
         except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:
+            from .errors import WalCorrupted
+            raise WalCorrupted(self.target_file, f"unreadable target.json: {exc}") from None
 
     def write_target(self, target: dict) -> None:
         """Record what this WAL writes to (never secrets: see sinks.options.public_dict)."""

@@ -103,6 +103,19 @@ def _open_secondary(log_dir: str, scratch: str, attempts: int = 5) -> Rdict:
     raise AssertionError("unreachable")
 
 
+def _private_log_dir(log_dir: str) -> None:
+    """Create the RocksDB folder 0700 ourselves (RocksDB would make it 0755). RocksDB creates
+    its files 0644 and rocksdict has no option to change that; inside 0700 folders no other
+    user can reach them."""
+    import os
+
+    from .files import DIR_MODE, make_private_dirs
+
+    make_private_dirs(log_dir)
+    if os.stat(log_dir).st_mode & 0o777 != DIR_MODE:
+        os.chmod(log_dir, DIR_MODE)   # made by an older version
+
+
 def _sync() -> WriteOptions:
     wo = WriteOptions()
     wo.sync = True
@@ -120,6 +133,7 @@ class WalLog:
     @classmethod
     def open_writer(cls, wal: WalDir) -> "WalLog":
         wal.create().check()
+        _private_log_dir(wal.log)
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         try:
@@ -176,13 +190,19 @@ class WalLog:
     # -- reading ---------------------------------------------------------------------------
     def get(self, batch: int) -> BatchRecord | None:
         raw = self._db.get(fmt.batch_key(batch))
-        return BatchRecord.from_json(raw) if raw is not None else None
+        return self._decode(fmt.batch_key(batch), raw) if raw is not None else None
 
     def records(self) -> list[BatchRecord]:
         ro = ReadOptions()
         ro.set_iterate_upper_bound(fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
-        return [BatchRecord.from_json(v)
+        return [self._decode(_k, v)
                 for _k, v in self._db.items(from_key=fmt.KEY_BATCH_PREFIX, read_opt=ro)]
+
+    def _decode(self, key: bytes, raw: bytes) -> BatchRecord:
+        try:
+            return BatchRecord.from_json(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WalCorrupted(self.wal.log, f"malformed batch record {key!r}: {exc}") from None
 
     def flushed_through(self) -> int:
         """Highest batch id flushed so far (-1 if none): earlier batches need nothing more."""

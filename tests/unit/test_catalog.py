@@ -316,8 +316,16 @@ def test_checkpoint_given_as_a_file_url(wal, log, checkpoint):
 
 def test_checkpoint_without_a_commits_folder_commits_nothing(wal, log, tmp_path):
     seal(wal, 3)
+    (tmp_path / "fresh-checkpoint").mkdir()
     v = view(wal, log, str(tmp_path / "fresh-checkpoint"), 3)
     assert (v.action, v.committed) == (DISCARD, False)
+
+
+def test_a_checkpoint_folder_that_does_not_exist_is_unknown_not_uncommitted(wal, log, tmp_path):
+    # A mistyped --checkpoint must never turn a committed batch into a discard.
+    seal(wal, 3)
+    v = view(wal, log, str(tmp_path / "no-such-checkpoint"), 3)
+    assert (v.action, v.committed) == (WAIT, None)
 
 
 def test_to_dict_leaves_out_seal_and_record(wal, log, checkpoint):

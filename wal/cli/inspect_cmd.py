@@ -1,0 +1,179 @@
+"""``cassandra-wal inspect``: every batch of a WAL, its state, progress and recovery action.
+
+Built on :func:`wal.catalog.describe` (the same view recovery plans from), with the log opened
+as a RocksDB secondary (never the lock). Spark's checkpoint says which batches are committed:
+``--checkpoint``, else ``target.json``'s ``checkpoint_location``, else unknown (``?``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import checkpoint as ckpt
+from ..catalog import REPLAY, WAIT, BatchView, describe
+from ..errors import WalCorrupted
+from ..layout import WalDir
+from ..log import WalLog
+from ..retention import wal_size
+from ..format import FORMAT_VERSION
+from . import EXIT_OK, UsageError, log_errors, warn
+from .render import human_age, human_bytes, progress, table, yes_no
+
+NAME = "inspect"
+
+EPILOG = """\
+columns:
+  FLUSHED    rows acknowledged by Cassandra / rows of the batch (percent)
+  COMMITTED  Spark's <checkpoint>/commits/N exists: yes, no, or ? (checkpoint unknown)
+  ACTION     what recovery would do: replay, discard, wait, nothing, or error
+rows pending: sealed rows Cassandra has not acknowledged yet, of batches to replay or waiting.
+
+--json prints one object: {"wal": {...}, "batches": [...], "totals": {...}, "size": {...}}
+(sizes in bytes, ages in seconds, "committed" true/false/null).
+
+Examples:
+  cassandra-wal inspect /data/wal
+  cassandra-wal inspect /data/wal --checkpoint /data/checkpoints/q1
+  cassandra-wal inspect /data/wal --json | jq '.batches[] | select(.action == "replay")'"""
+
+STATE_ORDER = ("staged", "sealed", "flushing", "flushed", "discarded", "missing")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help="list the batches of a WAL, their state and recovery action",
+                       description="List every batch of the WAL with its state, size, age, "
+                                   "flush progress,\nSpark commit status and the action "
+                                   "recovery would take; then totals\nand the WAL's size.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
+    p.add_argument("--checkpoint", metavar="CP",
+                   help="Spark checkpoint folder (default: target.json's checkpoint_location)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+    return p
+
+
+def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str | None]:
+    """(local checkpoint folder or None, where it came from: "option", "target.json", None)."""
+    if given is not None:
+        try:
+            local = ckpt.local_path(given)
+        except ValueError as exc:
+            raise UsageError(str(exc), "pass a local or mounted checkpoint folder") from None
+        if not os.path.isdir(local):
+            raise UsageError(f"--checkpoint {given}: no such directory",
+                             "pass the query's checkpointLocation folder")
+        return local, "option"
+    try:
+        target = wal.read_target()
+    except WalCorrupted as exc:
+        warn(f"cannot read {wal.target_file} ({exc.detail}); Spark's commits are unknown")
+        return None, None
+    location = target.get("checkpoint_location") if isinstance(target, dict) else None
+    if not location:
+        return None, None
+    try:
+        local = ckpt.local_path(location)
+    except ValueError as exc:
+        warn(f"{exc}; Spark's commits are unknown (pass --checkpoint)")
+        return None, None
+    if not os.path.isdir(local):
+        warn(f"checkpoint {location} (from target.json) not found; Spark's commits are "
+             f"unknown (pass --checkpoint)")
+        return None, None
+    return local, "target.json"
+
+
+def flush_progress(view: BatchView) -> str | None:
+    if view.seal is None:
+        return None
+    if view.state == "flushed" and view.record is None:     # forgotten by the log, seal kept
+        return progress(view.rows, view.rows)
+    if view.state in ("sealed", "flushing", "flushed"):
+        return progress(view.flushed_rows, view.rows)
+    return None
+
+
+def batch_dict(view: BatchView) -> dict:
+    d = view.to_dict()
+    d["age_s"] = round(d["age_s"], 3)
+    d["progress"] = flush_progress(view)
+    seal = view.seal
+    d["seal"] = None if seal is None else {
+        "seal_id": seal.seal_id, "commit_point": seal.commit_point,
+        "base_ts_us": seal.base_ts_us, "sealed_at_us": seal.sealed_at_us,
+        "segments": len(seal.segments)}
+    record = view.record
+    d["log"] = None if record is None else {
+        "state": record.state.value, "next_segment": record.next_segment,
+        "next_chunk": record.next_chunk, "updated_at_us": record.updated_at_us}
+    return d
+
+
+def totals(views: list[BatchView]) -> dict:
+    by_state: dict[str, int] = {}
+    by_action: dict[str, int] = {}
+    for v in views:
+        by_state[v.state] = by_state.get(v.state, 0) + 1
+        by_action[v.action] = by_action.get(v.action, 0) + 1
+    pending = sum(max(v.rows - v.flushed_rows, 0) for v in views
+                  if v.action in (REPLAY, WAIT) and v.seal is not None)
+    return {"batches": len(views), "by_state": by_state, "by_action": by_action,
+            "rows_pending": pending}
+
+
+def run(args) -> int:
+    wal = WalDir(args.wal_dir).check()
+    checkpoint, source = resolve_checkpoint(wal, args.checkpoint)
+    log = WalLog.open_reader(wal)
+    try:
+        with log_errors(wal):
+            views = describe(wal, log, checkpoint)
+            flushed_through = max(log.flushed_through() if log is not None else -1,
+                                  wal.read_flushed_through())
+    finally:
+        if log is not None:
+            log.close()
+    size = wal_size(wal)
+    summary = totals(views)
+    head = {"path": os.path.abspath(wal.root), "format_version": FORMAT_VERSION,
+            "checkpoint": checkpoint, "checkpoint_source": source,
+            "log": log is not None, "flushed_through": flushed_through}
+    out = sys.stdout
+    if args.json:
+        json.dump({"wal": head, "batches": [batch_dict(v) for v in views], "totals": summary,
+                   "size": size.to_dict()}, out, indent=2, sort_keys=False)
+        out.write("\n")
+        return EXIT_OK
+    if flushed_through >= 0:
+        log_line = f"flushed through batch {flushed_through}"
+    elif log is None:
+        log_line = "none yet"
+    else:
+        log_line = "nothing flushed yet"
+    print(f"WAL         {head['path']} (format {FORMAT_VERSION})", file=out)
+    print(f"checkpoint  {f'{checkpoint} (from {source})' if checkpoint else 'unknown'}",
+          file=out)
+    print(f"log         {log_line}", file=out)
+    print(file=out)
+    if views:
+        headers = ("BATCH", "STATE", "PARTS", "ROWS", "BYTES", "AGE", "FLUSHED", "COMMITTED",
+                   "ACTION", "DETAIL")
+        rows = [(v.batch, v.state, v.partitions, v.rows, human_bytes(v.bytes),
+                 human_age(v.age_s), flush_progress(v) or "-", yes_no(v.committed), v.action,
+                 v.detail) for v in views]
+        print(table(headers, rows, right=("BATCH", "PARTS", "ROWS", "BYTES", "AGE")), file=out)
+    else:
+        print("no batches", file=out)
+    print(file=out)
+    states = sorted(summary["by_state"].items(),
+                    key=lambda kv: STATE_ORDER.index(kv[0]) if kv[0] in STATE_ORDER else 99)
+    detail = ", ".join(f"{n} {s}" for s, n in states)
+    print(f"batches       {summary['batches']}" + (f" ({detail})" if detail else ""), file=out)
+    print(f"rows pending  {summary['rows_pending']}", file=out)
+    print(f"size          {human_bytes(size.total)} (segments {human_bytes(size.segments)}, "
+          f"log {human_bytes(size.log)}, seals {human_bytes(size.seals)})", file=out)
+    return EXIT_OK

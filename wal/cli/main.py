@@ -1,0 +1,148 @@
+"""``cassandra-wal``: argument parsing, dispatch, and errors -> messages and exit codes.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) ->
+int``. Errors end here: a one-line ``cassandra-wal: error: ...`` on stderr and the documented
+exit code (see :data:`EPILOG`), never a traceback.
+
+``recover`` (``recovery/cli.py``) needs the Cassandra driver and the sink, which take seconds
+to import: it is loaded only when it is the command asked for (:data:`LAZY_COMMANDS`), so the
+read-only commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from ..errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
+from . import (EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, EXIT_USAGE, PROG, CliError, UsageError, clean,
+               dump_cmd, inspect_cmd, verify_cmd)
+
+COMMANDS = (inspect_cmd, dump_cmd, verify_cmd)
+
+# name -> (module with add_parser/run, one-line help shown before the module is loaded)
+LAZY_COMMANDS = {
+    "recover": ("recovery.cli", "replay committed batches not yet flushed, discard the rest "
+                                "(takes the WAL's lock)"),
+}
+
+DESCRIPTION = """\
+Offline tools for a cassandra-wal write-ahead log (the WAL_DIR of a Spark -> Cassandra sink).
+inspect, dump and verify are read-only: they never take the WAL's lock, never write under
+WAL_DIR, and run beside a live sink or on a copy of a WAL taken from a crashed machine."""
+
+EPILOG = """\
+exit codes:
+  0  fine (verify: no corruption found)
+  1  other errors (e.g. the batch asked for does not exist)
+  2  bad usage
+  3  corruption found, or WAL_DIR is not a WAL, has an unsupported (newer) format version,
+     or holds files that cannot be read
+
+Examples:
+  cassandra-wal inspect /data/wal
+  cassandra-wal inspect /data/wal --checkpoint /data/checkpoints/q1 --json
+  cassandra-wal dump /data/wal --batch 42 --limit 10
+  cassandra-wal verify /data/wal || echo "corrupted"
+  cassandra-wal recover /data/wal --dry-run
+
+Run 'cassandra-wal COMMAND --help' for a command's options and examples."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but usage errors say how to get help and raise instead of exiting."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's name
+        raise UsageError(message, f"run '{self.prog} --help' for usage and examples",
+                         usage=self.format_usage())
+
+
+def build_parser(load: str | None = None) -> Parser:
+    """The whole command line; ``load``: the lazy command to import for real (else a stub that
+    only lists it in the top-level help)."""
+    parser = Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for module in COMMANDS:
+        module.add_parser(sub)
+    for name, (module_name, help_text) in LAZY_COMMANDS.items():
+        if name == load:
+            importlib.import_module(module_name).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_text)
+    return parser
+
+
+def _error(message: str, hint: str = "") -> None:
+    print(f"{PROG}: error: {clean(message)}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
+def _under(path: str | None, root: str | None) -> bool:
+    if not path or not root:
+        return False
+    path, root = os.path.abspath(os.fsdecode(path)), os.path.abspath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``cassandra-wal`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser = build_parser(load=argv[0] if argv and argv[0] in LAZY_COMMANDS else None)
+    except ImportError as exc:
+        _error(f"the {argv[0]} command is not available: {exc}",
+               "install the package with its dependencies (pip install cassandra-wal-sink)")
+        return EXIT_ERROR
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(exc.usage)
+        _error(exc.message, exc.hint)
+        return EXIT_USAGE
+    except SystemExit as exc:   # --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    wal_dir = getattr(args, "wal_dir", None)
+    try:
+        return args.run(args)
+    except UsageError as exc:
+        _error(exc.message, exc.hint)
+        return EXIT_USAGE
+    except CliError as exc:
+        _error(exc.message, exc.hint)
+        return EXIT_ERROR
+    except (NotAWal, UnsupportedFormat, WalCorrupted) as exc:
+        _error(str(exc))
+        return EXIT_CORRUPT
+    except WalError as exc:
+        _error(str(exc))
+        return EXIT_ERROR
+    except BrokenPipeError:
+        _silence_stdout()       # the reader went away (`| head`): not an error
+        return EXIT_OK
+    except OSError as exc:
+        # Files of the WAL that cannot be read count as damage (exit 3); anything else
+        # (a full temp folder, a closed terminal) is another error.
+        where = os.fsdecode(exc.filename) if exc.filename else ""
+        _error(f"{where}: {exc.strerror or exc}" if where else str(exc))
+        return EXIT_CORRUPT if _under(where, wal_dir) else EXIT_ERROR
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that Python's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass            # stdout is not a real file (tests capture it)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
