@@ -16,9 +16,11 @@ class FlushFailed(RecoveryError):
     resumes it where it stopped.
     """
 
-    def __init__(self, batch: int, detail: str, rows_acknowledged: int = 0):
-        super().__init__(batch, detail, rows_acknowledged)
+    def __init__(self, batch: int, detail: str, rows_acknowledged: int = 0,
+                 permanent: bool = False):
+        super().__init__(batch, detail, rows_acknowledged, permanent)
         self.batch, self.detail, self.rows_acknowledged = batch, detail, rows_acknowledged
+        self.permanent = permanent   # Cassandra refused the write: retrying alone won't help
 
     def __str__(self) -> str:
         return (f"flush of batch {self.batch} failed after {self.rows_acknowledged} acknowledged "

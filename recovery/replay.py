@@ -111,6 +111,10 @@ class Replayer:
         remove_batch_files(self.wal, view.batch)
         log.info("discarded batch %d (never committed by Spark)", view.batch)
 
+    def reset_output(self) -> None:
+        """Forget the Upserter (its session was closed): the next flush makes a new one."""
+        self._upserter = None
+
     def _upserter_for_run(self):
         if self._upserter is None:
             self._upserter = self._factory()

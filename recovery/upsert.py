@@ -172,7 +172,7 @@ class Upserter:
             if ok:
                 continue
             if not isinstance(result, TRANSIENT):
-                raise FlushFailed(batch_id, f"{type(result).__name__}: {result}")
+                raise FlushFailed(batch_id, f"{type(result).__name__}: {result}", permanent=True)
             failed.append(stmt)
             last = result
         if failed:

@@ -164,6 +164,16 @@ def _check_inet(value: str) -> str:
     return value
 
 
+def _floor_to_millis(value: Any) -> Any:
+    """Cassandra keeps milliseconds. The driver computes them as ``int(seconds * 1e3 +
+    micros / 1e3)``, which rounds toward zero: before 1970 a sub-millisecond part would land
+    1 ms late. Drop it here (a floor, as Spark's ``unix_millis``), so the driver's sum is exact."""
+    micros = getattr(value, "microsecond", 0)
+    if micros % 1000:
+        return value.replace(microsecond=micros - micros % 1000)
+    return value
+
+
 def _hashable(value: Any) -> Any:
     """Make a converted value usable as a set element or map key (frozen list -> tuple)."""
     if isinstance(value, list):
@@ -181,6 +191,7 @@ def _as_set(items: list[Any]) -> Any:
 
 
 _SCALAR_FNS: dict[str, ValueFn] = {
+    "timestamp": _floor_to_millis,
     "uuid": _to_uuid,
     "timeuuid": _to_timeuuid,
     "ascii": _check_ascii,
@@ -273,6 +284,26 @@ class RowConverter:
         converted = [self._column(batch, name, cql) for name, cql in zip(self.columns, self.types, strict=True)]
         return list(zip(*converted, strict=True))
 
+    def validate(self, batch: pa.RecordBatch) -> None:
+        """Raise InvalidValueError for the first value :meth:`__call__` would refuse, without
+        building rows. Run while staging: a batch sealed with a value that cannot be
+        converted could never be flushed, and would block every later batch of its WAL."""
+        for name, cql in zip(self.columns, self.types, strict=True):
+            array = batch.column(name)
+            if isinstance(array, pa.ChunkedArray):
+                array = array.combine_chunks()
+            check_column(array, cql, name)
+            if not _can_refuse(cql):
+                continue
+            fn = value_fn(cql)
+            values = array.to_pylist()
+            try:
+                for v in values:
+                    if v is not None:
+                        fn(v)
+            except (ValueError, TypeError) as exc:
+                raise _locate(values, fn, name, len(values)) from exc
+
     def _column(self, batch: pa.RecordBatch, name: str, cql: CqlType) -> list[Any]:
         array = batch.column(name)
         if isinstance(array, pa.ChunkedArray):
@@ -290,6 +321,14 @@ class RowConverter:
 
             values = [UNSET_VALUE if v is None else v for v in values]
         return values
+
+
+def _can_refuse(cql: CqlType) -> bool:
+    """Whether a value function of ``cql`` (or of its elements) may refuse a value."""
+    return cql.name in _REFUSING or any(_can_refuse(p) for p in cql.params)
+
+
+_REFUSING = frozenset({"uuid", "timeuuid", "ascii", "inet"})
 
 
 def _locate(values: list[Any], fn: ValueFn, column: str, total: int) -> InvalidValueError:

@@ -35,6 +35,7 @@ from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import RetentionPolicy
 
+from . import credentials
 from .connection import connect
 from .errors import ConnectionFailed, SinkError
 from .plan import BLOCKED_FILE, WritePlan, read_pointer
@@ -42,26 +43,48 @@ from .plan import BLOCKED_FILE, WritePlan, read_pointer
 log = logging.getLogger(__name__)
 
 CREDENTIAL_KEYS = {"spark.cassandra.auth.username": "username",
-                   "spark.cassandra.auth.password": "password"}
+                   "spark.cassandra.auth.password": "password",
+                   "spark.cassandra.connection.ssl.keyStore.password": "ssl_keystore_password"}
+
+
+def _session_credentials(session_conf: dict | None) -> dict:
+    by_lower = {str(k).lower(): v for k, v in (session_conf or {}).items()}
+    return {field: by_lower.get(key.lower()) for key, field in CREDENTIAL_KEYS.items()}
 
 
 def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
+    """The WAL's recorded target (secret-free) with credentials from, in increasing
+    precedence: the environment (``CASSANDRA_WAL_*``), the session conf snapshot taken by
+    ``sinks.register``, and the write's options (handed over in memory through
+    :mod:`sinks.credentials`)."""
     recorded = wal.read_target()
     if recorded is None:
         raise SinkError(f"{wal.root} has no target.json: nothing says where its rows go")
-    target = Target.from_dict(recorded["target"])
-    creds = {field: (session_conf or {}).get(key) for key, field in CREDENTIAL_KEYS.items()}
-    return target.with_connection(**creds).with_env_credentials()
+    target = Target.from_dict(recorded["target"]).with_env_credentials()
+    target = target.with_connection(**_session_credentials(session_conf))
+    return with_option_credentials(target, wal.root)
+
+
+def with_option_credentials(target: Target, wal_root: str) -> Target:
+    """``target`` with the credentials the write's options handed over for ``wal_root``."""
+    return target.with_connection(**credentials.lookup(wal_root))
 
 
 class CassandraOutput:
-    """A lazily opened session and the Upserter for one target; closed with the flusher."""
+    """A lazily opened session and the Upserter for one target; closed with the flusher.
 
-    def __init__(self, target: Target):
-        self.target, self._cluster = target, None
+    With ``wal_root``, every (re)connection picks up the newest credentials the write's
+    options handed over (a restarted query hands them over with its first batch, after the
+    flusher was made)."""
+
+    def __init__(self, target: Target, wal_root: str | None = None):
+        self.target, self._cluster, self.wal_root = target, None, wal_root
 
     def upserter(self) -> Upserter:
-        cluster, session = connect(self.target.config.connection)
+        target = self.target
+        if self.wal_root is not None:
+            target = with_option_credentials(target, self.wal_root)
+        cluster, session = connect(target.config.connection)
         self._cluster = cluster
         return Upserter(session, self.target.table, self.target.columns, self.target.config.write,
                         self.target.config.connection.consistency_level)
@@ -90,8 +113,10 @@ def flush_now(plan: WritePlan) -> None:
     if not plan.config.wal.flush:
         return
     wal = plan.wal
-    output = CassandraOutput(plan.target.with_connection(
-        username=plan.config.connection.username, password=plan.config.connection.password))
+    conn = plan.config.connection
+    output = CassandraOutput(plan.target.with_env_credentials().with_connection(
+        username=conn.username, password=conn.password,
+        ssl_keystore_password=conn.ssl_keystore_password))
     wal_log = open_writer_waiting(wal, 60)
     try:
         Replayer(wal, wal_log, output.upserter, checkpoint=None,
@@ -110,7 +135,7 @@ class QueryFlusher:
         self.checkpoint = checkpoint
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
-        self.output = CassandraOutput(self.target)
+        self.output = CassandraOutput(self.target, self.wal.root)
         self.replayer = Replayer(self.wal, self.log, self.output.upserter, checkpoint,
                                  retention=retention_of(self.target))
         self.retry_interval_s = retry_interval_s
@@ -131,17 +156,33 @@ class QueryFlusher:
                 self.last_error = None
                 self._set_blocked(None)
             except RecoveryBlocked as exc:
+                self._block(exc)
+            except FlushFailed as exc:
+                if exc.permanent:   # Cassandra refuses the rows: make the query fail, loudly
+                    self._block(exc)
+                else:               # transient: keep the batch, retry after a pause
+                    self.last_error = exc
+                    log.warning("%s", exc)
+                self._reset_output()
+            except ConnectionFailed as exc:
                 self.last_error = exc
-                self._set_blocked(str(exc))
-                log.error("%s", exc)
-            except (FlushFailed, ConnectionFailed) as exc:
-                self.last_error = exc   # transient: keep the batch, retry after a pause
                 log.warning("%s", exc)
                 self._reset_output()
+            except Exception as exc:  # noqa: BLE001 - a stalled flusher must never be silent
+                log.exception("cassandra_wal: flusher failed")
+                self._block(exc)
+                self._reset_output()
+
+    def _block(self, exc: Exception) -> None:
+        """Nothing later may be flushed before this batch: say so where the next commit sees
+        it (blocked.json), so the query fails with the reason instead of staging forever."""
+        self.last_error = exc
+        self._set_blocked(f"{type(exc).__name__}: {exc}")
+        log.error("%s", exc)
 
     def _reset_output(self) -> None:
         self.output.close()
-        self.replayer._upserter = None
+        self.replayer.reset_output()
 
     def _set_blocked(self, reason: str | None) -> None:
         path = os.path.join(self.wal.root, BLOCKED_FILE)

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from sinks.convert import CqlType, parse_cql_type
-from sinks.errors import CounterTableError, NullPrimaryKeyError, SchemaError
+from sinks.errors import CounterTableError, InvalidValueError, NullPrimaryKeyError, SchemaError
 from sinks.options import WriteConfig
 from sinks.table import TableSchema
 
@@ -149,3 +149,22 @@ def check_primary_key_not_null(record_batch: pa.RecordBatch, key_columns: Sequen
         if column.null_count:
             first = pc.index(pc.is_null(column), True).as_py()
             raise NullPrimaryKeyError(name, f"row {first} of {record_batch.num_rows}")
+
+
+def check_partition_key_not_empty(record_batch: pa.RecordBatch, column: str) -> None:
+    """Refuse an empty string or blob in a single-column partition key.
+
+    Cassandra rejects such a row ("Key may not be empty") only when it is written: found at
+    flush time, it would leave a sealed batch that can never be written, blocking every later
+    batch of the WAL. (Each part of a composite partition key may be empty.)
+    """
+    array = record_batch.column(column)
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)
+            or pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)):
+        return
+    empty = pc.fill_null(pc.equal(pc.binary_length(array), 0), False)
+    if pc.any(empty).as_py():
+        first = pc.index(empty, True).as_py()
+        raise InvalidValueError(column, f"row {first} of {record_batch.num_rows}",
+                                "empty value in the partition key: Cassandra refuses an empty "
+                                "single-column partition key")

@@ -1,0 +1,185 @@
+"""End to end: Spark Structured Streaming -> cassandra_wal -> Cassandra.
+
+Input is deterministic: JSON files written into a source folder (atomically, increasing
+mtimes) and read with ``maxFilesPerTrigger=1``, so input file k is micro-batch k.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+from pyspark.sql import functions as F
+
+import sinks
+from sinkutil import (assert_rows_equal, committed_batches, create_table, log_rows_by_batch,
+                      read_table, register, rows_by_key, running, sink_options, stream_wal,
+                      wait_all_flushed, wait_for, wait_query_done, write_json_files,
+                      connection_options)
+
+pytestmark = pytest.mark.integration
+
+EVENT_SCHEMA = "id INT, tag INT, name STRING, score DOUBLE"
+
+
+def _events(file_index: int, n: int = 5) -> list[dict]:
+    return [{"id": file_index * 10 + i, "tag": file_index, "name": f"e{file_index}-{i}",
+             "score": file_index + i / 4} for i in range(n)]
+
+
+def _expected_events(files: list[list[dict]]) -> dict:
+    """Upsert semantics: a later file's row for the same key replaces the earlier one."""
+    out = {}
+    for rows in files:
+        for r in rows:
+            out[r["id"]] = dict(r)
+    return out
+
+
+def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keyspace, tmp_path):
+    register(spark)
+    create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text, score double)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    files = [_events(k) for k in range(4)]
+    # A later batch re-delivers two keys of batch 0: the later batch's values must win.
+    files[3] += [{"id": 0, "tag": 3, "name": "replaced", "score": -1.5},
+                 {"id": 4, "tag": 3, "name": "replaced too", "score": 1e300}]
+    write_json_files(src, files[:2])
+
+    stream = (spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src)))
+    query = (stream.writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, keyspace, "events", cp))
+             .trigger(processingTime="500 milliseconds").start())
+    with running(query):
+        # Add input while the query runs: after the first batch is committed.
+        wait_for(lambda: committed_batches(cp), what="batch 0 to be committed")
+        write_json_files(src, files[2:], first_index=2)
+        last = wait_all_flushed(cp, at_least=3)
+        assert query.exception() is None
+    assert last == 3, f"4 input files, maxFilesPerTrigger=1: expected batches 0..3, got ..{last}"
+
+    actual = rows_by_key(read_table(cql, keyspace, "events"), "id")
+    expected = _expected_events(files)
+    assert len(actual) == len(expected) == 20
+    assert_rows_equal(actual, expected, "events")
+    # Each micro-batch holds exactly one input file's rows (the log keeps flushed rows).
+    by_batch = log_rows_by_batch(stream_wal(cp), ["id", "tag"])
+    assert sorted(by_batch) == [0, 1, 2, 3]
+    for batch, rows in by_batch.items():
+        assert sorted(rows) == sorted((r["id"], r["tag"]) for r in files[batch]), batch
+
+
+def test_complete_mode_aggregation_equals_final_aggregate(spark, cassandra_node, cql, keyspace,
+                                                          tmp_path):
+    register(spark)
+    create_table(cql, keyspace, "totals (k text PRIMARY KEY, n bigint, total bigint)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    files = [
+        [{"k": "a", "v": 1}, {"k": "b", "v": 2}, {"k": "only-in-batch-0", "v": 7}],
+        [{"k": "a", "v": 10}, {"k": "c", "v": -3}],
+        [{"k": "b", "v": 5}, {"k": "c", "v": 3}, {"k": "a", "v": 100}, {"k": "d", "v": 0}],
+    ]
+    write_json_files(src, files)
+    agg = (spark.readStream.schema("k STRING, v INT").option("maxFilesPerTrigger", 1)
+           .json(str(src)).groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total")))
+    query = (agg.writeStream.format("cassandra_wal").outputMode("complete")
+             .options(**sink_options(cassandra_node, keyspace, "totals", cp))
+             .trigger(availableNow=True).start())
+    with running(query):
+        wait_query_done(spark, query)
+    assert wait_all_flushed(cp) == 2
+
+    expected = defaultdict(lambda: {"n": 0, "total": 0})
+    for rows in files:
+        for r in rows:
+            expected[r["k"]]["n"] += 1
+            expected[r["k"]]["total"] += r["v"]
+    expected = {k: {"k": k, **v} for k, v in expected.items()}
+    assert_rows_equal(rows_by_key(read_table(cql, keyspace, "totals"), "k"), expected, "totals")
+
+
+def test_foreach_batch_update_mode_aggregation(spark, cassandra_node, cql, keyspace, tmp_path):
+    register(spark)
+    create_table(cql, keyspace, "totals (k text PRIMARY KEY, n bigint, total bigint)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    files = [
+        [{"k": "x", "v": 1}, {"k": "y", "v": 2}],
+        [{"k": "x", "v": 4}, {"k": "z", "v": 8}],
+        [{"k": "y", "v": -16}, {"k": "x", "v": 32}, {"k": "w", "v": 64}],
+    ]
+    write_json_files(src, files)
+    agg = (spark.readStream.schema("k STRING, v INT").option("maxFilesPerTrigger", 1)
+           .json(str(src)).groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total")))
+    writer = sinks.CassandraWalWriter(keyspace, "totals", str(cp),
+                                      options=connection_options(cassandra_node))
+    query = (agg.writeStream.outputMode("update").foreachBatch(writer)
+             .option("checkpointLocation", str(cp)).trigger(availableNow=True).start())
+    with running(query):
+        wait_query_done(spark, query)
+    assert wait_all_flushed(cp) == 2
+
+    # Update mode wrote only the changed groups each batch: batch 2 did not touch z.
+    by_batch = log_rows_by_batch(stream_wal(cp), ["k", "n", "total"])
+    assert sorted(by_batch[2]) == [("w", 1, 64), ("x", 3, 37), ("y", 2, -14)]
+    expected = {"x": (3, 37), "y": (2, -14), "z": (1, 8), "w": (1, 64)}
+    expected = {k: {"k": k, "n": n, "total": t} for k, (n, t) in expected.items()}
+    assert_rows_equal(rows_by_key(read_table(cql, keyspace, "totals"), "k"), expected, "totals")
+
+
+def test_no_row_is_visible_before_its_batch_is_committed(spark, cassandra_node, cql, keyspace,
+                                                         tmp_path):
+    """Sample Cassandra, *then* list ``commits/``: a row seen at time t was written by the
+    flusher after ``commits/N`` of its batch appeared (before t), so the listing taken after
+    t must contain N. A sink that wrote in ``commit()`` (before Spark's ``commits/N``) or in
+    the tasks would show rows of a batch that the listing does not yet hold."""
+    register(spark)
+    create_table(cql, keyspace, "seen (id int PRIMARY KEY, tag int)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    n_files, per_file = 5, 4
+    files = [[{"id": k * 100 + i, "tag": k} for i in range(per_file)] for k in range(n_files)]
+    write_json_files(src, files)
+    stream = spark.readStream.schema("id INT, tag INT").option("maxFilesPerTrigger", 1).json(str(src))
+    query = (stream.writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, keyspace, "seen", cp,
+                                     **{"wal.retention.batches": "100"}))
+             .trigger(processingTime="1 second").start())
+    samples: list[tuple[float, set[int], set[int]]] = []
+    total = n_files * per_file
+    with running(query):
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            visible = {r.id for r in cql.execute(f"SELECT id FROM {keyspace}.seen")}
+            committed = set(committed_batches(cp))          # listed after the read
+            samples.append((time.monotonic(), visible, committed))
+            if len(visible) == total and len(committed) >= n_files:
+                break
+            assert query.exception() is None, query.exception()
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the stream did not land {total} rows in time; last sample "
+                        f"{len(samples[-1][1])} rows, commits {sorted(samples[-1][2])}")
+        wait_all_flushed(cp, at_least=n_files - 1)
+
+    # Which batch each row was in, as the WAL sealed it (not assumed from the file order).
+    batch_of = {}
+    for batch, rows in log_rows_by_batch(stream_wal(cp), ["id", "tag"]).items():
+        tags = {tag for _, tag in rows}
+        assert len(tags) == 1, f"batch {batch} mixes input files {tags}"
+        batch_of.update({row_id: batch for row_id, _ in rows})
+    assert len(batch_of) == total and len(set(batch_of.values())) == n_files
+
+    partial = 0
+    for at, visible, committed in samples:
+        early = sorted(i for i in visible if batch_of[i] not in committed)
+        assert not early, (f"rows {early} (batches {sorted({batch_of[i] for i in early})}) "
+                           f"were in Cassandra before commits/N existed (commits: "
+                           f"{sorted(committed)})")
+        if 0 < len(visible) < total:
+            partial += 1
+        # The flusher writes whole batches in order: what is visible is a prefix of batches,
+        # plus possibly part of the next one.
+        seen_batches = sorted({batch_of[i] for i in visible})
+        assert seen_batches == list(range(len(seen_batches))), seen_batches
+    assert len(samples) >= 10, f"only {len(samples)} samples"
+    assert partial >= 2, f"only {partial} samples saw the stream mid-way; the test proved little"
