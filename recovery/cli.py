@@ -23,7 +23,7 @@ from wal.log import WalLog
 
 from .errors import FlushFailed, RecoveryBlocked
 from .replay import Progress, Replayer
-from .target import ENV_PASSWORD, ENV_USERNAME, Target
+from .target import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME, Target
 from .upsert import Upserter
 
 NAME = "recover"
@@ -32,7 +32,9 @@ EPILOG = f"""\
 Credentials are never stored in the WAL: pass --username and set the password in the
 environment variable named by --password-env (default {ENV_PASSWORD}), or set
 {ENV_USERNAME} / {ENV_PASSWORD}. Connection settings default to those the sink recorded in
-WAL_DIR/target.json.
+WAL_DIR/target.json, TLS included (spark.cassandra.connection.ssl.*: the CA and client
+certificate PEM paths); a client key's password comes from the variable named by
+--keystore-password-env (default {ENV_KEYSTORE_PASSWORD}). Secrets are never printed.
 
 Stop the streaming query first: recover takes the WAL's writer lock (exit 1 if a running sink
 holds it). Restarting the query runs the same recovery automatically.
@@ -44,6 +46,7 @@ Examples:
   cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1 --dry-run
   cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1
   CASSANDRA_WAL_PASSWORD=... cassandra-wal recover /data/wal --username etl --host 10.0.0.5
+  ETL_PW=... cassandra-wal recover /data/wal --username etl --password-env ETL_PW
   cassandra-wal recover /data/wal --json"""
 
 
@@ -60,6 +63,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--username", help=f"user name (default: ${ENV_USERNAME})")
     p.add_argument("--password-env", default=ENV_PASSWORD, metavar="VAR",
                    help=f"environment variable holding the password (default {ENV_PASSWORD})")
+    p.add_argument("--keystore-password-env", default=ENV_KEYSTORE_PASSWORD, metavar="VAR",
+                   help="environment variable holding the password of the client key "
+                        f"(spark.cassandra.connection.ssl.keyStore.path; default {ENV_KEYSTORE_PASSWORD})")
     p.add_argument("--json", action="store_true", help="print the plan/summary as JSON")
     p.set_defaults(run=run)
     return p
@@ -73,8 +79,10 @@ def _target(wal: WalDir, args) -> Target:
         raise UsageError(f"{wal.root} has no target.json", "is this the WAL of a cassandra_wal sink?")
     target = Target.from_dict(recorded["target"]).with_env_credentials()
     hosts = tuple(h.strip() for h in args.host.split(",")) if args.host else None
-    return target.with_connection(hosts=hosts, port=args.port, username=args.username,
-                                  password=os.environ.get(args.password_env))
+    return target.with_connection(
+        hosts=hosts, port=args.port, username=args.username,
+        password=os.environ.get(args.password_env),
+        ssl_keystore_password=os.environ.get(args.keystore_password_env))
 
 
 def _checkpoint(wal: WalDir, args) -> str | None:

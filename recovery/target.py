@@ -12,6 +12,7 @@ from sinks.table import TableSchema
 
 ENV_USERNAME = "CASSANDRA_WAL_USERNAME"
 ENV_PASSWORD = "CASSANDRA_WAL_PASSWORD"
+ENV_KEYSTORE_PASSWORD = "CASSANDRA_WAL_KEYSTORE_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Target:
         return replace(self, config=replace(self.config, connection=conn))
 
     def with_env_credentials(self) -> "Target":
-        """Credentials from ``CASSANDRA_WAL_USERNAME`` / ``CASSANDRA_WAL_PASSWORD`` if set."""
+        """Credentials from ``CASSANDRA_WAL_USERNAME`` / ``CASSANDRA_WAL_PASSWORD`` (and the
+        client key's ``CASSANDRA_WAL_KEYSTORE_PASSWORD``) if set."""
         return self.with_connection(username=os.environ.get(ENV_USERNAME),
-                                    password=os.environ.get(ENV_PASSWORD))
+                                    password=os.environ.get(ENV_PASSWORD),
+                                    ssl_keystore_password=os.environ.get(ENV_KEYSTORE_PASSWORD))

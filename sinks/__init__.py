@@ -39,13 +39,18 @@ def register(spark):
 
     Call it once per SparkSession, after setting any ``spark.cassandra.*`` session conf you
     want as defaults. Returns the session's :class:`sinks.driver.FlushRegistry`.
+
+    It also starts this process's credential channel (:mod:`sinks.credentials`), through which
+    credentials given as write options reach the driver's flusher, in memory only.
     """
+    from . import credentials
     from .driver import FlushRegistry
     from .listener import CassandraWalListener
 
     conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
+    channel = credentials.ensure_server().path
     source = type("CassandraWalDataSource", (CassandraWalDataSource,),
-                  {"session_conf": conf, "__module__": __name__,
+                  {"session_conf": conf, "credential_channel": channel, "__module__": __name__,
                    "__qualname__": "CassandraWalDataSource<registered>"})
     spark.dataSource.register(source)
     registry = _registries.get(id(spark))

@@ -26,6 +26,38 @@ def _redact(text: str, conn: ConnectionConfig) -> str:
     return text
 
 
+_AUTH_HINT = ("authentication failed: check spark.cassandra.auth.username and "
+              "spark.cassandra.auth.password")
+_TRUST_HINT = ("TLS: the node's certificate is not trusted: "
+               "spark.cassandra.connection.ssl.trustStore.path must be a PEM file holding the "
+               "CA that signed it")
+_TLS_HINT = "TLS handshake failed: check the spark.cassandra.connection.ssl.* options"
+_PLAINTEXT_HINT = ("the node closed the connection: if it accepts TLS only, set "
+                   "spark.cassandra.connection.ssl.enabled=true")
+
+
+def _explain(reason: str, errors, conn: ConnectionConfig) -> str:
+    """Put what most likely went wrong, naming the options to check, before the driver's
+    (already redacted) reason: auth and TLS failures otherwise read as generic connection
+    errors. The hints are constants: they cannot hold a secret."""
+    from cassandra import AuthenticationFailed
+
+    lowered = reason.lower()
+    if any(isinstance(e, AuthenticationFailed) for e in errors) or "authenticat" in lowered:
+        hint = _AUTH_HINT
+    elif "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
+        hint = _TRUST_HINT
+    elif "ssl" in lowered or "tls" in lowered:
+        hint = _TLS_HINT
+    elif not conn.ssl_enabled and any(s in lowered for s in (
+            "reset by peer", "connection shutdown", "connectionshutdown", "closed",
+            "eof", "timed out")):
+        hint = _PLAINTEXT_HINT
+    else:
+        return reason
+    return f"{hint} ({reason})"
+
+
 def build_cluster(conn: ConnectionConfig) -> Cluster:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=conn.local_dc)),
@@ -70,8 +102,10 @@ def connect(conn: ConnectionConfig):
     except NoHostAvailable as exc:
         cluster.shutdown()
         reasons = "; ".join(f"{h}: {e}" for h, e in exc.errors.items()) or str(exc)
-        raise ConnectionFailed(list(conn.hosts), _redact(reasons, conn)) from None
+        reasons = _explain(_redact(reasons, conn), list(exc.errors.values()), conn)
+        raise ConnectionFailed(list(conn.hosts), reasons) from None
     except Exception as exc:  # auth and TLS failures surface as various driver types
         cluster.shutdown()
-        raise ConnectionFailed(list(conn.hosts), _redact(f"{type(exc).__name__}: {exc}", conn)) from None
+        reason = _explain(_redact(f"{type(exc).__name__}: {exc}", conn), [exc], conn)
+        raise ConnectionFailed(list(conn.hosts), reason) from None
     return cluster, session

@@ -361,6 +361,11 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_T, status="ignored",
     ),
     _spec(
+        "queryName", None, _ignored,
+        "Set by Spark from `writeStream.queryName(name)`; not used.",
+        section=_T, status="ignored",
+    ),
+    _spec(
         "ttl", None, _per_row(_ttl_seconds),
         "Per-write TTL: a whole number of seconds (constant, overrides "
         "`spark.cassandra.output.ttl`) or the name of an integer DataFrame column holding "

@@ -29,11 +29,14 @@ from wal.layout import WalDir
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
+from . import credentials
 from .connection import connect
+from .convert import row_converter
 from .errors import OptionError, SinkError
 from .options import SinkConfig, parse_options
 from .table import fetch_table_schema
-from .validation import check_primary_key_not_null, validate_schema
+from .validation import (check_partition_key_not_empty, check_primary_key_not_null,
+                         validate_schema)
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +95,15 @@ def open_wal_dir(root: str) -> WalDir:
     return wal
 
 
-def prepare_write(options, session_conf, spark_schema, streaming: bool) -> WritePlan:
-    """Parse, resolve, validate. Raises a SinkError naming the option/column at fault."""
-    config = parse_options(dict(options), session_conf)
+def prepare_write(options, session_conf, spark_schema, streaming: bool,
+                  credential_channel: str | None = None) -> WritePlan:
+    """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
+
+    A stream whose *options* carry credentials hands them to the driver's flusher over
+    ``credential_channel`` (:mod:`sinks.credentials`; in memory only, never in the WAL).
+    """
+    options = dict(options)
+    config = parse_options(options, session_conf)
     wal = open_wal_dir(resolve_wal_root(config, streaming))
     fingerprint = _fingerprint(config, spark_schema.json())
     recorded = wal.read_target()
@@ -110,6 +119,8 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool) -> Write
         target = Target(config, table, tuple(columns))
         wal.write_target({"fingerprint": fingerprint, "target": target.to_dict(),
                           "checkpoint_location": config.checkpoint_location})
+    if streaming and credentials.given_in(options):
+        credentials.hand_over(credential_channel, wal.root, config.connection)
     if streaming and config.checkpoint_location:
         _write_pointer(config.checkpoint_location, wal.root)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
@@ -148,6 +159,9 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
     """Stage one task's rows as a segment. Nothing is left behind if anything fails."""
     table = plan.target.table
     key_columns = [c for c in plan.target.columns if table.resolve_column(c) in table.primary_key]
+    partition_key = [c for c in key_columns if table.resolve_column(c) in table.partition_key]
+    single_partition_key = partition_key[0] if len(partition_key) == 1 else None
+    values = row_converter(table, plan.target.columns)
     header = {"query_id": query_id, "columns": list(plan.stored_columns)}
     writer: SegmentWriter | None = None
     try:
@@ -156,6 +170,9 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
                 continue
             rb = _select(rb, plan.stored_columns)
             check_primary_key_not_null(rb, key_columns)
+            if single_partition_key is not None:
+                check_partition_key_not_empty(rb, single_partition_key)
+            values.validate(rb)
             if writer is None:
                 writer = SegmentWriter(plan.wal, batch_id, partition, attempt, header)
             writer.append(rb)

@@ -79,17 +79,21 @@ class CassandraWalBatchWriter(DataSourceArrowWriter):
 
 class CassandraWalDataSource(DataSource):
     """Registered by :func:`sinks.register`, which bakes the session's ``spark.cassandra.*``
-    settings into a subclass (``session_conf``) since a data source sees only its options."""
+    settings into a subclass (``session_conf``) since a data source sees only its options, and
+    the path of the driver's credential channel (``credential_channel``,
+    :mod:`sinks.credentials`): how credentials given as options reach the driver's flusher."""
 
     session_conf: dict = {}
+    credential_channel: str | None = None
 
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
 
     def streamWriter(self, schema, overwrite):
-        return CassandraWalStreamWriter(prepare_write(self.options, self.session_conf, schema,
-                                                      streaming=True))
+        return CassandraWalStreamWriter(prepare_write(
+            self.options, self.session_conf, schema, streaming=True,
+            credential_channel=self.credential_channel))
 
     def writer(self, schema, overwrite):
         if overwrite:
