@@ -16,6 +16,19 @@ Used by the ``scripts/cassandra`` command line and by the pytest fixtures in
 
 Readiness and ``status`` use a tiny raw CQL (native protocol v4) client: STARTUP then
 ``SELECT release_version FROM system.local``, so no driver is needed.
+
+Security (``start --auth`` / ``--tls-keystore``): ``--auth`` turns on PasswordAuthenticator,
+CassandraAuthorizer and CassandraRoleManager; the default superuser is ``cassandra`` /
+``cassandra`` (created a moment after the node starts: readiness waits until that login works;
+the probe logs in with ``$CASSANDRA_WAL_NODE_USERNAME`` / ``$CASSANDRA_WAL_NODE_PASSWORD`` if
+set). ``--tls-keystore`` makes the native port TLS-only (``client_encryption_options``,
+``optional: false``: plaintext clients are refused); a PEM keystore (private key + certificate
+chain in one file) uses Cassandra's ``PEMBasedSslContextFactory``, anything else is read as a
+PKCS12 (``.p12``/``.pfx``) or JKS key store. An encrypted PEM key must use a PBE scheme the
+JDK knows (``openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES``): with OpenSSL 3's default, PBES2, the
+node fails with "PBES2 SecretKeyFactory not available". The probe speaks TLS without
+verifying the certificate (it only asks whether the node is up). The key store password is
+written only to ``conf/cassandra.yaml`` (mode 0600), never to ``node.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -94,6 +108,12 @@ FAST_START_PROPS = [
     "-Dcassandra.skip_wait_for_gossip_to_settle=0",
     "-Dcassandra.ring_delay_ms=0",
 ]
+
+# With --auth: create the default superuser at once instead of 10 s after startup.
+AUTH_START_PROPS = ["-Dcassandra.superuser_setup_delay_ms=0"]
+DEFAULT_SUPERUSER = ("cassandra", "cassandra")
+ENV_PROBE_USERNAME = "CASSANDRA_WAL_NODE_USERNAME"
+ENV_PROBE_PASSWORD = "CASSANDRA_WAL_NODE_PASSWORD"
 
 
 class CassandraNodeError(Exception):
@@ -348,17 +368,59 @@ def _cql_request(sock: socket.socket, stream: int, opcode: int, body: bytes):
     return op, payload
 
 
-def cql_release_version(port: int, host: str = HOST, timeout: float = 3.0) -> Optional[str]:
+def probe_credentials() -> tuple:
+    """(user, password) the readiness probe logs in with on a node started with --auth."""
+    return (os.environ.get(ENV_PROBE_USERNAME) or DEFAULT_SUPERUSER[0],
+            os.environ.get(ENV_PROBE_PASSWORD) or DEFAULT_SUPERUSER[1])
+
+
+def probe_ssl_context(cafile: Optional[str] = None) -> ssl.SSLContext:
+    """TLS for the probe: verify against ``cafile`` if given, else do not verify (the probe
+    only asks a local node whether it is up; it sends nothing secret but the probe login)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    if cafile:
+        ctx.load_verify_locations(cafile=cafile)
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+# Why the last probe of this process got no version (see cql_release_version).
+LOGIN_REFUSED = "login refused"
+last_probe_failure: Optional[str] = None
+
+
+def cql_release_version(port: int, host: str = HOST, timeout: float = 3.0, *,
+                        credentials: Optional[tuple] = None,
+                        ssl_context: Optional[ssl.SSLContext] = None) -> Optional[str]:
     """Run `SELECT release_version FROM system.local` over a raw v4 connection.
 
-    Returns the version string, or None if the node does not answer CQL (yet).
+    Returns the version string, or None if the node does not answer CQL (yet). A node that
+    asks for authentication gets ``credentials`` (user, password) over SASL PLAIN; without
+    them, or while they are refused (the default superuser is not created yet), it is not
+    ready, and :data:`last_probe_failure` is :data:`LOGIN_REFUSED`.
+    ``ssl_context``: speak TLS (a TLS-only node drops a plaintext client).
     """
+    global last_probe_failure
+    last_probe_failure = None
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            sock = ssl_context.wrap_socket(raw) if ssl_context is not None else raw
             sock.settimeout(timeout)
             op, _ = _cql_request(sock, 0, 0x01, struct.pack(">H", 1)
                                  + _cql_string("CQL_VERSION") + _cql_string("3.0.0"))
-            if op != 0x02:  # READY (0x03 would be AUTHENTICATE: not our node)
+            if op == 0x03:  # AUTHENTICATE: SASL PLAIN with the probe's credentials
+                last_probe_failure = LOGIN_REFUSED
+                if not credentials:
+                    return None
+                user, password = credentials
+                token = b"\0" + user.encode() + b"\0" + password.encode()
+                op, _ = _cql_request(sock, 1, 0x0F, struct.pack(">i", len(token)) + token)
+                if op != 0x10:  # AUTH_SUCCESS
+                    return None
+                last_probe_failure = None
+            elif op != 0x02:  # READY
                 return None
             q = b"SELECT release_version FROM system.local"
             op, p = _cql_request(sock, 1, 0x07,
@@ -386,8 +448,8 @@ def cql_release_version(port: int, host: str = HOST, timeout: float = 3.0) -> Op
                 return ""
             (n,) = struct.unpack(">i", p[pos:pos + 4])
             return p[pos + 4:pos + 4 + n].decode() if n >= 0 else ""
-    except (OSError, ConnectionError, struct.error, UnicodeDecodeError):
-        return None
+    except (OSError, ConnectionError, struct.error, UnicodeDecodeError, ssl.SSLError):
+        return None  # an error answer to the login keeps last_probe_failure = LOGIN_REFUSED
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,11 +467,20 @@ class NodeInfo:
     java: str = ""
     version: str = CASSANDRA_VERSION
     started_at: Optional[float] = None
+    auth: bool = False                  # PasswordAuthenticator (default superuser cassandra)
+    tls_keystore: Optional[str] = None  # native port is TLS-only; its password is not kept here
     extra: dict = field(default_factory=dict)
 
     @property
     def address(self) -> str:
         return f"{HOST}:{self.port}"
+
+    def probe(self, timeout: float = 3.0) -> Optional[str]:
+        """release_version over CQL as this node expects it (login, TLS), None if not up."""
+        return cql_release_version(
+            self.port, timeout=timeout,
+            credentials=probe_credentials() if self.auth else None,
+            ssl_context=probe_ssl_context() if self.tls_keystore else None)
 
 
 def _node_json(node_dir: Path) -> Path:
@@ -455,7 +526,37 @@ def running_pid(node_dir: Path) -> Optional[int]:
     return pids[0] if pids else None
 
 
-def render_cassandra_yaml(info: NodeInfo) -> str:
+def _is_pem(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return b"-----BEGIN" in fh.read(65536)
+    except OSError as e:
+        raise CassandraNodeError(f"cannot read TLS key store {path}: {e}")
+
+
+def _security_yaml(info: NodeInfo, tls_keystore_password: Optional[str]) -> str:
+    if info.auth:
+        lines = ["authenticator: PasswordAuthenticator", "authorizer: CassandraAuthorizer",
+                 "role_manager: CassandraRoleManager"]
+    else:
+        lines = ["authenticator: AllowAllAuthenticator", "authorizer: AllowAllAuthorizer"]
+    if info.tls_keystore:
+        lines += ["client_encryption_options:",
+                  "  enabled: true",
+                  "  optional: false",   # TLS only: plaintext clients are refused
+                  "  require_client_auth: false",
+                  f"  keystore: {json.dumps(info.tls_keystore)}"]
+        if tls_keystore_password is not None:
+            lines.append(f"  keystore_password: {json.dumps(tls_keystore_password)}")
+        if _is_pem(info.tls_keystore):
+            lines += ["  ssl_context_factory:",
+                      "    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory"]
+        elif info.tls_keystore.lower().endswith((".p12", ".pfx")):
+            lines.append("  store_type: PKCS12")
+    return "\n".join(lines) + "\n"
+
+
+def render_cassandra_yaml(info: NodeInfo, tls_keystore_password: Optional[str] = None) -> str:
     return f"""\
 # Written by scripts/cassandra_node.py on every start; edits are overwritten.
 cluster_name: 'cassandra-wal-{info.port}'
@@ -474,9 +575,7 @@ start_native_transport: true
 commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 auto_snapshot: false
-authenticator: AllowAllAuthenticator
-authorizer: AllowAllAuthorizer
-# data, commitlog, hints, saved_caches and cdc_raw live under -Dcassandra.storagedir
+{_security_yaml(info, tls_keystore_password)}# data, commitlog, hints, saved_caches and cdc_raw live under -Dcassandra.storagedir
 """
 
 
@@ -524,6 +623,8 @@ def java_command(info: NodeInfo, java_home: Path, lib: Path) -> List[str]:
         f"-Dlogback.configurationFile={(node_dir / 'conf' / 'logback.xml').as_uri()}",
         *FAST_START_PROPS,
     ]
+    if info.auth:
+        cmd += AUTH_START_PROPS
     if info.fast:
         cmd.append("-Dcassandra.unsafesystem=true")
     cmd += ["-cp", str(lib / "*"), MAIN_CLASS]
@@ -578,13 +679,14 @@ def _kill(pid: int, node_dir: Path, timeout: float = STOP_TIMEOUT) -> None:
 
 
 def _wait_ready(info: NodeInfo, timeout: float) -> Optional[str]:
-    """Wait until the node answers CQL; returns its release_version, None if the JVM died."""
+    """Wait until the node answers CQL (and, with --auth, the probe login works); returns its
+    release_version, None if the JVM died."""
     node_dir = Path(info.node_dir)
     deadline = time.monotonic() + timeout
     while True:
         if not info.pid or not is_our_process(info.pid, node_dir):
             return None
-        version = cql_release_version(info.port)
+        version = info.probe()
         if version is not None:
             return version
         if time.monotonic() >= deadline:
@@ -592,19 +694,46 @@ def _wait_ready(info: NodeInfo, timeout: float) -> Optional[str]:
         time.sleep(0.5)
 
 
+# Nodes launched by this process with wait=False, until wait_started() reaps them.
+_launched: dict = {}
+
+
+def _security_mismatch(info: NodeInfo, auth: bool, tls_keystore: Optional[str]) -> Optional[str]:
+    """Why a running node cannot serve a start asking for ``auth`` / ``tls_keystore``; None
+    if it can. A start without security options reuses a node whatever it runs with."""
+    want = (bool(auth), str(Path(tls_keystore).resolve()) if tls_keystore else None)
+    have = (bool(info.auth), info.tls_keystore)
+    if (not auth or info.auth) and (not tls_keystore or want[1] == have[1]):
+        return None
+    def describe(a, t):
+        return ", ".join(filter(None, ["auth" if a else "no auth",
+                                       f"TLS ({t})" if t else "no TLS"]))
+    asked = ", ".join(filter(None, ["auth" if auth else "", f"TLS ({want[1]})" if want[1] else ""]))
+    return f"it runs with {describe(*have)}, and this start asks for {asked}"
+
+
 def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
           timeout: float = DEFAULT_TIMEOUT, fast: bool = False, heap: Optional[str] = None,
-          die_with_parent: bool = False, quiet: bool = False) -> NodeInfo:
+          die_with_parent: bool = False, quiet: bool = False, auth: bool = False,
+          tls_keystore: Optional[os.PathLike] = None,
+          tls_keystore_password: Optional[str] = None, wait: bool = True) -> NodeInfo:
     """Start (or reuse) the node of node_dir and wait until CQL answers.
 
     The JVM runs in its own session (a Ctrl-C in the terminal does not reach it).
     die_with_parent: ask the kernel to SIGTERM the JVM when the calling *thread* exits
     (test fixtures: a SIGKILLed pytest does not leak a node; needs util-linux `setpriv`).
+    auth: PasswordAuthenticator etc. (superuser cassandra/cassandra); tls_keystore (+password):
+    TLS-only native port (see the module docstring).
+    wait=False: return as soon as the JVM is launched; call :func:`wait_started` with the
+    result (lets a caller boot several nodes at once from one thread).
     Raises PortInUseError / CassandraNodeError on failure.
     """
     port, node_dir = resolve(port, node_dir)
     heap = heap or os.environ.get("CASSANDRA_WAL_HEAP") or DEFAULT_HEAP
     node_dir.mkdir(parents=True, exist_ok=True)
+    tls_keystore = str(Path(tls_keystore).expanduser().resolve()) if tls_keystore else None
+    if tls_keystore and not Path(tls_keystore).is_file():
+        raise CassandraNodeError(f"TLS key store {tls_keystore} does not exist")
     say = (lambda m: None) if quiet else log
     with _flock(node_dir / ".lock"):
         pid = running_pid(node_dir)
@@ -615,6 +744,12 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
                 raise CassandraNodeError(
                     f"node in {node_dir} is already running on port {info.port} (pid {pid}); "
                     f"stop it first to use port {port}")
+            mismatch = _security_mismatch(info, auth, tls_keystore)
+            if mismatch:
+                raise CassandraNodeError(f"node in {node_dir} is already running (pid {pid}) but "
+                                         f"{mismatch}; stop it first")
+            if not wait:
+                return info
             try:
                 if _wait_ready(info, timeout) is None:
                     raise CassandraNodeError(f"node in {node_dir} (pid {pid}) died while starting\n"
@@ -636,10 +771,15 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         if not storage_port or storage_port == port or port_in_use(storage_port):
             storage_port = free_port(exclude=(port,))
         info = NodeInfo(node_dir=str(node_dir), port=port, storage_port=storage_port,
-                        fast=fast, heap=heap, java=str(java_home / "bin" / "java"))
+                        fast=fast, heap=heap, java=str(java_home / "bin" / "java"),
+                        auth=bool(auth), tls_keystore=tls_keystore)
         for sub in ("conf", "data", "logs"):
             (node_dir / sub).mkdir(exist_ok=True)
-        (node_dir / "conf" / "cassandra.yaml").write_text(render_cassandra_yaml(info))
+        yaml_path = node_dir / "conf" / "cassandra.yaml"
+        yaml_path.unlink(missing_ok=True)  # recreated 0600: it may hold the key store password
+        fd = os.open(yaml_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(render_cassandra_yaml(info, tls_keystore_password))
         (node_dir / "conf" / "logback.xml").write_text(render_logback_xml(node_dir))
 
         cmd = java_command(info, java_home, lib)
@@ -649,9 +789,9 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         env = dict(os.environ, JAVA_HOME=str(java_home))
         for var in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "CLASSPATH"):
             env.pop(var, None)
+        extras = ", ".join(filter(None, ["auth" if auth else "", "TLS only" if tls_keystore else ""]))
         say(f"starting Cassandra {CASSANDRA_VERSION} on {info.address} "
-            f"(storage port {storage_port}, dir {node_dir}) ...")
-        t0 = time.monotonic()
+            f"(storage port {storage_port}, dir {node_dir}{', ' + extras if extras else ''}) ...")
         with open(node_dir / "logs" / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, cwd=node_dir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT,
@@ -665,30 +805,48 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         while (setpriv and proc.poll() is None and time.monotonic() < exec_deadline
                and MAIN_CLASS not in _read_cmdline(proc.pid)):
             time.sleep(0.02)
+        _launched[str(node_dir)] = proc
+        if not wait:
+            return info
+        return wait_started(info, timeout, quiet=quiet)
 
-        try:
-            version = _wait_ready(info, timeout)
-        except TimeoutError:
-            version = None
-            reason = f"did not answer CQL within {timeout:.0f}s"
-        except BaseException:  # KeyboardInterrupt while waiting: do not leak the JVM
-            _kill(proc.pid, node_dir, timeout=10)
-            proc.poll()
-            _pid_file(node_dir).unlink(missing_ok=True)
-            raise
-        else:
-            reason = f"exited with code {proc.poll()}"
-        if version is None:
-            logs = tail_logs(node_dir)
-            _kill(proc.pid, node_dir, timeout=10)
-            proc.poll()
-            _pid_file(node_dir).unlink(missing_ok=True)
-            raise CassandraNodeError(f"Cassandra in {node_dir} {reason}\n{logs}")
-        info.extra = {"release_version": version, "startup_seconds": round(time.monotonic() - t0, 1)}
-        _save_info(info)
-        say(f"Cassandra {version} is up on {info.address} after "
-            f"{info.extra['startup_seconds']}s (pid {proc.pid})")
-        return info
+
+def wait_started(info: NodeInfo, timeout: float = DEFAULT_TIMEOUT, *,
+                 quiet: bool = False) -> NodeInfo:
+    """Wait for a node launched by ``start(..., wait=False)`` to answer CQL (and the probe
+    login to work); on failure (JVM exited, timeout, interrupt) kill it and raise."""
+    say = (lambda m: None) if quiet else log
+    node_dir = Path(info.node_dir)
+    proc = _launched.pop(str(node_dir), None)
+    if proc is None:  # it was already running: same checks as start() on a running node
+        return start(info.port, node_dir, timeout=timeout, quiet=True, auth=info.auth,
+                     tls_keystore=info.tls_keystore)
+    t0 = info.started_at or time.time()
+    try:
+        version = _wait_ready(info, timeout)
+    except TimeoutError:
+        version = None
+        reason = f"did not answer CQL within {timeout:.0f}s"
+        if info.auth:
+            reason += " (with --auth: or the probe login was refused)"
+    except BaseException:  # KeyboardInterrupt while waiting: do not leak the JVM
+        _kill(proc.pid, node_dir, timeout=10)
+        proc.poll()
+        _pid_file(node_dir).unlink(missing_ok=True)
+        raise
+    else:
+        reason = f"exited with code {proc.poll()}"
+    if version is None:
+        logs = tail_logs(node_dir)
+        _kill(proc.pid, node_dir, timeout=10)
+        proc.poll()
+        _pid_file(node_dir).unlink(missing_ok=True)
+        raise CassandraNodeError(f"Cassandra in {node_dir} {reason}\n{logs}")
+    info.extra = {"release_version": version, "startup_seconds": round(time.time() - t0, 1)}
+    _save_info(info)
+    say(f"Cassandra {version} is up on {info.address} after "
+        f"{info.extra['startup_seconds']}s (pid {proc.pid})")
+    return info
 
 
 def stop(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
@@ -728,7 +886,9 @@ def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -
     pid = running_pid(node_dir) if node_dir.exists() else None
     if info and pid:
         port = info.port
-    version = cql_release_version(port) if pid else None
+    probe_as = info if info and info.port == port else NodeInfo(str(node_dir), port)
+    version = probe_as.probe() if pid else None
+    refused = pid is not None and version is None and last_probe_failure == LOGIN_REFUSED
     state = "up" if pid and version is not None else ("starting" if pid else "down")
     result = {
         "state": state,
@@ -740,9 +900,15 @@ def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -
         "storage_port": info.storage_port if info else None,
         "release_version": version,
         "log": str(node_dir / "logs" / "system.log"),
+        "auth": bool(info and info.auth),
+        "tls": bool(info and info.tls_keystore),
     }
     if state == "down" and port_in_use(port):
         result["note"] = f"port {port} is in use by another process"
+    if refused:
+        result["note"] = (f"it answers but refused the probe's login as {probe_credentials()[0]!r} "
+                          f"(the default superuser is created a moment after start; if its "
+                          f"password was changed, set {ENV_PROBE_USERNAME} / {ENV_PROBE_PASSWORD})")
     return result
 
 
@@ -758,6 +924,9 @@ examples:
   scripts/cassandra status --port 19042 --json
   scripts/cassandra stop --port 19042 --purge  # stop and delete its data
   scripts/cassandra start --dir /tmp/n1 --port 9142 --timeout 300
+  scripts/cassandra start --port 19042 --auth  # PasswordAuthenticator; superuser cassandra/cassandra
+  KS_PW=secret scripts/cassandra start --port 19042 --tls-keystore node.pem --tls-keystore-password-env KS_PW
+                                               # TLS-only native port (PEM: key + cert chain)
 
 stdout of `start` is exactly HOST:PORT; progress and errors go to stderr.
 exit codes: 0 ok / up; 1 failure / down.
@@ -766,6 +935,9 @@ environment:
   CASSANDRA_WAL_JAVA_HOME  JDK to run Cassandra with (default: the system JDK 17)
   CASSANDRA_WAL_HEAP       heap size (default %s)
   CASSANDRA_WAL_FAST=1     same as --fast
+  CASSANDRA_WAL_NODE_USERNAME / CASSANDRA_WAL_NODE_PASSWORD
+                           login of the readiness/status probe on an --auth node
+                           (default cassandra / cassandra)
 """ % (CASSANDRA_VERSION, DEFAULT_HEAP)
 
 
@@ -790,6 +962,18 @@ def _parser() -> argparse.ArgumentParser:
                    default=os.environ.get("CASSANDRA_WAL_FAST", "") not in ("", "0"),
                    help="tests only: -Dcassandra.unsafesystem=true (system tables not fsynced)")
     s.add_argument("--heap", default=None, help=f"JVM heap, e.g. 512m, 2g (default {DEFAULT_HEAP})")
+    s.add_argument("--auth", action="store_true",
+                   help="password authentication (PasswordAuthenticator, CassandraAuthorizer, "
+                        "CassandraRoleManager); the default superuser is cassandra/cassandra")
+    s.add_argument("--tls-keystore", metavar="PATH", default=None,
+                   help="make the native port TLS-only with this key store: PEM (private key + "
+                        "certificate chain in one file), PKCS12 (.p12/.pfx) or JKS")
+    pw = s.add_mutually_exclusive_group()
+    pw.add_argument("--tls-keystore-password", metavar="PW", default=None,
+                    help="password of the key store (PEM: of an encrypted private key); "
+                         "visible in `ps`: prefer --tls-keystore-password-env")
+    pw.add_argument("--tls-keystore-password-env", metavar="VAR", default=None,
+                    help="environment variable holding the key store password")
     t = sub.add_parser("stop", parents=[common], help="stop the node (SIGTERM, then SIGKILL)",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--purge", action="store_true", help="also delete the node's data, logs and config")
@@ -804,8 +988,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "start":
+            password = args.tls_keystore_password
+            if args.tls_keystore_password_env:
+                password = os.environ.get(args.tls_keystore_password_env)
+                if password is None:
+                    raise CassandraNodeError(
+                        f"--tls-keystore-password-env: ${args.tls_keystore_password_env} is not set")
+            if password is not None and not args.tls_keystore:
+                raise CassandraNodeError("a key store password needs --tls-keystore")
             info = start(args.port, args.node_dir, timeout=args.timeout, fast=args.fast,
-                         heap=args.heap)
+                         heap=args.heap, auth=args.auth, tls_keystore=args.tls_keystore,
+                         tls_keystore_password=password)
             if args.json:
                 print(json.dumps({"address": info.address, "host": HOST, **asdict(info)}))
             else:
@@ -828,7 +1021,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"dir {st['node_dir']})")
         elif st["state"] == "starting":
             print(f"starting: pid {st['pid']}, {st['address']} not answering CQL yet "
-                  f"(log {st['log']})")
+                  f"(log {st['log']})" + (f"; {st['note']}" if st.get("note") else ""))
         else:
             print(f"down: no node running in {st['node_dir']}"
                   + (f" ({st['note']})" if st.get("note") else ""))

@@ -58,6 +58,7 @@ FIELDS = ("username", "password", "ssl_keystore_password")
 MAX_MESSAGE = 64 * 1024
 TIMEOUT_S = 10.0
 _SOCKET_NAME = "credentials.sock"
+_DIR_PREFIX = "cassandra-wal-cred-"     # + "<pid>-<random>"
 
 
 class CredentialChannelError(SinkError):
@@ -151,7 +152,8 @@ class CredentialServer:
         base = tempfile.gettempdir()
         if len(base) > 60:           # AF_UNIX paths are limited to ~107 bytes
             base = "/tmp"
-        self.directory = tempfile.mkdtemp(prefix="cassandra-wal-cred-", dir=base)  # 0700
+        remove_stale_directories(base)
+        self.directory = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base)  # 0700
         self.path = os.path.join(self.directory, _SOCKET_NAME)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
@@ -227,6 +229,44 @@ class CredentialServer:
 
     def __repr__(self) -> str:
         return f"CredentialServer({self.path!r}{', closed' if self.closed else ''})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_directories(base: str) -> list[str]:
+    """Remove channel directories of this user left by drivers that died without running
+    their exit handlers (``kill -9``). They hold only a socket, never a secret; this keeps
+    the temp folder tidy. Returns the removed paths."""
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(_DIR_PREFIX):
+            continue
+        pid_text = name[len(_DIR_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+            entries = os.listdir(path)
+        except OSError:
+            continue
+        if st.st_uid != os.getuid() or not set(entries) <= {_SOCKET_NAME}:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def ensure_server() -> CredentialServer:

@@ -79,6 +79,25 @@ def test_socket_lives_in_a_private_directory(server):
     assert stat.S_ISSOCK(os.stat(server.path).st_mode)
     assert stat.S_IMODE(os.stat(server.path).st_mode) & 0o077 == 0
     assert len(server.path) < 100   # AF_UNIX limit
+    assert os.path.basename(server.directory).startswith(f"cassandra-wal-cred-{os.getpid()}-")
+
+
+def test_directories_of_dead_drivers_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f"cassandra-wal-cred-{dead_pid}-abc"
+    stale.mkdir(mode=0o700)
+    (stale / "credentials.sock").touch()
+    alive = tmp_path / f"cassandra-wal-cred-{os.getpid()}-def"
+    alive.mkdir(mode=0o700)
+    foreign = tmp_path / f"cassandra-wal-cred-{dead_pid}-ghi"   # not only a socket: kept
+    foreign.mkdir(mode=0o700)
+    (foreign / "other").touch()
+    old_style = tmp_path / "cassandra-wal-cred-xyz"
+    old_style.mkdir()
+    assert credentials.remove_stale_directories(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and alive.exists() and foreign.exists() and old_style.exists()
 
 
 def test_credentials_sent_from_another_process_are_kept_in_memory(server, store, tmp_path):
