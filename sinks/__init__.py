@@ -28,8 +28,20 @@ from __future__ import annotations
 
 from .errors import (ConnectionFailed, CounterTableError, NullPrimaryKeyError, OptionError,
                      SchemaError, SinkError, UnknownKeyspaceError, UnknownTableError)
-from .foreach_batch import CassandraWalWriter
-from .source import FORMAT_NAME, CassandraWalDataSource
+
+FORMAT_NAME = "cassandra_wal"
+
+
+def __getattr__(name):
+    # Imported on first use: recovery.target imports sinks.options, and an eager import of the
+    # writers here (which import recovery) would make that a circular import.
+    if name == "CassandraWalWriter":
+        from .foreach_batch import CassandraWalWriter
+        return CassandraWalWriter
+    if name == "CassandraWalDataSource":
+        from .source import CassandraWalDataSource
+        return CassandraWalDataSource
+    raise AttributeError(f"module 'sinks' has no attribute {name!r}")
 
 _registries: dict[int, object] = {}
 
@@ -45,6 +57,7 @@ def register(spark):
     """
     from . import credentials
     from .driver import FlushRegistry
+    from .source import CassandraWalDataSource
     from .listener import CassandraWalListener
 
     conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}

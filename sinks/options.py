@@ -282,6 +282,10 @@ def _ignored(raw: str) -> None:
     return None
 
 
+_JKS_REASON = ("Java key stores (JKS/PKCS12) are not readable by Python's ssl; give PEM files "
+               "through spark.cassandra.connection.ssl.trustStore.path / keyStore.path")
+
+
 def _refused(reason: str, *harmless: str) -> Callable[[str], None]:
     """Refuse an option unless it is set to a value that changes nothing (SCC's default)."""
 
@@ -581,6 +585,17 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "`false` only.",
         section=_R, status="refused",
     ),
+) + tuple(
+    _spec(
+        name, None, _refused(_JKS_REASON, *harmless), f"{detail} Convert Java key stores to PEM "
+        "(see the user guide, Security) and use the `.path` options.",
+        section=_R, status="refused", secret="password" in name,
+    )
+    for name, harmless, detail in (
+        ("spark.cassandra.connection.ssl.trustStore.password", (), "Not needed for PEM files."),
+        ("spark.cassandra.connection.ssl.trustStore.type", ("pem",), "`PEM` only."),
+        ("spark.cassandra.connection.ssl.keyStore.type", ("pem",), "`PEM` only."),
+    )
 )
 
 _BY_KEY: dict[str, OptionSpec] = {spec.name.lower(): spec for spec in OPTION_SPECS}

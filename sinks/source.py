@@ -29,7 +29,7 @@ from .plan import WritePlan, commit_batch, prepare_write, stage_partition
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "cassandra_wal"
+from . import FORMAT_NAME
 
 
 def _task():
