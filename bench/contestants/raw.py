@@ -1,0 +1,107 @@
+"""Contestant: the raw ``cassandra-driver``, no Spark. The most a Python client gets.
+
+Reads the landing parquet files with pyarrow, turns each into row tuples (``to_pylist``, column
+by column) and writes them with one prepared ``INSERT``:
+
+* ``--mode args``: ``execute_concurrent_with_args(..., concurrency=C)``, one statement a row;
+* ``--mode batch``: rows grouped by partition key into single-partition UNLOGGED batches of up
+  to 32 rows, through ``execute_concurrent(..., concurrency=C)``;
+* ``--procs P``: P processes, each with its own session, the files split between them.
+
+Timed from before the first file is read to the last acknowledgement (everything is visible at
+the table's consistency level, ONE/LOCAL_QUORUM on one node).
+
+    python bench/contestants/raw.py --spec SPEC.json --mode args --concurrency 64 --procs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def rows_of(path: str) -> list[tuple]:
+    import pyarrow.parquet as pq
+    table = pq.read_table(path, columns=common.COLUMNS)
+    cols = [table.column(c).to_pylist() for c in common.COLUMNS]
+    return list(zip(*cols))
+
+
+def write_files(spec: dict, files: list[str], mode: str, concurrency: int) -> int:
+    from cassandra.cluster import Cluster
+    from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
+    from cassandra.query import BatchStatement, BatchType
+
+    cluster = Cluster([spec["host"]], port=spec["port"], protocol_version=5)
+    session = cluster.connect()
+    stmt = session.prepare(common.insert_cql(spec["keyspace"], spec["table"]))
+    key = [common.COLUMNS.index(c) for c in common.PARTITION_KEY]
+    n = 0
+    try:
+        for path in files:
+            rows = rows_of(path)
+            if mode == "args":
+                results = execute_concurrent_with_args(session, stmt, rows, concurrency=concurrency,
+                                                       raise_on_first_error=True)
+            else:
+                groups: dict[tuple, list] = {}
+                for r in rows:
+                    groups.setdefault(tuple(r[i] for i in key), []).append(r)
+                pending = []
+                for members in groups.values():
+                    for i in range(0, len(members), 32):
+                        part = members[i:i + 32]
+                        if len(part) == 1:
+                            pending.append((stmt, part[0]))
+                            continue
+                        b = BatchStatement(batch_type=BatchType.UNLOGGED)
+                        for r in part:
+                            b.add(stmt, r)
+                        pending.append((b, ()))
+                results = execute_concurrent(session, pending, concurrency=concurrency,
+                                             raise_on_first_error=True)
+            for ok, res in results:
+                if not ok:
+                    raise res
+            n += len(rows)
+    finally:
+        cluster.shutdown()
+    return n
+
+
+def _child(args):
+    spec, files, mode, conc = args
+    return write_files(spec, files, mode, conc)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--mode", choices=("args", "batch"), default="args")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--procs", type=int, default=1)
+    args = ap.parse_args()
+    spec = common.load_spec()
+    files = sorted(os.path.join(spec["landing"], f) for f in os.listdir(spec["landing"])
+                   if f.endswith(".parquet"))
+    monitor = common.RssMonitor().start()
+    started = time.monotonic()
+    if args.procs == 1:
+        rows = write_files(spec, files, args.mode, args.concurrency)
+    else:
+        shares = [files[i::args.procs] for i in range(args.procs)]
+        with mp.get_context("fork").Pool(args.procs) as pool:
+            rows = sum(pool.map(_child, [(spec, s, args.mode, args.concurrency) for s in shares]))
+    seconds = time.monotonic() - started
+    rss = monitor.stop()
+    common.emit({"rows": rows, "seconds": seconds, "rss_mb": rss, "peak_rss_mb": rss["tree"]})
+
+
+if __name__ == "__main__":
+    main()

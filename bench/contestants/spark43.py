@@ -1,0 +1,210 @@
+"""Contestants on the project's pyspark 4.3: a stream of the landing parquet files into Cassandra.
+
+``--mode``:
+
+* ``ours``: our sink with the full guarantee (``format("cassandra_wal")``): timed from
+  ``start()`` until the WAL says every batch is FLUSHED (every row acknowledged by Cassandra).
+  A poller records, per batch, ``commits/N``'s mtime and the moment the batch is seen flushed:
+  the commit-to-visible latency.
+* ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
+  It leaves the WAL behind for the ``recovery`` contestant.
+* ``ours-nowal``: the same Spark stream and the same writer code (``recovery.upsert.Upserter``,
+  ``sinks.convert``) without the WAL: ``foreachBatch`` + ``mapInArrow``, each task upserting its
+  Arrow batches directly. Our sink minus the WAL, to price the WAL.
+* ``naive``: what users write by hand: ``foreachBatch`` + ``foreachPartition`` with one
+  synchronous ``session.execute`` of a prepared statement per row.
+
+All use trigger ``availableNow`` with ``maxFilesPerTrigger``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def options(spec: dict) -> dict:
+    return {"spark.cassandra.connection.host": spec["host"],
+            "spark.cassandra.connection.port": str(spec["port"]),
+            "keyspace": spec["keyspace"], "table": spec["table"]}
+
+
+class FlushPoller:
+    """Per batch: commits/N mtime, seal mtime, and when the WAL first says it is flushed."""
+
+    def __init__(self, checkpoint: str, wal_root: str, interval: float = 0.02):
+        self.checkpoint, self.wal_root, self.interval = checkpoint, wal_root, interval
+        self.committed: dict[int, float] = {}
+        self.flushed: dict[int, float] = {}
+        self.sealed: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def flushed_through(self) -> int:
+        from wal.layout import WalDir
+        return WalDir(self.wal_root).read_flushed_through() if os.path.isdir(self.wal_root) else -1
+
+    def poll(self) -> None:
+        now = time.time()
+        commits = os.path.join(self.checkpoint, "commits")
+        if os.path.isdir(commits):
+            for name in os.listdir(commits):
+                if name.isdigit() and int(name) not in self.committed:
+                    self.committed[int(name)] = os.stat(os.path.join(commits, name)).st_mtime
+        seals = os.path.join(self.wal_root, "seals")
+        if os.path.isdir(seals):
+            for name in os.listdir(seals):
+                digits = "".join(ch for ch in name if ch.isdigit())
+                if digits and int(digits) not in self.sealed:
+                    try:
+                        self.sealed[int(digits)] = os.stat(os.path.join(seals, name)).st_mtime
+                    except FileNotFoundError:
+                        pass
+        through = self.flushed_through()
+        for batch in range(through + 1):
+            self.flushed.setdefault(batch, now)
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+    def latencies(self) -> list[float]:
+        return [self.flushed[b] - self.committed[b] for b in sorted(self.flushed)
+                if b in self.committed]
+
+
+def _nowal_writer(spec: dict):
+    """mapInArrow function: each task upserts its Arrow batches with our Upserter, no WAL."""
+    opts = options(spec)
+    columns = list(common.COLUMNS)   # not common.COLUMNS inside: workers cannot import common
+
+    def write(batches):
+        import pyarrow as pa
+        from recovery.upsert import Upserter
+        from sinks.connection import connect
+        from sinks.options import parse_options
+        from sinks.table import fetch_table_schema
+        from wal.seal import now_us
+        cache = globals().setdefault("_BENCH_UPSERTER", {})
+        if "u" not in cache:
+            config = parse_options(opts, {})
+            cluster, session = connect(config.connection)
+            table = fetch_table_schema(cluster, config.keyspace, config.table)
+            cache["u"] = Upserter(session, table, columns, config.write,
+                                  config.connection.consistency_level)
+        upserter = cache["u"]
+        n = 0
+        for rb in batches:
+            if rb.num_rows:
+                upserter.write_chunk(rb, now_us(), 0)
+                n += rb.num_rows
+        yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
+
+    return write
+
+
+def _naive_writer(spec: dict):
+    host, port, cql = spec["host"], spec["port"], common.insert_cql(spec["keyspace"], spec["table"])
+    columns = list(common.COLUMNS)
+
+    def write_partition(rows):
+        from cassandra.cluster import Cluster
+        cluster = Cluster([host], port=port)
+        session = cluster.connect()
+        stmt = session.prepare(cql)
+        for row in rows:
+            session.execute(stmt, tuple(row[c] for c in columns))
+        cluster.shutdown()
+
+    def each_batch(df, batch_id):
+        df.foreachPartition(write_partition)
+
+    return each_batch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--mode", choices=("ours", "ours-staging", "ours-nowal", "naive"),
+                    required=True)
+    ap.add_argument("--profile", help="write a pyinstrument profile of the driver here")
+    args = ap.parse_args()
+    spec = common.load_spec()
+    from pyspark.sql import SparkSession
+
+    monitor = common.RssMonitor().start()
+    spark, startup_s = common.spark_session(SparkSession.builder.appName(f"bench-{args.mode}"),
+                                            spec)
+    checkpoint = spec["checkpoint"]
+    source = common.stream_source(spark, spec)
+    poller = None
+    if args.mode.startswith("ours") and args.mode != "ours-nowal":
+        import sinks
+        sinks.register(spark)
+        writer = source.writeStream.format("cassandra_wal").options(**options(spec))
+        if args.mode == "ours-staging":
+            writer = writer.option("wal.flush", "false")
+        poller = FlushPoller(checkpoint, os.path.join(checkpoint, "cassandra_wal")).start()
+    elif args.mode == "ours-nowal":
+        fn = _nowal_writer(spec)
+        writer = source.writeStream.foreachBatch(
+            lambda df, _id: df.mapInArrow(fn, "n long").agg({"n": "sum"}).collect())
+    else:
+        writer = source.writeStream.foreachBatch(_naive_writer(spec))
+    writer = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+
+    started = time.monotonic()
+    query = writer.start()
+    query.awaitTermination()
+    if query.exception():
+        raise SystemExit(f"query failed: {query.exception()}")
+    committed_s = time.monotonic() - started
+    last = max(int(n) for n in os.listdir(os.path.join(checkpoint, "commits")) if n.isdigit())
+    if args.mode == "ours":
+        deadline = time.monotonic() + 3600
+        while poller.flushed_through() < last:
+            if time.monotonic() > deadline:
+                raise SystemExit("timed out waiting for the flusher")
+            time.sleep(0.02)
+    seconds = time.monotonic() - started
+    result = {"rows": spec["rows"], "seconds": seconds, "committed_s": committed_s,
+              "startup_s": startup_s, "batches": last + 1}
+    if poller is not None:
+        poller.poll()
+        poller.stop()
+        result["latencies_s"] = poller.latencies() if args.mode == "ours" else []
+        result["seal_latencies_s"] = ([poller.flushed[b] - poller.sealed[b] for b in
+                                       sorted(poller.flushed) if b in poller.sealed]
+                                      if args.mode == "ours" else [])
+    if args.mode == "ours-staging":
+        from wal.files import tree_size
+        wal_root = os.path.join(checkpoint, "cassandra_wal")
+        result["wal_segment_bytes"] = tree_size(os.path.join(wal_root, "segments"))
+        result["wal_bytes"] = tree_size(wal_root)
+    rss = monitor.stop()
+    result["rss_mb"] = rss
+    result["peak_rss_mb"] = rss["driver"]
+    spark.stop()
+    common.emit(result)
+
+
+if __name__ == "__main__":
+    main()

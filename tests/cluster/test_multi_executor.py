@@ -1,0 +1,511 @@
+"""The sink with executors in separate JVMs, on two hosts, losing tasks, executors and the driver.
+
+Two runs of ``cluster_program.py`` on one checkpoint (Spark startup dominates the time on a
+loaded machine, so the scenarios share runs; each test checks its own part):
+
+**Run A**, ``local-cluster[2,1,1024]`` (two executor JVMs with their own Python workers),
+``spark.task.maxFailures=4``, files 0..3:
+
+* batch 0: ``CASSANDRA_WAL_CRASH_AT=stage.after`` (inherited by the executors) kills the Python
+  worker of the first task that *completed* its segment: that attempt's segment is on disk,
+  complete, and loses; the task is retried (``test_task_retry``).
+* batch 1: partition 0's first attempt kills its own Python worker (``os._exit``), partition
+  1's raises: both retried (``test_task_retry``).
+* batch 2: partition 0's first attempt stalls mid-staging; the program SIGKILLs that task's
+  executor JVM (found from the worker's pid chain, checked against ``pgrep -f
+  CoarseGrainedExecutorBackend`` under the program); Spark reschedules
+  (``test_executor_killed``).
+* batch 3: ``flush.before_ingest`` with ``CASSANDRA_WAL_CRASH_SCOPE=group``: the driver, its JVM
+  and the executors die right after ``commits/3`` is written, before batch 3 is ingested.
+
+Then the test deletes the driver's local working copy ``WAL_DIR/log`` entirely.
+
+**Run B**, a standalone cluster of two Workers on two loopback hosts (127.0.0.1, 127.0.0.2), with
+speculation on (``spark.speculation.multiplier=1``, ``quantile=0.5``, ``minTaskRuntime=1s``):
+recovery at query start rebuilds the log from seals, segments and ``flushed_through`` and
+replays batch 3 (``test_durability_without_the_log``); batch 4's partition 0 first attempt
+stalls, a speculative copy runs on the other host and wins (``test_speculative_execution``).
+``local-cluster`` cannot exercise speculation: all its executors are on one host, and Spark
+never launches a speculative copy on a host where the task already has an attempt (measured:
+with the same settings no copy is ever launched).
+
+Every row carries the partition and the task attempt that staged it (``part``, ``attempt``,
+added by a ``mapInArrow`` in the query), so the table shows which attempt's segment was
+flushed, and every row's write time must be its batch's ``seal.base_ts_us`` + its position.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from wal import catalog
+from wal import checkpoint as ckpt
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.seal import Seal, read_seal
+from wal.segment import SegmentReader, decode_chunk
+
+pytestmark = pytest.mark.integration
+
+PROGRAM = Path(__file__).resolve().with_name("cluster_program.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOKEN_ENV = "CASSANDRA_WAL_CLUSTER_RUN"
+ROWS_PER_FILE = 200
+PAD = 1000          # bytes a row: a stalled task's first Arrow batches get through Spark's
+                    # buffers to the sink's writer, so it is killed mid-staging
+TABLE_DDL = ("CREATE TABLE {ks}.{table} (id int PRIMARY KEY, batch_tag int, payload text, "
+             "amount bigint, part int, attempt int)")
+COLUMNS = ("batch_tag", "payload", "amount", "part", "attempt")
+RUN_DEADLINE_S = float(os.environ.get("CASSANDRA_WAL_CLUSTER_DEADLINE", "900"))
+
+RETRY_BATCHES = (0, 1)
+KILL_BATCH = 2
+CRASH_BATCH = 3
+SPEC_BATCH = 4
+
+
+def _log(msg: str) -> None:
+    print(f"[cluster-test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def expected_row(row_id: int, batch: int) -> dict:
+    return {"id": row_id, "batch_tag": batch,
+            "payload": f"row {row_id} of batch {batch} " + "x" * (row_id % 23) + "p" * PAD,
+            "amount": row_id * 1_000_003 - 7}
+
+
+# -- processes ---------------------------------------------------------------------------------
+def processes_with_token(token: str) -> list[int]:
+    needle = f"{TOKEN_ENV}={token}".encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle not in f.read():
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        found.append(int(name))
+    return found
+
+
+def kill_run(token: str, pgid: int | None, timeout_s: float = 30.0) -> list[int]:
+    """SIGKILL the program's group and every process of the run (by its token); wait."""
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = processes_with_token(token)
+        if not alive:
+            return killed
+        for pid in alive:
+            killed.append(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert time.monotonic() < deadline, f"processes of run {token} survive SIGKILL: {alive}"
+        time.sleep(0.1)
+
+
+def _java_home() -> dict:
+    if os.environ.get("JAVA_HOME"):
+        return {}
+    try:
+        import importlib.util
+        module = sys.modules.get("cassandra_node")
+        if module is None:
+            spec = importlib.util.spec_from_file_location(
+                "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["cassandra_node"] = module
+            spec.loader.exec_module(module)
+        return {"JAVA_HOME": str(module.find_java_home())}
+    except Exception:  # noqa: BLE001 - pyspark then finds `java` on the PATH
+        return {}
+
+
+@dataclass
+class Run:
+    name: str
+    log_path: Path
+    returncode: int | None = None
+    seconds: float = 0.0
+    crashed: bool = False
+
+    def text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 60) -> str:
+        keep = [ln for ln in self.text().splitlines() if not ln.lstrip().startswith("at ")]
+        return "\n".join(keep[-lines:])
+
+
+@dataclass
+class Chain:
+    """Both runs' facts, collected for the tests."""
+
+    workdir: Path
+    keyspace: str
+    table: str
+    checkpoint: str
+    node: object = None
+    cql: object = None
+    expected: dict[int, dict] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
+    # after run A (before the log was deleted)
+    seals_a: dict[int, Seal] = field(default_factory=dict)
+    positions: dict[int, list[int]] = field(default_factory=dict)   # batch -> ids in order
+    rows_a: dict[int, tuple] = field(default_factory=dict)
+    # after run B
+    seals_b: dict[int, Seal] = field(default_factory=dict)
+    rows_b: dict[int, tuple] = field(default_factory=dict)
+
+    @property
+    def events_path(self) -> Path:
+        return self.workdir / "events.jsonl"
+
+    def events(self, ev: str | None = None) -> list[dict]:
+        out = []
+        with open(self.events_path) as f:
+            for line in f:
+                e = json.loads(line)
+                if ev is None or e["ev"] == ev:
+                    out.append(e)
+        return out
+
+    def wal(self) -> WalDir:
+        return WalDir(os.path.join(self.checkpoint, "cassandra_wal"))
+
+    def segments_seen(self, batch: int) -> list[str]:
+        return [e["name"] for e in self.events("segment") if e["batch"] == batch]
+
+    def segment_rows(self, batch: int) -> dict[str, int | None]:
+        return {e["name"]: e.get("rows") for e in self.events("segment") if e["batch"] == batch}
+
+
+# -- the chain of runs -------------------------------------------------------------------------
+def _launch(chain: Chain, name: str, args: list[str], env_extra: dict) -> tuple[Run, subprocess.Popen, str]:
+    token = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASSANDRA_WAL_CRASH")}
+    env.update(_java_home())
+    env.update(env_extra)
+    env[TOKEN_ENV] = token
+    env["PYTHONUNBUFFERED"] = "1"
+    run = Run(name, chain.workdir / f"run-{len(chain.runs)}-{name}.log")
+    chain.runs.append(run)
+    venv = REPO_ROOT / ".venv" / "bin" / "python"
+    cmd = [str(venv) if venv.exists() else sys.executable, str(PROGRAM),
+           "--keyspace", chain.keyspace, "--table", chain.table,
+           "--checkpoint", chain.checkpoint, "--input", str(chain.workdir / "input"),
+           "--pending", str(chain.workdir / "pending"), "--markers", str(chain.workdir / "markers"),
+           "--events", str(chain.events_path), "--deadline-s", str(RUN_DEADLINE_S)] + args
+    _log(f"run {name}: {' '.join(args)}")
+    with open(run.log_path, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=str(REPO_ROOT), start_new_session=True)
+    return run, proc, token
+
+
+def _read_rows(cql, chain: Chain) -> dict[int, tuple]:
+    from cassandra.query import SimpleStatement
+
+    wts = ", ".join(f"writetime({c})" for c in COLUMNS)
+    stmt = SimpleStatement(f"SELECT id, {', '.join(COLUMNS)}, {wts} FROM "
+                           f"{chain.keyspace}.{chain.table}", fetch_size=5000)
+    return {r[0]: tuple(r[1:]) for r in cql.execute(stmt, timeout=60)}
+
+
+def _positions_from_log(wal: WalDir) -> dict[int, list[int]]:
+    """Row ids per batch in flush order (the log's chunk keys are in flush order)."""
+    reader = WalLog.open_reader(wal)
+    assert reader is not None, f"{wal.root} has no log"
+    try:
+        out = {}
+        for record in reader.records():
+            ids = []
+            for chunk in reader.chunks(record.batch):
+                ids += decode_chunk(chunk.payload).column("id").to_pylist()
+            if ids:
+                out[record.batch] = ids
+        return out
+    finally:
+        reader.close()
+
+
+def _positions_from_segments(wal: WalDir, seal: Seal) -> list[int]:
+    ids = []
+    for seg in seal.segments:      # in the seal's order: row i of the batch is written at base + i
+        for chunk in SegmentReader(wal.segment_path(seg.name), seal.batch, seg.partition).chunks():
+            ids += chunk.record_batch().column("id").to_pylist()
+    return ids
+
+
+def _seals(wal: WalDir) -> dict[int, Seal]:
+    return {b: read_seal(wal, b) for b in wal.sealed_batch_ids()}
+
+
+@pytest.fixture(scope="module")
+def cluster_keyspace(cql):
+    name = f"mx_{uuid.uuid4().hex[:10]}"
+    cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
+                "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    try:
+        yield name
+    finally:
+        cql.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+@pytest.fixture(scope="module")
+def chain(cassandra_node, cql, cluster_keyspace, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("cluster")
+    c = Chain(workdir, cluster_keyspace, "events", str(workdir / "checkpoint"),
+              node=cassandra_node, cql=cql)
+    (workdir / "pending").mkdir()
+    for batch in range(SPEC_BATCH + 1):
+        with open(workdir / "pending" / f"in-{batch:04d}.json", "w") as f:
+            for i in range(ROWS_PER_FILE):
+                row = expected_row(batch * 1000 + i, batch)
+                c.expected[row["id"]] = row
+                f.write(json.dumps(row) + "\n")
+    cql.execute(TABLE_DDL.format(ks=c.keyspace, table=c.table))
+    yield c
+
+
+@pytest.fixture(scope="module")
+def run_a(chain):
+    """local-cluster: retries, a killed executor, then the driver dies after commits/3."""
+    once_stage = chain.workdir / "once-stage-after"
+    once_flush = chain.workdir / "once-flush"
+    faults = {"1/0/0": "exit", "1/1/0": "raise", f"{KILL_BATCH}/0/0": "slow:600"}
+    run, proc, token = _launch(chain, "local-cluster", [
+        "--master", "local-cluster[2,1,1024]",
+        "--host", chain.node.host, "--port", str(chain.node.port),
+        "--release", ",".join(str(b) for b in range(CRASH_BATCH + 1)),
+        "--faults", json.dumps(faults),
+        "--kill-executor-at-batch", str(KILL_BATCH),
+        "--crash-flush-at-batch", str(CRASH_BATCH), "--crash-once", str(once_flush)],
+        {"CASSANDRA_WAL_CRASH_AT": "stage.after", "CASSANDRA_WAL_CRASH_ONCE": str(once_stage)})
+    started = time.monotonic()
+    while proc.poll() is None and not once_flush.exists():
+        assert time.monotonic() - started < RUN_DEADLINE_S + 60, f"run A hangs:\n{run.tail()}"
+        time.sleep(0.05)
+    run.crashed = once_flush.exists()
+    kill_run(token, proc.pid)
+    run.returncode = proc.wait(timeout=30)
+    run.seconds = time.monotonic() - started
+    _log(f"run A: {run.seconds:.0f}s, crashed={run.crashed}, rc {run.returncode}")
+    assert run.crashed, (f"run A never reached flush.before_ingest of batch {CRASH_BATCH} "
+                         f"(rc {run.returncode}):\n{run.tail()}")
+    assert not processes_with_token(token)
+    wal = chain.wal()
+    chain.seals_a = _seals(wal)
+    chain.positions = _positions_from_log(wal)
+    chain.positions[CRASH_BATCH] = _positions_from_segments(wal, chain.seals_a[CRASH_BATCH])
+    chain.rows_a = _read_rows(chain.cql, chain)
+    return chain
+
+
+@pytest.fixture(scope="module")
+def run_b(run_a):
+    """Delete WAL_DIR/log, restart on a two-host standalone cluster with speculation."""
+    chain = run_a
+    wal = chain.wal()
+    assert os.path.isdir(wal.log)
+    shutil.rmtree(wal.log)
+    run, proc, token = _launch(chain, "standalone", [
+        "--master", "standalone:2", "--speculation",
+        "--host", chain.node.host, "--port", str(chain.node.port),
+        "--release", str(SPEC_BATCH),
+        "--faults", json.dumps({f"{SPEC_BATCH}/0/0": "slow:600"})], {})
+    started = time.monotonic()
+    try:
+        run.returncode = proc.wait(timeout=RUN_DEADLINE_S + 120)
+    except subprocess.TimeoutExpired:
+        run.returncode = None
+    run.seconds = time.monotonic() - started
+    until = time.monotonic() + 20       # a clean exit leaves workers winding down
+    while processes_with_token(token) and time.monotonic() < until:
+        time.sleep(0.2)
+    kill_run(token, None)
+    _log(f"run B: {run.seconds:.0f}s, rc {run.returncode}")
+    assert run.returncode == 0, f"run B failed (rc {run.returncode}):\n{run.tail()}"
+    chain.seals_b = _seals(wal)
+    chain.positions.update({b: ids for b, ids in _positions_from_log(wal).items()
+                            if b not in chain.positions})
+    chain.rows_b = _read_rows(chain.cql, chain)
+    return chain
+
+
+# -- checks ------------------------------------------------------------------------------------
+def check_batches(chain: Chain, rows: dict[int, tuple], seals: dict[int, Seal],
+                  batches) -> list[str]:
+    """Every expected row of ``batches`` exactly once with its values; ``part``/``attempt``
+    name the sealed (winning) segment of its partition; write time = base_ts_us + position."""
+    problems = []
+    for batch in batches:
+        seal = seals.get(batch)
+        if seal is None:
+            problems.append(f"batch {batch}: no seal")
+            continue
+        want = {i for i, r in chain.expected.items() if r["batch_tag"] == batch}
+        got = {i for i, r in rows.items() if r[0] == batch}
+        if got != want:
+            problems.append(f"batch {batch}: {len(want - got)} rows missing, "
+                            f"{len(got - want)} unexpected")
+        winners = {s.partition: s.attempt for s in seal.segments}
+        if len(winners) != len(seal.segments):
+            problems.append(f"batch {batch}: seal names two segments of one partition: "
+                            f"{[s.name for s in seal.segments]}")
+        if seal.rows != len(want):
+            problems.append(f"batch {batch}: seal has {seal.rows} rows, expected {len(want)}")
+        order = chain.positions.get(batch, [])
+        position = {rid: i for i, rid in enumerate(order)}
+        for rid in sorted(want & got):
+            tag, payload, amount, part, attempt, *wts = rows[rid]
+            exp = chain.expected[rid]
+            if (payload, amount) != (exp["payload"], exp["amount"]):
+                problems.append(f"row {rid}: wrong values")
+            if winners.get(part) != attempt:
+                problems.append(f"row {rid} (batch {batch}, partition {part}) was staged by "
+                                f"attempt {attempt}; the seal's winner is {winners.get(part)}")
+            if rid not in position:
+                problems.append(f"row {rid}: no position known for batch {batch}")
+            elif set(wts) != {seal.base_ts_us + position[rid]}:
+                problems.append(f"row {rid}: write times {sorted(set(wts))}, expected "
+                                f"base_ts_us {seal.base_ts_us} + position {position[rid]}")
+    return problems[:30]
+
+
+def test_task_retry(run_a):
+    """A failed first attempt is retried; the losing attempt's segment is never flushed."""
+    chain = run_a
+    seal0, seal1 = chain.seals_a[0], chain.seals_a[1]
+    # Batch 0: one task's worker was killed right after its segment was complete.
+    assert (chain.workdir / "once-stage-after").exists(), "the stage.after crash never fired"
+    retried = [s for s in seal0.segments if s.attempt > 0]
+    assert len(retried) == 1, f"batch 0: expected one retried partition, seal {seal0.segments}"
+    p = retried[0].partition
+    losing = [n for n in chain.segments_seen(0)
+              if n.startswith(f"{p:05d}-000-") and n.endswith(".seg")]
+    assert losing, (f"batch 0: the killed attempt's complete segment was never seen; "
+                    f"seen {chain.segments_seen(0)}")
+    sealed = {s.name.split("/", 1)[1] for s in seal0.segments}
+    assert not sealed & set(losing), f"batch 0: a losing segment was sealed: {losing}"
+    # Batch 1: partition 0's worker exited, partition 1 raised; both retried.
+    assert {s.partition: s.attempt for s in seal1.segments} == {0: 1, 1: 1}, seal1.segments
+    assert "injected failure: batch 1 partition 1 attempt 0" in chain.runs[0].text()
+    problems = check_batches(chain, chain.rows_a, chain.seals_a, RETRY_BATCHES)
+    assert not problems, "\n".join(problems)
+    # Flushed batches leave no segment behind, the losing one included.
+    assert not os.path.exists(chain.wal().batch_segments(0))
+
+
+def test_executor_killed(run_a):
+    """An executor JVM SIGKILLed mid-batch: Spark reschedules, the batch lands exactly once."""
+    chain = run_a
+    killed = chain.events("executor_killed")
+    assert len(killed) == 1, f"executor kills: {killed} (log:\n{chain.runs[0].tail()})"
+    k = killed[0]
+    assert (k["batch"], k["partition"], k["attempt"]) == (KILL_BATCH, 0, 0)
+    assert k["pid"] in k["executors_before"] and len(k["executors_before"]) == 2
+    assert re.search(r"Lost executor \S+ on \S+: Command exited with code 137",
+                     chain.runs[0].text()), "Spark never noticed the lost executor"
+    seal = chain.seals_a[KILL_BATCH]
+    assert {s.partition: s.attempt for s in seal.segments}[0] >= 1, seal.segments
+    # The dead attempt got as far as staging (usually a .tmp; its Python worker may also see
+    # an ordinary end of input when the JVM dies and complete the file): never sealed.
+    seen = chain.segments_seen(KILL_BATCH)
+    _log(f"batch {KILL_BATCH}: segments seen {seen}")
+    dead = [n for n in seen if n.startswith("00000-000-")]
+    assert dead, f"the killed attempt staged nothing: {seen}"
+    assert not {n for n in dead if n.endswith(".seg")} & {
+        s.name.split("/", 1)[1] for s in seal.segments}
+    problems = check_batches(chain, chain.rows_a, chain.seals_a, [KILL_BATCH])
+    assert not problems, "\n".join(problems)
+    # The query went on after the kill: the next batch was staged, sealed and committed.
+    assert ckpt.is_committed(chain.checkpoint, CRASH_BATCH)
+
+
+def test_durability_without_the_log(run_b):
+    """Sealed, committed, not ingested, driver dead, WAL_DIR/log deleted: after the restart
+    nothing is lost and nothing is rewritten with new timestamps."""
+    chain = run_b
+    # Before the restart: batch 3 was committed and sealed, none of its rows visible.
+    assert ckpt.is_committed(chain.checkpoint, CRASH_BATCH)
+    assert not [i for i, r in chain.rows_a.items() if r[0] == CRASH_BATCH], \
+        "rows of the crashed batch were visible before the restart"
+    # The seal survived and was not replaced: same id, same timestamps.
+    before, after = chain.seals_a[CRASH_BATCH], chain.seals_b[CRASH_BATCH]
+    assert (after.seal_id, after.base_ts_us) == (before.seal_id, before.base_ts_us)
+    # Batches flushed before the crash were not written again (same cells, same write times).
+    for rid, row in chain.rows_a.items():
+        assert chain.rows_b[rid] == row, f"row {rid} changed: {row} -> {chain.rows_b[rid]}"
+    # Seals of batches flushed before the crash were kept by retention while the old log knew
+    # them; the rebuilt log does not, and retention removes them as redundant (only the newest
+    # flushed seal matters for the timestamp chain): compare those with the seals read before.
+    seals = {**chain.seals_a, **chain.seals_b}
+    problems = check_batches(chain, chain.rows_b, seals, range(SPEC_BATCH + 1))
+    assert not problems, "\n".join(problems)
+    assert set(chain.rows_b) == set(chain.expected)
+    # The rebuilt log knows batch 3 as flushed; the WAL has nothing pending or left over.
+    wal = chain.wal()
+    reader = WalLog.open_reader(wal)
+    try:
+        assert reader.get(CRASH_BATCH).state.value == "flushed"
+        views = catalog.describe(wal, reader, chain.checkpoint, query_running=False)
+    finally:
+        reader.close()
+    assert all(v.action == catalog.NOTHING for v in views), [v.to_dict() for v in views]
+    assert wal.staged_batch_ids() == []
+    assert not os.path.exists(os.path.join(wal.root, "blocked.json"))
+
+
+def test_speculative_execution(run_b):
+    """A slow task gets a speculative copy on the other host; exactly the winner is flushed."""
+    chain = run_b
+    log = chain.runs[1].text()
+    slow = [e for e in chain.events("slow_task") if e["batch"] == SPEC_BATCH]
+    assert [(e["partition"], e["attempt"]) for e in slow] == [(0, 0)], slow
+    assert re.search(r"Marking task 0 in stage \S+ \(on \S+\) as speculatable", log), \
+        f"Spark never marked the slow task speculatable:\n{chain.runs[1].tail()}"
+    won = re.search(r"Killing attempt 0 for task 0\.0 in stage \S+ \(TID \d+\) on (\S+) "
+                    r"as the attempt 1 succeeded on (\S+)", log)
+    assert won, f"the speculative copy did not win:\n{chain.runs[1].tail()}"
+    assert won.group(1) != won.group(2)
+    seal = chain.seals_b[SPEC_BATCH]
+    assert {s.partition: s.attempt for s in seal.segments} == {0: 1, 1: 0}, seal.segments
+    # Both attempts of partition 0 staged segments in the WAL for this batch. The loser's file
+    # may even be complete: when Spark kills a task, the sink's Python writer sees an ordinary
+    # end of its input and finishes a segment holding a prefix of the partition. Only the
+    # seal, built from the winning attempts' commit messages, decides what is flushed.
+    seen = chain.segments_seen(SPEC_BATCH)
+    _log(f"batch {SPEC_BATCH}: segments seen (name: rows) {chain.segment_rows(SPEC_BATCH)}")
+    assert [n for n in seen if n.startswith("00000-001-") and n.endswith(".seg")], seen
+    assert [n for n in seen if n.startswith("00000-000-")], seen
+    problems = check_batches(chain, chain.rows_b, chain.seals_b, [SPEC_BATCH])
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,245 @@
+"""The crash tests' Spark query: a file stream written through the ``cassandra_wal`` sink.
+
+Run by ``tests/crash/harness.py`` with the project's interpreter, in its own session (so that
+``CASSANDRA_WAL_CRASH_SCOPE=group`` or the harness can kill the driver, its JVM and every
+Python worker at once)::
+
+    python tests/crash/driver_program.py --keyspace ks --table events \
+        --checkpoint /tmp/cp --input /tmp/in --host 127.0.0.1 --port 9042 --deadline-s 120
+
+It reads the JSON files of ``--input`` one file per micro-batch (``maxFilesPerTrigger=1``),
+writes them with ``format("cassandra_wal")`` and runs until every input file is in a committed
+batch **and** the WAL has nothing pending (every batch's recovery action is "nothing"); then it
+stops the query cleanly and exits 0.
+
+Batch N is file N only in a run that started on an empty checkpoint: the file source records
+file K in its log (``sources/0/K``) *before* the batch that reads it is planned
+(``offsets/N``), so after a crash between the two, the re-planned batch reads every file
+recorded since the previous batch (two files, say). :func:`files_by_batch` reads Spark's own
+record of which files each batch read; the harness uses it too.
+
+Exit codes: 0 done; 3 the query failed; 4 the deadline passed first; 2 bad arguments.
+Progress goes to stdout, one ``[driver]`` line per event, for the harness's log.
+
+Process groups: the program runs in a session of its own (the harness starts it so), and the
+JVM and the commit worker are in its process group. Spark's Python daemon, though, puts itself
+and the executor workers in a group of their own (``os.setpgid(0, 0)`` in
+``pyspark/daemon.py``), so a crash point with ``CASSANDRA_WAL_CRASH_SCOPE=group`` reached in an
+executor's ``write()`` kills the daemon's group only. The harness completes the "driver machine
+died" picture: it kills every process of the run (found by an environment token) the moment the
+crash point has fired. ``--no-daemon`` (``spark.python.use.daemon=false``) makes every worker a
+plain child of the JVM instead, in the driver's group; not the default because such a worker
+must connect back within Spark's fixed 10 s, which a loaded 2-core machine misses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import sys
+import time
+
+from wal import checkpoint as ckpt
+
+EXIT_OK, EXIT_USAGE, EXIT_QUERY_FAILED, EXIT_DEADLINE = 0, 2, 3, 4
+
+SCHEMA_DDL = "id INT, batch_tag INT, payload STRING, amount BIGINT"
+ROWS_PER_ARROW_BATCH = 32     # several chunks per segment: "flush.mid" has rows on both sides
+POLL_S = 0.2
+
+
+def say(msg: str) -> None:
+    print(f"[driver {time.strftime('%H:%M:%S')} pid={os.getpid()}] {msg}", flush=True)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--keyspace", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--input", required=True, help="folder of *.json files, one per batch")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9042)
+    p.add_argument("--deadline-s", type=float, default=180.0)
+    p.add_argument("--trigger-ms", type=int, default=200)
+    p.add_argument("--consistency", default="ONE")
+    p.add_argument("--no-daemon", action="store_true",
+                   help="spark.python.use.daemon=false: workers in the driver's process group")
+    return p.parse_args(argv)
+
+
+def input_files(folder: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(folder, "*.json")))
+
+
+def _read_lines(path: str) -> list[str]:
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+def files_by_batch(checkpoint: str, _cache: dict | None = None) -> dict[int, list[str]]:
+    """Input file names (base names) each planned batch reads, from Spark's checkpoint.
+
+    ``offsets/N`` ends with the file source's offset, ``{"logOffset": K}``: batch N reads the
+    entries of the source log ``sources/0/<k>`` for k after the previous batch's offset up to
+    K. Both are written whole (temp file, rename) and never change, so ``_cache`` may keep
+    them between calls. The source log is never compacted here (the program sets
+    ``spark.sql.streaming.fileSource.log.compactInterval`` high).
+    """
+    cache = _cache if _cache is not None else {}
+    cp = ckpt.local_path(checkpoint)
+
+    def parsed(kind: str, name: str):
+        key = (kind, name)
+        if key not in cache:
+            lines = _read_lines(os.path.join(cp, kind, name))
+            if kind == "offsets":
+                cache[key] = json.loads(lines[-1])["logOffset"]
+            else:
+                cache[key] = [os.path.basename(json.loads(line)["path"])
+                              for line in lines[1:] if line.strip()]
+        return cache[key]
+
+    def listing(kind: str) -> list[int]:
+        try:
+            return sorted(int(n) for n in os.listdir(os.path.join(cp, kind)) if n.isdigit())
+        except FileNotFoundError:
+            return []
+
+    out, previous = {}, -1
+    for batch in listing("offsets"):
+        last = parsed("offsets", str(batch))
+        out[batch] = [name for k in range(previous + 1, last + 1)
+                      for name in parsed(os.path.join("sources", "0"), str(k))]
+        previous = last
+    return out
+
+
+def committed_files(checkpoint: str, _cache: dict | None = None) -> set[str]:
+    """Base names of the input files read by batches Spark has committed (``commits/N``)."""
+    committed = ckpt.committed_batches(checkpoint)
+    by_batch = files_by_batch(checkpoint, _cache)
+    return {name for b in committed for name in by_batch.get(b, [])}
+
+
+def wal_pending(checkpoint: str) -> list[str] | None:
+    """What the WAL still has to do, as "batch:action" strings ([] nothing; None: no WAL yet).
+
+    Read through a RocksDB secondary instance beside the flusher, the live writer."""
+    from sinks.plan import read_pointer
+    from wal import catalog
+    from wal.layout import WalDir
+    from wal.log import WalLog
+
+    root = read_pointer(checkpoint)
+    if root is None or not os.path.isdir(root):
+        return None
+    wal = WalDir(root)
+    log = WalLog.open_reader(wal)
+    try:
+        views = catalog.describe(wal, log, checkpoint, query_running=True)
+    finally:
+        if log is not None:
+            log.close()
+    return [f"{v.batch}:{v.action}" for v in views if v.action != catalog.NOTHING]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    files = input_files(args.input)
+    if not files:
+        say(f"no *.json in {args.input}")
+        return EXIT_USAGE
+    expected = {os.path.basename(f) for f in files}
+    # The sink's own account (discarded, replayed, flushed batches) in the run's log.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stdout,
+                        format="[%(name)s %(asctime)s] %(levelname)s %(message)s")
+    for name in ("sinks", "recovery", "wal"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    crash = os.environ.get("CASSANDRA_WAL_CRASH_AT")
+    say(f"start: {len(files)} input files, checkpoint {args.checkpoint}, "
+        f"crash point {crash or '-'}, pgid {os.getpgrp()}")
+
+    from pyspark.sql import SparkSession
+
+    import sinks
+
+    # Two splits per file (two tasks, two segments per batch), several chunks per segment.
+    split = max(os.path.getsize(f) for f in files) // 2 + 1
+    started = time.monotonic()
+    spark = (SparkSession.builder
+             .master("local[2]")
+             .appName("cassandra-wal-crash-driver")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.python.use.daemon", "false" if args.no_daemon else "true")
+             .config("spark.sql.files.maxPartitionBytes", str(split))
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
+             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+             .config("spark.sql.streaming.fileSource.log.compactInterval", "1000000")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    registry = sinks.register(spark)
+    say(f"spark up in {time.monotonic() - started:.1f}s")
+
+    stream = (spark.readStream.schema(SCHEMA_DDL)
+              .option("maxFilesPerTrigger", 1)
+              .json(args.input))
+    query = (stream.writeStream.format("cassandra_wal")
+             .option("keyspace", args.keyspace)
+             .option("table", args.table)
+             .option("checkpointLocation", args.checkpoint)
+             .option("spark.cassandra.connection.host", args.host)
+             .option("spark.cassandra.connection.port", str(args.port))
+             .option("spark.cassandra.output.consistency.level", args.consistency)
+             .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+             .start())
+    say(f"query started (id {query.id}); recovery ran in onQueryStarted")
+
+    deadline = started + args.deadline_s
+    last_said = None
+    code = EXIT_DEADLINE
+    cache: dict = {}
+    while time.monotonic() < deadline:
+        if not query.isActive:
+            say(f"query terminated: {query.exception()}")
+            code = EXIT_QUERY_FAILED
+            break
+        done = committed_files(args.checkpoint, cache) & expected
+        pending = wal_pending(args.checkpoint) if done == expected else ["?"]
+        flushers = list(registry.flushers.values())
+        errors = [repr(f.last_error) for f in flushers if f.last_error is not None]
+        batches = len(ckpt.committed_batches(args.checkpoint))
+        state = (len(done), batches, tuple(pending or ()), tuple(errors))
+        if state != last_said:
+            say(f"committed {batches} batches, {len(done)}/{len(expected)} files; "
+                f"WAL pending {pending}, flusher errors {errors}")
+            last_said = state
+        if done == expected and pending == []:
+            code = EXIT_OK
+            break
+        time.sleep(POLL_S)
+    else:
+        say(f"deadline of {args.deadline_s}s passed")
+
+    if code == EXIT_OK:
+        query.stop()
+        # onQueryTerminated (listener bus) drains and closes the flusher: let it finish.
+        until = time.monotonic() + 30
+        while registry.flushers and time.monotonic() < until:
+            time.sleep(0.1)
+        say(f"done in {time.monotonic() - started:.1f}s; flushers left {list(registry.flushers)}")
+    spark.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

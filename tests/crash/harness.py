@@ -1,0 +1,538 @@
+"""Run the crash driver program, kill it, restart it, and check every promise of the sink.
+
+One :class:`CrashHarness` per test: its own input files, table and checkpoint. A test calls
+:meth:`CrashHarness.crash_at` (a named crash point) and/or :meth:`CrashHarness.kill_randomly`
+(SIGKILL from outside at a seeded instant) any number of times, then
+:meth:`CrashHarness.finish` (a clean run to the end) and :meth:`CrashHarness.check`.
+
+What is checked (``check`` raises one AssertionError listing every problem found):
+
+* **No early visibility** (invariant 1): a sampler thread reads the table, *then* lists
+  ``<checkpoint>/commits``, over and over while the program runs. A row visible in the read
+  whose batch has no commits file in the listing that followed was visible before its batch
+  was committed (commits files are only ever added, so the check is sound).
+* **Values**: every visible row, at any sample and at the end, equals the row computed
+  independently from the input files. At the end every expected id is there (nothing lost;
+  the primary key makes "exactly once" a question of presence and values).
+* **Identical replays** (invariant 7): the write time of each row (of every written column)
+  at the end equals the first one the sampler saw: a replay rewrote the same cells, never new
+  ones. Within a batch the write times are distinct, they are exactly
+  ``seal.base_ts_us + 0 .. rows-1`` of the batch's final seal, and they strictly increase
+  from batch to batch.
+* **Nothing pending**: the WAL's catalog says "nothing" for every batch, ``blocked.json`` is
+  absent and no staged segment is left behind.
+* **No survivors**: after every crash, no process of the killed run is left (the driver, its
+  JVM, Spark's Python daemon and workers, the commit worker), found by an environment token
+  every descendant inherits.
+
+Which input file went into which batch is read from Spark's own checkpoint (``offsets/N`` and
+the file source's log, see ``driver_program.files_by_batch``): batch N is file N in a first
+run, but a batch re-planned after a crash may read two files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from wal import catalog
+from wal import checkpoint as ckpt
+from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.seal import read_seal
+
+from .driver_program import committed_files, files_by_batch
+
+DRIVER = Path(__file__).resolve().with_name("driver_program.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOKEN_ENV = "CASSANDRA_WAL_CRASH_RUN"          # marks every process of one driver run
+BLOCKED_FILE = "blocked.json"
+TABLE_DDL = ("CREATE TABLE {ks}.{table} (id int PRIMARY KEY, batch_tag int, payload text, "
+             "amount bigint)")
+WRITTEN_COLUMNS = ("batch_tag", "payload", "amount")
+
+
+def _log(msg: str) -> None:
+    print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- processes ---------------------------------------------------------------------------------
+def processes_with_token(token: str) -> list[int]:
+    """Live (not zombie) processes whose environment carries ``TOKEN_ENV=token``."""
+    needle = f"{TOKEN_ENV}={token}".encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+            if needle not in env:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if state != b"Z":
+            found.append(int(name))
+    return found
+
+
+def kill_run(token: str, pgid: int | None, timeout_s: float = 20.0) -> list[int]:
+    """SIGKILL the driver's process group and every process carrying the run's token; wait
+    until none is left. Returns the pids that had to be killed besides the group."""
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    leftovers: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = processes_with_token(token)
+        if not alive:
+            return leftovers
+        for pid in alive:
+            if pid not in leftovers:
+                leftovers.append(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes of run {token} survive SIGKILL: {alive}")
+        time.sleep(0.05)
+
+
+def _java_home() -> dict:
+    """JAVA_HOME of a JDK 17, found the way scripts/cassandra_node.py finds one ({} if none)."""
+    try:
+        module = sys.modules.get("cassandra_node")
+        if module is None:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location(
+                "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        return {"JAVA_HOME": str(module.find_java_home())}
+    except Exception:  # noqa: BLE001 - pyspark then finds `java` on the PATH itself
+        return {}
+
+
+# -- expected data -----------------------------------------------------------------------------
+def file_name(tag: int) -> str:
+    return f"part-{tag:05d}.json"
+
+
+def file_tag(name: str) -> int:
+    return int(name[len("part-"):-len(".json")])
+
+
+def expected_row(row_id: int, batch: int) -> dict:
+    return {"id": row_id, "batch_tag": batch,
+            "payload": f"row {row_id} of batch {batch} " + "x" * (row_id % 23),
+            "amount": row_id * 1_000_003 - 7}
+
+
+@dataclass
+class Phase:
+    """One run of the driver program."""
+
+    name: str
+    env: dict
+    log_path: Path
+    returncode: int | None = None
+    fired: bool = False            # the crash point / the external kill happened
+    killed_extra: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+
+class Sampler(threading.Thread):
+    """Reads the table, then lists commits/, until stopped; records every violation seen."""
+
+    def __init__(self, harness: "CrashHarness", interval_s: float = 0.1):
+        super().__init__(name="crash-sampler", daemon=True)
+        self.h, self.interval_s = harness, interval_s
+        self.stop_event = threading.Event()
+        self.first_seen: dict[int, tuple] = {}    # id -> (writetimes, batch_tag, sample no.)
+        self.violations: list[str] = []
+        self.violation_count = 0
+        self.samples = 0
+        self.nonempty_samples = 0
+        self.errors: list[str] = []
+        self._cache: dict = {}
+        from cassandra.query import SimpleStatement
+
+        cols = ", ".join(f"writetime({c})" for c in WRITTEN_COLUMNS[1:])
+        self.statement = SimpleStatement(
+            f"SELECT id, batch_tag, payload, amount, {cols} FROM {harness.keyspace}.{harness.table}",
+            fetch_size=10_000)
+
+    def _violation(self, text: str) -> None:
+        self.violation_count += 1
+        if len(self.violations) < 30:
+            self.violations.append(text)
+
+    def sample_once(self) -> None:
+        rows = list(self.h.cql.execute(self.statement, timeout=30))
+        # After the read, so sound: commits/ only grows, and a row's file is in a committed
+        # batch now if it was when the row was read.
+        committed = {file_tag(n) for n in committed_files(self.h.checkpoint, self._cache)}
+        self.samples += 1
+        if rows:
+            self.nonempty_samples += 1
+        for r in rows:
+            row_id, tag, payload, amount, *wts = r
+            wts = tuple(wts)
+            want = self.h.expected.get(row_id)
+            if want is None or (tag, payload, amount) != (want["batch_tag"], want["payload"],
+                                                          want["amount"]):
+                self._violation(f"sample {self.samples}: row {row_id} = {(tag, payload, amount)}, "
+                                f"expected {want}")
+                continue
+            if tag not in committed:
+                self._violation(f"sample {self.samples}: row {row_id} of input file {tag} "
+                                f"visible while only the batches of files {sorted(committed)} "
+                                f"are committed")
+            if len(set(wts)) != 1:
+                self._violation(f"sample {self.samples}: row {row_id} columns have different "
+                                f"write times {wts}")
+            first = self.first_seen.setdefault(row_id, (wts, tag, self.samples))
+            if first[0] != wts:
+                self._violation(f"sample {self.samples}: row {row_id} (batch {tag}) write time "
+                                f"changed from {first[0]} (sample {first[2]}) to {wts}")
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.sample_once()
+            except Exception as exc:  # noqa: BLE001 - a slow read is no violation; counted
+                if len(self.errors) < 10:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+            self.stop_event.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=60)
+
+
+class CrashHarness:
+    def __init__(self, cql, host: str, port: int, keyspace: str, workdir: Path,
+                 files: int = 8, rows_per_file: int = 200, table: str = "events",
+                 run_deadline_s: float = 600.0):
+        self.cql, self.host, self.port = cql, host, port
+        self.keyspace, self.table = keyspace, table
+        self.workdir = Path(workdir)
+        self.input = self.workdir / "input"
+        self.checkpoint = str(self.workdir / "checkpoint")
+        self.files, self.rows_per_file = files, rows_per_file
+        self.run_deadline_s = run_deadline_s
+        self.expected: dict[int, dict] = {}
+        self.phases: list[Phase] = []
+        self.sampler: Sampler | None = None
+        self.started = time.monotonic()
+
+    # -- set-up ------------------------------------------------------------------------------
+    def prepare(self) -> "CrashHarness":
+        self.input.mkdir(parents=True)
+        now = time.time() - 3600
+        for batch in range(self.files):
+            path = self.input / file_name(batch)
+            with open(path, "w") as f:
+                for i in range(self.rows_per_file):
+                    row = expected_row(batch * self.rows_per_file + i, batch)
+                    self.expected[row["id"]] = row
+                    f.write(json.dumps(row) + "\n")
+            os.utime(path, (now + 10 * batch, now + 10 * batch))   # read in this order
+        self.cql.execute(TABLE_DDL.format(ks=self.keyspace, table=self.table))
+        self.sampler = Sampler(self)
+        self.sampler.start()
+        return self
+
+    def close(self) -> None:
+        if self.sampler is not None and self.sampler.is_alive():
+            self.sampler.stop()
+
+    def __enter__(self) -> "CrashHarness":
+        return self.prepare()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- runs --------------------------------------------------------------------------------
+    def _python(self) -> str:
+        venv = REPO_ROOT / ".venv" / "bin" / "python"
+        return str(venv) if venv.exists() else sys.executable
+
+    def _launch(self, name: str, crash_env: dict) -> tuple[Phase, subprocess.Popen, str]:
+        token = uuid.uuid4().hex
+        env = {k: v for k, v in os.environ.items()
+               if k not in (ENV_POINT, ENV_SCOPE, ENV_ONCE, TOKEN_ENV)}
+        env.update(crash_env)
+        env[TOKEN_ENV] = token
+        env["PYTHONUNBUFFERED"] = "1"
+        if not env.get("JAVA_HOME"):
+            env.update(_java_home())
+        index = len(self.phases)
+        phase = Phase(name, dict(crash_env), self.workdir / f"run-{index}-{name.replace('@', '_')}.log")
+        self.phases.append(phase)
+        cmd = [self._python(), str(DRIVER), "--keyspace", self.keyspace, "--table", self.table,
+               "--checkpoint", self.checkpoint, "--input", str(self.input),
+               "--host", self.host, "--port", str(self.port),
+               "--deadline-s", str(self.run_deadline_s)]
+        _log(f"run {index}: {name}")
+        with open(phase.log_path, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT),
+                                    start_new_session=True)
+        return phase, proc, token
+
+    def _reap(self, phase: Phase, proc: subprocess.Popen, token: str, started: float) -> None:
+        """The machine is down: kill the whole run, reap the driver, prove nothing survives."""
+        phase.killed_extra = kill_run(token, proc.pid)
+        phase.returncode = proc.wait(timeout=30)
+        phase.seconds = time.monotonic() - started
+        left = processes_with_token(token)
+        assert not left, f"{phase.name}: processes survived the crash: {left}"
+        _log(f"run {phase.name}: down after {phase.seconds:.1f}s (rc {phase.returncode}, "
+             f"also killed {len(phase.killed_extra)} processes)")
+
+    def crash_at(self, point: str) -> Phase:
+        """Run until the named crash point fires (``point`` or ``point@n``), then make sure the
+        whole run is dead. Fails if the program ends without reaching the point."""
+        once = self.workdir / f"once-{len(self.phases)}"
+        phase, proc, token = self._launch(point, {ENV_POINT: point, ENV_SCOPE: "group",
+                                                  ENV_ONCE: str(once)})
+        started = time.monotonic()
+        deadline = started + self.run_deadline_s + 30
+        while True:
+            if once.exists():          # fired: whatever the point's group missed dies now
+                phase.fired = True
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        self._reap(phase, proc, token, started)
+        phase.fired = phase.fired or once.exists()
+        assert phase.fired, (f"crash point {point} was never reached (driver exit code "
+                             f"{phase.returncode}):\n{phase.tail()}")
+        return phase
+
+    def kill_randomly(self, rng: random.Random, seed_note: str = "") -> Phase:
+        """SIGKILL the run's process group from outside at a random instant: after the k-th
+        commits file (k drawn from 1 .. files-3) plus up to one second, or, for k = 0, up to
+        8 s after Spark is up (recovery, the first batch's staging and commit)."""
+        k = rng.randrange(0, max(1, self.files - 2))
+        delay = rng.uniform(0.0, 8.0 if k == 0 else 1.0)
+        name = f"kill-after-commit{k}+{delay:.2f}s" if k else f"kill-after-spark-up+{delay:.2f}s"
+        phase, proc, token = self._launch(name, {})
+        started = time.monotonic()
+        deadline = started + self.run_deadline_s + 30
+        anchor_at = None
+        while proc.poll() is None and time.monotonic() < deadline:
+            if anchor_at is None:
+                if k == 0:
+                    reached = "spark up" in phase.log_path.read_text(errors="replace")
+                else:
+                    reached = len(ckpt.committed_batches(self.checkpoint)) >= k
+                if reached:
+                    anchor_at = time.monotonic()
+            elif time.monotonic() >= anchor_at + delay:
+                phase.fired = True
+                break
+            time.sleep(0.01)
+        self._reap(phase, proc, token, started)
+        assert phase.fired, (f"{seed_note}: the run ended (exit code {phase.returncode}) before "
+                             f"the kill instant {name}:\n{phase.tail()}")
+        return phase
+
+    def finish(self) -> Phase:
+        """A clean run (no crash point) on the same checkpoint, to the end."""
+        phase, proc, token = self._launch("finish", {})
+        started = time.monotonic()
+        try:
+            phase.returncode = proc.wait(timeout=self.run_deadline_s + 60)
+        except subprocess.TimeoutExpired:
+            phase.returncode = None
+        phase.seconds = time.monotonic() - started
+        # A clean exit leaves the JVM and workers to wind down on their own; give them time.
+        until = time.monotonic() + 15
+        while processes_with_token(token) and time.monotonic() < until:
+            time.sleep(0.1)
+        phase.killed_extra = kill_run(token, None)
+        _log(f"run finish: rc {phase.returncode} after {phase.seconds:.1f}s")
+        return phase
+
+    # -- checks ------------------------------------------------------------------------------
+    def final_rows(self) -> dict[int, tuple]:
+        from cassandra.query import SimpleStatement
+
+        cols = ", ".join(f"writetime({c})" for c in WRITTEN_COLUMNS[1:])
+        stmt = SimpleStatement(f"SELECT id, batch_tag, payload, amount, {cols} "
+                               f"FROM {self.keyspace}.{self.table}", fetch_size=10_000)
+        return {r[0]: tuple(r[1:]) for r in self.cql.execute(stmt, timeout=60)}
+
+    def wal_dir(self) -> WalDir | None:
+        from sinks.plan import read_pointer
+
+        root = read_pointer(self.checkpoint)
+        return WalDir(root) if root else None
+
+    def check(self, context: str = "") -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        problems: list[str] = []
+        finish = self.phases[-1] if self.phases else None
+        if finish is None or finish.name != "finish" or finish.returncode != 0:
+            problems.append(f"the final clean run did not end well (exit code "
+                            f"{finish.returncode if finish else None}):\n"
+                            f"{finish.tail() if finish else ''}")
+        batch_of, mapping_problems = self._check_batch_mapping()
+        problems += mapping_problems
+        problems += self._check_sampler()
+        rows = self.final_rows()
+        problems += self._check_rows(rows)
+        problems += self._check_writetimes(rows, batch_of)
+        problems += self._check_wal()
+        runs = ", ".join(f"{p.name} ({p.seconds:.0f}s, rc {p.returncode})" for p in self.phases)
+        _log(f"{context}: runs {runs}; sampler {self.sampler.samples if self.sampler else 0} "
+             f"samples; total {time.monotonic() - self.started:.0f}s")
+        assert not problems, (f"{context}: {len(problems)} problem(s) after runs [{runs}] "
+                              f"(logs in {self.workdir}):\n- " + "\n- ".join(problems))
+
+    def _check_batch_mapping(self) -> tuple[dict[int, int], list[str]]:
+        """Input file tag -> Spark batch id, and what is wrong with Spark's record of it."""
+        out = []
+        by_batch = files_by_batch(self.checkpoint)
+        committed = set(ckpt.committed_batches(self.checkpoint))
+        batch_of: dict[int, int] = {}
+        for batch, names in sorted(by_batch.items()):
+            if batch not in committed:
+                out.append(f"batch {batch} (files {names}) planned but never committed")
+            if not names:
+                out.append(f"harness: batch {batch} read no input file")
+            for name in names:
+                if file_tag(name) in batch_of:
+                    out.append(f"file {name} read by batches {batch_of[file_tag(name)]} and "
+                               f"{batch}")
+                batch_of[file_tag(name)] = batch
+        unread = sorted(set(range(self.files)) - set(batch_of))
+        if unread:
+            out.append(f"input files never read by a batch: {unread}")
+        return batch_of, out
+
+    def _check_sampler(self) -> list[str]:
+        s = self.sampler
+        if s is None:
+            return ["harness: no sampler"]
+        out = [f"early/incorrect visibility: {v}" for v in s.violations]
+        if s.violation_count > len(s.violations):
+            out.append(f"... {s.violation_count - len(s.violations)} more sampler violations")
+        if s.nonempty_samples == 0:
+            out.append(f"harness: the sampler never saw a row ({s.samples} samples, errors "
+                       f"{s.errors}): visibility was not checked")
+        return out
+
+    def _check_rows(self, rows: dict[int, tuple]) -> list[str]:
+        out = []
+        missing = sorted(set(self.expected) - set(rows))
+        extra = sorted(set(rows) - set(self.expected))
+        if missing:
+            by_batch: dict[int, int] = {}
+            for i in missing:
+                by_batch[self.expected[i]["batch_tag"]] = by_batch.get(
+                    self.expected[i]["batch_tag"], 0) + 1
+            out.append(f"lost rows: {len(missing)} missing, by batch {by_batch}")
+        if extra:
+            out.append(f"unexpected ids in the table: {extra[:20]}")
+        wrong = [i for i, r in rows.items() if i in self.expected and r[:3] != (
+            self.expected[i]["batch_tag"], self.expected[i]["payload"], self.expected[i]["amount"])]
+        if wrong:
+            out.append(f"rows with wrong values: {wrong[:20]}")
+        return out
+
+    def _check_writetimes(self, rows: dict[int, tuple], batch_of: dict[int, int]) -> list[str]:
+        """Write times per Spark batch: the seal's ``base_ts_us + 0 .. rows-1``, increasing."""
+        out = []
+        changed = []
+        per_batch: dict[int, list[int]] = {}
+        for row_id, r in rows.items():
+            wts = tuple(r[3:])
+            if len(set(wts)) != 1:
+                out.append(f"row {row_id}: columns have different write times {wts}")
+            first = self.sampler.first_seen.get(row_id) if self.sampler else None
+            if first is not None and first[0] != wts:
+                changed.append((row_id, first[0][0], wts[0]))
+            if r[0] in batch_of:       # else: reported by the mapping check
+                per_batch.setdefault(batch_of[r[0]], []).append(wts[0])
+        if changed:
+            out.append(f"{len(changed)} rows rewritten with a new write time (id, first seen, "
+                       f"final): {changed[:10]}")
+        wal = self.wal_dir()
+        previous_max = None
+        for batch in sorted(per_batch):
+            stamps = sorted(per_batch[batch])
+            if len(set(stamps)) != len(stamps):
+                out.append(f"batch {batch}: {len(stamps) - len(set(stamps))} write times repeat")
+            if previous_max is not None and stamps[0] <= previous_max:
+                out.append(f"batch {batch}: write times do not increase across batches "
+                           f"({stamps[0]} <= previous batch's {previous_max})")
+            previous_max = stamps[-1]
+            seal = read_seal(wal, batch) if wal else None
+            if seal is None:
+                out.append(f"batch {batch}: no seal file left to compare write times with")
+            elif stamps != list(range(seal.base_ts_us, seal.base_ts_us + seal.rows)):
+                out.append(f"batch {batch}: write times {stamps[0]}..{stamps[-1]} "
+                           f"({len(stamps)} rows) are not the seal's base_ts_us "
+                           f"{seal.base_ts_us} + 0..{seal.rows - 1}")
+        return out
+
+    def _check_wal(self) -> list[str]:
+        wal = self.wal_dir()
+        if wal is None:
+            return ["the checkpoint names no WAL (cassandra_wal_sink.json)"]
+        out = []
+        if os.path.exists(os.path.join(wal.root, BLOCKED_FILE)):
+            with open(os.path.join(wal.root, BLOCKED_FILE)) as f:
+                out.append(f"the WAL is blocked: {f.read()}")
+        log = WalLog.open_reader(wal)
+        try:
+            views = catalog.describe(wal, log, self.checkpoint, query_running=False)
+        finally:
+            if log is not None:
+                log.close()
+        pending = [f"batch {v.batch}: {v.state}, action {v.action} {v.detail}".strip()
+                   for v in views if v.action != catalog.NOTHING]
+        if pending:
+            out.append(f"the WAL still has work: {pending}")
+        leftovers = wal.staged_batch_ids()
+        if leftovers:
+            out.append(f"staged segments left behind for batches {leftovers}")
+        return out
+
+
+@pytest.fixture
+def crash_harness(cql, cassandra_node, keyspace, tmp_path):
+    """A prepared harness: input files, a fresh table in the test's keyspace, a sampler."""
+    with CrashHarness(cql, cassandra_node.host, cassandra_node.port, keyspace,
+                      tmp_path / "crash") as harness:
+        yield harness
