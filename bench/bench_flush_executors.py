@@ -23,7 +23,12 @@ Two measurements:
    :class:`recovery.replay.Replayer` and :class:`recovery.upsert.Upserter`: ingest timed
    separately, then the upserts (wall and CPU seconds of this process, driver threads
    included), then a second, profiled pass (cProfile) from a pristine copy of the WAL, reduced
-   to the share of the flush spent in each step.
+   to the share of the flush spent in each step. One more plain pass with 128 requests in
+   flight (``spark.cassandra.output.concurrent.writes``, default 32).
+
+3. **The Python driver alone**: the same rows (50,000) inserted with
+   ``execute_concurrent_with_args`` and no WAL, at 32 and 128 in flight: the ceiling of any
+   flusher written with this driver, on this machine and node.
 
 Needs a Cassandra node (``--host``/``--port``, or ``CASSANDRA_HOST``/``CASSANDRA_PORT``) and
 Java 17. Usage::
@@ -47,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +63,7 @@ for p in (str(ROOT), str(ROOT / "bench")):
 RESULTS = ROOT / "bench" / "results" / "flush_executors.json"
 KEYSPACE = "bench_flush"
 TASKS = 4
+WIDE = 128          # a second flusher run with this many requests in flight
 WARMUP_ROWS = 2_000
 TABLE_DDL = ("CREATE TABLE IF NOT EXISTS {ks}.{table} (id bigint PRIMARY KEY, account bigint, "
              "event_ts timestamp, amount double, name text, session text, url text, "
@@ -251,9 +258,13 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
         shutil.rmtree(wal.root)
         shutil.copytree(pristine, wal.root)
 
-    def flush(profile: cProfile.Profile | None = None) -> dict:
+    def flush(profile: cProfile.Profile | None = None, concurrency: int | None = None) -> dict:
         log = WalLog.open_writer(wal)
-        output = CassandraOutput(load_target(wal), wal.root)
+        target = load_target(wal)
+        if concurrency is not None:
+            write = replace(target.config.write, concurrent_writes=concurrency)
+            target = replace(target, config=replace(target.config, write=write))
+        output = CassandraOutput(target, wal.root)
         try:
             seal = read_seal(wal, 1)
             upserter = output.upserter()    # connect and prepare outside the timings
@@ -277,6 +288,8 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
     fresh()
     plain = flush()
     fresh()
+    wide = flush(concurrency=WIDE)
+    fresh()
     prof = cProfile.Profile()
     profiled = flush(prof)
     stats = pstats.Stats(prof)
@@ -293,7 +306,36 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
             "upsert_cpu_s": round(plain["upsert_cpu_s"], 2),
             "upsert_cpu_per_wall": round(plain["upsert_cpu_s"] / plain["upsert_s"], 2),
             "flush_rows_per_s": round(rows / (plain["ingest_s"] + plain["upsert_s"])),
+            "concurrent_writes": load_target(wal).config.write.concurrent_writes,
+            f"upsert_rows_per_s_concurrency_{WIDE}": round(rows / wide["upsert_s"]),
+            f"upsert_cpu_per_wall_concurrency_{WIDE}": round(wide["upsert_cpu_s"] / wide["upsert_s"], 2),
             "profiled_total_s": round(total, 2), "profile_shares": shares}
+
+
+def raw_driver(data: Path, host: str, port: int, rows: int) -> dict:
+    """The same rows through the Python driver alone (prepared INSERT ... USING TIMESTAMP,
+    ``execute_concurrent_with_args``), no WAL: the ceiling of any Python flusher here."""
+    import pyarrow.parquet as pq
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    from bench_staging import python_rows
+
+    table = pq.read_table(data / "big.parquet").slice(0, rows)
+    params = [r + (1_800_000_000_000_000 + i,) for i, r in enumerate(python_rows(table))]
+    cluster, session = connect(host, port)
+    prepare_table(session, "raw")
+    cols = ", ".join(table.column_names)
+    stmt = session.prepare(f"INSERT INTO {KEYSPACE}.raw ({cols}) VALUES "
+                           f"({', '.join('?' * len(table.column_names))}) USING TIMESTAMP ?")
+    out = {"rows": rows}
+    for concurrency in (32, WIDE):
+        w0, c0 = time.perf_counter(), time.process_time()
+        execute_concurrent_with_args(session, stmt, params, concurrency=concurrency)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        out[f"concurrency_{concurrency}"] = {"rows_per_s": round(rows / wall),
+                                             "cpu_per_wall": round(cpu / wall, 2)}
+    cluster.shutdown()
+    return out
 
 
 # -- parent ---------------------------------------------------------------------------------------
@@ -348,6 +390,14 @@ def markdown(result: dict) -> str:
                   "", "| step (cProfile, cumulative) | share of the flush |", "|---|---|"]
         for label, share in off["profile_shares"].items():
             lines.append(f"| {label} | {share:.0%} |")
+        lines += ["", f"With {WIDE} requests in flight instead of {off['concurrent_writes']}: "
+                  f"{off[f'upsert_rows_per_s_concurrency_{WIDE}']:,} rows/s."]
+    raw = result.get("driver_alone")
+    if raw:
+        lines += ["", f"The Python driver alone ({raw['rows']:,} rows, no WAL): "
+                  + ", ".join(f"{k.replace('_', ' ')}: {v['rows_per_s']:,} rows/s "
+                              f"(CPU/wall {v['cpu_per_wall']})"
+                              for k, v in raw.items() if k.startswith("concurrency"))]
     return "\n".join(lines)
 
 
@@ -401,6 +451,9 @@ def main(argv=None) -> int:
             prep = children[max(executors)]["prepared"]
             result["flusher_offline"] = offline_flush(prep, args.host, args.port, workdir)
             say(f"flusher alone: {result['flusher_offline']}")
+            result["driver_alone"] = raw_driver(workdir / "data", args.host, args.port,
+                                                min(args.rows, 50_000))
+            say(f"driver alone: {result['driver_alone']}")
         result["loadavg_at_end"] = list(os.getloadavg())
         result["seconds"] = round(time.time() - started, 1)
     finally:

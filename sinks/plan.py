@@ -219,6 +219,37 @@ def wait_for_room(plan: WritePlan, sleep=time.sleep, clock=time.monotonic) -> No
         size = tree_size(plan.wal.segments)
 
 
+def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
+                           wait_s: float = 5.0, sleep=time.sleep) -> None:
+    """Every segment about to be sealed is here, on the driver host, at the size its task
+    reported. Tasks stage on executors; if the WAL path is not one filesystem that every
+    executor and the driver share, a segment is on some executor's local disk and nothing
+    could replay it: fail the commit (before Spark writes ``commits/N``, so Spark re-runs the
+    batch) instead of sealing data the flusher cannot reach."""
+    def absent() -> list[str]:
+        out = []
+        for ref in refs:
+            try:
+                size = os.path.getsize(wal.segment_path(ref.name))
+            except FileNotFoundError:
+                size = None
+            if size != ref.bytes:
+                out.append(ref.name)
+        return out
+
+    missing = absent()
+    deadline = time.monotonic() + wait_s
+    while missing and time.monotonic() < deadline:   # a shared filesystem's caches catching up
+        sleep(0.2)
+        missing = absent()
+    if missing:
+        raise SinkError(
+            f"batch {batch_id}: {len(missing)} of {len(refs)} staged segments are not visible "
+            f"in {wal.segments} on the driver host (e.g. {missing[0]}): the WAL path must be a "
+            f"filesystem that every executor and the driver share, mounted at the same path "
+            f"(see 'Deployment beyond one machine' in docs/user-guide.md)")
+
+
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
                  commit_point: str = COMMIT_POINT_CHECKPOINT) -> Seal:
     """Seal the batch: the winning segments and the write timestamps, durably, before return."""
@@ -226,6 +257,7 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
     refs = [SegmentRef.from_dict(m.segment) for m in messages if m.segment]
     query_id = next((m.query_id for m in messages if m.query_id), "")
     check_not_blocked(plan.wal)
+    check_segments_visible(plan.wal, refs, batch_id)
     wait_for_room(plan)
     crash_point("commit.before_seal")
     seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point)

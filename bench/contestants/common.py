@@ -117,10 +117,10 @@ class RssMonitor:
     def _kind(self, pid: int) -> str:
         kind = self._kinds.get(pid)
         if kind is None:
-            cmd = _cmdline(pid)
-            kind = "jvm" if ("java" in cmd.split(" ")[0] or "/java" in cmd) else \
-                   "python" if "python" in cmd else "other"
-            self._kinds[pid] = kind
+            exe = os.path.basename(_cmdline(pid).split(" ")[0])
+            kind = "jvm" if exe == "java" else "python" if exe.startswith("python") else "other"
+            if kind != "other":   # a launcher script may still exec into java: look again
+                self._kinds[pid] = kind
         return kind
 
     def sample(self) -> None:

@@ -509,3 +509,29 @@ def test_speculative_execution(run_b):
     assert [n for n in seen if n.startswith("00000-000-")], seen
     problems = check_batches(chain, chain.rows_b, chain.seals_b, [SPEC_BATCH])
     assert not problems, "\n".join(problems)
+
+
+def test_commit_refuses_segments_the_driver_cannot_see(tmp_path):
+    """The commit runs on the driver host and seals only segments it sees there, complete:
+    with a WAL path that is not shared, a segment sits on an executor's local disk where no
+    flush or recovery could ever read it, so the batch fails before Spark commits it (and is
+    re-run) instead of being sealed. Needs neither Spark nor Cassandra."""
+    from dataclasses import replace
+
+    import pyarrow as pa
+
+    from sinks.errors import SinkError
+    from sinks.plan import check_segments_visible
+    from wal.segment import SegmentWriter
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    writer = SegmentWriter(wal, 7, 0, 0, {"columns": ["id"]})
+    writer.append(pa.record_batch({"id": pa.array([1, 2, 3], pa.int32())}))
+    here = writer.finish()
+    check_segments_visible(wal, [here], 7)
+    on_another_host = replace(here, name=here.name.replace("/00000-000-", "/00001-000-"),
+                              partition=1)
+    with pytest.raises(SinkError, match=r"batch 7: 1 of 2 staged segments are not visible"):
+        check_segments_visible(wal, [here, on_another_host], 7, wait_s=0.3)
+    with pytest.raises(SinkError, match="not visible"):
+        check_segments_visible(wal, [replace(here, bytes=here.bytes + 10)], 7, wait_s=0.3)
