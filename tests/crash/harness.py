@@ -339,9 +339,12 @@ class CrashHarness:
 
     def kill_randomly(self, rng: random.Random, seed_note: str = "") -> Phase:
         """SIGKILL the run's process group from outside at a random instant: after the k-th
-        commits file (k drawn from 1 .. files-3) plus up to one second, or, for k = 0, up to
-        8 s after Spark is up (recovery, the first batch's staging and commit)."""
-        k = rng.randrange(0, max(1, self.files - 2))
+        batch this run commits plus up to one second (k drawn so that at least two batches
+        are left), or, for k = 0, up to 8 s after Spark is up (recovery at query start, the
+        first batch's staging and commit)."""
+        base = len(ckpt.committed_batches(self.checkpoint))
+        remaining = self.files - len(committed_files(self.checkpoint))
+        k = rng.randrange(0, max(1, remaining - 2))
         delay = rng.uniform(0.0, 8.0 if k == 0 else 1.0)
         name = f"kill-after-commit{k}+{delay:.2f}s" if k else f"kill-after-spark-up+{delay:.2f}s"
         phase, proc, token = self._launch(name, {})
@@ -353,7 +356,7 @@ class CrashHarness:
                 if k == 0:
                     reached = "spark up" in phase.log_path.read_text(errors="replace")
                 else:
-                    reached = len(ckpt.committed_batches(self.checkpoint)) >= k
+                    reached = len(ckpt.committed_batches(self.checkpoint)) >= base + k
                 if reached:
                     anchor_at = time.monotonic()
             elif time.monotonic() >= anchor_at + delay:

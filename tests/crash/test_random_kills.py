@@ -1,7 +1,7 @@
 """``kill -9`` of the whole driver machine from outside, at a seeded random instant.
 
-The instant is drawn with ``random.Random(seed)``: after the k-th ``commits`` file plus up to
-a second, or for k = 0 up to 8 s after Spark is up (recovery, the first batch). With
+The instant is drawn with ``random.Random(seed)``: after the k-th batch the run commits plus
+up to a second, or for k = 0 up to 8 s after Spark is up (recovery, the first batch). With
 ``--full-matrix`` a third of the seeds kill a second time, on the restarted run, before the
 clean run that finishes. Every failure message names the seed: rerun one with
 ``pytest tests/crash/test_random_kills.py --seeds N -k seedS``.
