@@ -140,10 +140,17 @@ def file_tag(name: str) -> int:
     return int(name[len("part-"):-len(".json")])
 
 
-def expected_row(row_id: int, batch: int) -> dict:
-    return {"id": row_id, "batch_tag": batch,
-            "payload": f"row {row_id} of batch {batch} " + "x" * (row_id % 23),
-            "amount": row_id * 1_000_003 - 7}
+FIRST_ID = 100_000
+
+
+def expected_row(row_id: int, tag: int) -> dict:
+    """Row ``row_id`` of input file ``tag``. Every JSON line has the same length (for ids of
+    6 digits and fewer than 10 files), so each file splits into 101 + 99 rows, i.e. 4 + 4
+    chunks of at most 32 rows: every batch is 8 chunks and ``flush.mid@n`` is exact."""
+    return {"id": row_id, "batch_tag": tag,
+            "payload": f"row {row_id:06d} of file {tag:03d} "
+                       + "abcdefghijklmnopqrstuvw"[row_id % 23] * 16,
+            "amount": 10**12 + row_id * 1_000_003}
 
 
 @dataclass
@@ -259,7 +266,7 @@ class CrashHarness:
             path = self.input / file_name(batch)
             with open(path, "w") as f:
                 for i in range(self.rows_per_file):
-                    row = expected_row(batch * self.rows_per_file + i, batch)
+                    row = expected_row(FIRST_ID + batch * self.rows_per_file + i, batch)
                     self.expected[row["id"]] = row
                     f.write(json.dumps(row) + "\n")
             os.utime(path, (now + 10 * batch, now + 10 * batch))   # read in this order

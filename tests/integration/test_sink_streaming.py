@@ -63,8 +63,11 @@ def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keys
     expected = _expected_events(files)
     assert len(actual) == len(expected) == 20
     assert_rows_equal(actual, expected, "events")
-    # Each micro-batch holds exactly one input file's rows (the log keeps flushed rows).
-    by_batch = log_rows_by_batch(stream_wal(cp), ["id", "tag"])
+    # Each micro-batch holds exactly one input file's rows (the log keeps flushed rows). The
+    # driver's flusher closes the log on onQueryTerminated, which Spark delivers asynchronously
+    # after stop(): read it once the reader sees all four batches (or fail after the timeout).
+    by_batch = wait_for(lambda: (lambda b: b if sorted(b) == [0, 1, 2, 3] else None)(
+        log_rows_by_batch(stream_wal(cp), ["id", "tag"])), what="the log to show batches 0..3")
     assert sorted(by_batch) == [0, 1, 2, 3]
     for batch, rows in by_batch.items():
         assert sorted(rows) == sorted((r["id"], r["tag"]) for r in files[batch]), batch
