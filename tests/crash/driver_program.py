@@ -21,15 +21,16 @@ record of which files each batch read; the harness uses it too.
 Exit codes: 0 done; 3 the query failed; 4 the deadline passed first; 2 bad arguments.
 Progress goes to stdout, one ``[driver]`` line per event, for the harness's log.
 
-Process groups: the program runs in a session of its own (the harness starts it so), and the
-JVM and the commit worker are in its process group. Spark's Python daemon, though, puts itself
-and the executor workers in a group of their own (``os.setpgid(0, 0)`` in
-``pyspark/daemon.py``), so a crash point with ``CASSANDRA_WAL_CRASH_SCOPE=group`` reached in an
-executor's ``write()`` kills the daemon's group only. The harness completes the "driver machine
-died" picture: it kills every process of the run (found by an environment token) the moment the
-crash point has fired. ``--no-daemon`` (``spark.python.use.daemon=false``) makes every worker a
-plain child of the JVM instead, in the driver's group; not the default because such a worker
-must connect back within Spark's fixed 10 s, which a loaded 2-core machine misses.
+Process groups (measured with pyspark 4.3.0): the program runs in a session of its own (the
+harness starts it so) and the JVM is in its process group. Every Python worker, though, is
+forked by one of Spark's Python daemons, one per worker module (``pyspark.worker`` for the
+tasks' ``write()``, ``pyspark.sql.worker.python_streaming_sink_runner`` for ``commit()``,
+...), and each daemon puts itself and its workers in a process group of their own
+(``os.setpgid(0, 0)`` in ``pyspark/daemon.py``); workers are reused from batch to batch, so
+``commit.after_seal@2`` is the second commit one worker runs. A crash point with
+``CASSANDRA_WAL_CRASH_SCOPE=group`` reached in ``write()`` or ``commit()`` therefore kills
+that daemon's group only. The harness completes the "driver machine died" picture: it kills
+every process of the run (found by an environment token) the moment the crash point fires.
 """
 
 from __future__ import annotations
@@ -66,8 +67,6 @@ def parse_args(argv):
     p.add_argument("--deadline-s", type=float, default=180.0)
     p.add_argument("--trigger-ms", type=int, default=200)
     p.add_argument("--consistency", default="ONE")
-    p.add_argument("--no-daemon", action="store_true",
-                   help="spark.python.use.daemon=false: workers in the driver's process group")
     return p.parse_args(argv)
 
 
@@ -180,7 +179,6 @@ def main(argv=None) -> int:
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.python.use.daemon", "false" if args.no_daemon else "true")
              .config("spark.sql.files.maxPartitionBytes", str(split))
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
              .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")

@@ -9,8 +9,8 @@ What is checked (``check`` raises one AssertionError listing every problem found
 
 * **No early visibility** (invariant 1): a sampler thread reads the table, *then* lists
   ``<checkpoint>/commits``, over and over while the program runs. A row visible in the read
-  whose batch has no commits file in the listing that followed was visible before its batch
-  was committed (commits files are only ever added, so the check is sound).
+  whose input file's batch has no commits file in the listing that followed was visible
+  before its batch was committed (commits files are only ever added, so the check is sound).
 * **Values**: every visible row, at any sample and at the end, equals the row computed
   independently from the input files. At the end every expected id is there (nothing lost;
   the primary key makes "exactly once" a question of presence and values).
