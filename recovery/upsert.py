@@ -149,7 +149,7 @@ class Upserter:
     def execute(self, pending: list[tuple], batch_id: int) -> None:
         retrying = Retrying(
             stop=stop_after_attempt(self.write.retry_count + 1),
-            wait=wait_exponential_jitter(initial=0.2, max=10.0),
+            wait=wait_exponential_jitter(multiplier=0.2, max=10.0),
             retry=retry_if_exception_type(_Transient), sleep=self._sleep, reraise=True)
         try:
             for attempt in retrying:

@@ -8,38 +8,24 @@ jars cached in .cache/cassandra) on a free port in a temp dir and stops + purges
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import os
 import shutil
 import signal
 import sys
 import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NODE_MODULE = REPO_ROOT / "scripts" / "cassandra_node.py"
+from tests.helpers.node import fresh_keyspace, java_home_env, load_cassandra_node_module
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "unit: fast tests without external services")
     config.addinivalue_line(
         "markers", "integration: needs a real Cassandra node and/or a local Spark")
-
-
-def load_cassandra_node_module():
-    """Import scripts/cassandra_node.py (stdlib only) as module `cassandra_node`."""
-    if "cassandra_node" in sys.modules:
-        return sys.modules["cassandra_node"]
-    spec = importlib.util.spec_from_file_location("cassandra_node", NODE_MODULE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cassandra_node"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -138,13 +124,8 @@ def cql(cassandra_node):
 
 @pytest.fixture
 def keyspace(cql):
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
-                "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-    try:
+    with fresh_keyspace(cql) as name:
         yield name
-    finally:
-        cql.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @pytest.fixture(scope="session")
@@ -152,10 +133,7 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if not os.environ.get("JAVA_HOME"):
-        try:
-            os.environ["JAVA_HOME"] = str(load_cassandra_node_module().find_java_home())
-        except Exception:  # leave it to pyspark to find `java`
-            pass
+        os.environ.update(java_home_env())
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder

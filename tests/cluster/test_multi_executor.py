@@ -45,16 +45,18 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import processes
+from tests.helpers.node import fresh_keyspace, java_home_env
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.layout import WalDir
@@ -92,63 +94,13 @@ def expected_row(row_id: int, batch: int) -> dict:
 
 
 # -- processes ---------------------------------------------------------------------------------
-def processes_with_token(token: str) -> list[int]:
-    needle = f"{TOKEN_ENV}={token}".encode() + b"\0"
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle not in f.read():
-                    continue
-            with open(f"/proc/{name}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                    continue
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        found.append(int(name))
-    return found
-
-
-def kill_run(token: str, pgid: int | None, timeout_s: float = 30.0) -> list[int]:
-    """SIGKILL the program's group and every process of the run (by its token); wait."""
-    if pgid is not None:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    killed: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = processes_with_token(token)
-        if not alive:
-            return killed
-        for pid in alive:
-            killed.append(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        assert time.monotonic() < deadline, f"processes of run {token} survive SIGKILL: {alive}"
-        time.sleep(0.1)
+# Bound to this module's token variable: see tests/helpers/processes.py.
+processes_with_token = partial(processes.processes_with_token, TOKEN_ENV)
+kill_run = partial(processes.kill_run, TOKEN_ENV, timeout_s=30.0)
 
 
 def _java_home() -> dict:
-    if os.environ.get("JAVA_HOME"):
-        return {}
-    try:
-        import importlib.util
-        module = sys.modules.get("cassandra_node")
-        if module is None:
-            spec = importlib.util.spec_from_file_location(
-                "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["cassandra_node"] = module
-            spec.loader.exec_module(module)
-        return {"JAVA_HOME": str(module.find_java_home())}
-    except Exception:  # noqa: BLE001 - pyspark then finds `java` on the PATH
-        return {}
+    return {} if os.environ.get("JAVA_HOME") else java_home_env()
 
 
 @dataclass
@@ -276,13 +228,8 @@ def _seals(wal: WalDir) -> dict[int, Seal]:
 
 @pytest.fixture(scope="module")
 def cluster_keyspace(cql):
-    name = f"mx_{uuid.uuid4().hex[:10]}"
-    cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
-                "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-    try:
+    with fresh_keyspace(cql, "mx") as name:
         yield name
-    finally:
-        cql.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 @pytest.fixture(scope="module")

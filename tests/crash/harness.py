@@ -35,17 +35,19 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import processes
+from tests.helpers.node import java_home_env
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE
@@ -69,66 +71,12 @@ def _log(msg: str) -> None:
 
 
 # -- processes ---------------------------------------------------------------------------------
-def processes_with_token(token: str) -> list[int]:
-    """Live (not zombie) processes whose environment carries ``TOKEN_ENV=token``."""
-    needle = f"{TOKEN_ENV}={token}".encode() + b"\0"
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
-            if needle not in env:
-                continue
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if state != b"Z":
-            found.append(int(name))
-    return found
+# Bound to this harness's token variable: see tests/helpers/processes.py.
+processes_with_token = partial(processes.processes_with_token, TOKEN_ENV)
+kill_run = partial(processes.kill_run, TOKEN_ENV)
 
 
-def kill_run(token: str, pgid: int | None, timeout_s: float = 20.0) -> list[int]:
-    """SIGKILL the driver's process group and every process carrying the run's token; wait
-    until none is left. Returns the pids that had to be killed besides the group."""
-    if pgid is not None:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    leftovers: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = processes_with_token(token)
-        if not alive:
-            return leftovers
-        for pid in alive:
-            if pid not in leftovers:
-                leftovers.append(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"processes of run {token} survive SIGKILL: {alive}")
-        time.sleep(0.05)
-
-
-def _java_home() -> dict:
-    """JAVA_HOME of a JDK 17, found the way scripts/cassandra_node.py finds one ({} if none)."""
-    try:
-        module = sys.modules.get("cassandra_node")
-        if module is None:
-            import importlib.util
-            spec = importlib.util.spec_from_file_location(
-                "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        return {"JAVA_HOME": str(module.find_java_home())}
-    except Exception:  # noqa: BLE001 - pyspark then finds `java` on the PATH itself
-        return {}
+_java_home = java_home_env
 
 
 # -- expected data -----------------------------------------------------------------------------

@@ -5,12 +5,10 @@ The CLI tests use their own node dir and port, so they never touch the session n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,17 +20,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "cassandra"
 
 
-def _load_cassandra_node():
-    if "cassandra_node" not in sys.modules:  # conftest may have loaded it already
-        spec = importlib.util.spec_from_file_location(
-            "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["cassandra_node"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["cassandra_node"]
+from tests.helpers.node import load_cassandra_node_module  # noqa: E402
 
 
-cn = _load_cassandra_node()
+cn = load_cassandra_node_module()
 
 
 def run_cli(*args, timeout=300):

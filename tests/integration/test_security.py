@@ -17,7 +17,6 @@ the shared 2-core test machine a node takes 15-60 s to boot and a one-batch stre
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -56,17 +55,10 @@ SCHEMA = "id INT, name STRING"
 
 
 # ------------------------------------------------------------------------------ nodes
-def _load_cassandra_node():
-    if "cassandra_node" not in sys.modules:  # conftest may have loaded it already
-        spec = importlib.util.spec_from_file_location(
-            "cassandra_node", REPO_ROOT / "scripts" / "cassandra_node.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["cassandra_node"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["cassandra_node"]
+from tests.helpers.node import load_cassandra_node_module  # noqa: E402
 
 
-cn = _load_cassandra_node()
+cn = load_cassandra_node_module()
 
 
 @dataclass

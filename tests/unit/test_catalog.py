@@ -12,23 +12,11 @@ import pytest
 
 from wal.catalog import BROKEN, DISCARD, NOTHING, REPLAY, WAIT, describe
 from wal.layout import WalDir
-from wal.log import WalLog
 from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
 from wal.seal import COMMIT_POINT_SEAL, seal_batch
 from wal.segment import SegmentWriter
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def wal(tmp_path) -> WalDir:
-    return WalDir(str(tmp_path / "wal")).create()
-
-
-@pytest.fixture
-def log(wal):
-    with WalLog.open_writer(wal) as opened:
-        yield opened
 
 
 @pytest.fixture

@@ -28,17 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 # -- helpers ------------------------------------------------------------------------------
 
-@pytest.fixture
-def wal(tmp_path) -> WalDir:
-    return WalDir(str(tmp_path / "wal")).create()
-
-
-@pytest.fixture
-def log(wal):
-    with WalLog.open_writer(wal) as opened:
-        yield opened
-
-
 def stage(wal: WalDir, batch: int, partition: int, chunk_rows, attempt: int = 0,
           start: int = 0):
     """Write a segment whose chunks hold ``chunk_rows`` rows; ids count up from ``start``."""

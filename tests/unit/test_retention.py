@@ -44,17 +44,6 @@ def clock(monkeypatch) -> Clock:
     return c
 
 
-@pytest.fixture
-def wal(tmp_path) -> WalDir:
-    return WalDir(str(tmp_path / "wal")).create()
-
-
-@pytest.fixture
-def log(wal):
-    with WalLog.open_writer(wal) as opened:
-        yield opened
-
-
 def stage(wal: WalDir, batch: int, partition: int = 0, rows: int = 100, attempt: int = 0):
     with SegmentWriter(wal, batch, partition, attempt) as writer:
         writer.append(pa.record_batch({"id": pa.array(range(rows), pa.int64()),

@@ -19,11 +19,6 @@ from wal.segment import SegmentRef
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def wal(tmp_path) -> WalDir:
-    return WalDir(str(tmp_path / "wal")).create()
-
-
 def ref(batch: int, partition: int, attempt: int = 0, rows: int = 3) -> SegmentRef:
     name = f"{fmt.batch_name(batch)}/{partition:05d}-{attempt:03d}-{partition:012x}.seg"
     return SegmentRef(name, partition, attempt, rows, chunks=1, bytes=100 + rows,

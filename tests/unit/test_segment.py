@@ -27,11 +27,6 @@ UTC = dt.timezone.utc
 
 # -- helpers ------------------------------------------------------------------------------
 
-@pytest.fixture
-def wal(tmp_path) -> WalDir:
-    return WalDir(str(tmp_path / "wal")).create()
-
-
 def typed_batch() -> pa.RecordBatch:
     """Spark's column types as Arrow gives them to a Python data source, nulls in every column."""
     return pa.record_batch({
