@@ -8,6 +8,12 @@ re-runs them with the same id), and ``cassandra-wal recover`` runs it offline.
 Rules (docs/guarantees.md): batches go in increasing id; a batch that cannot be written stops
 the run, and no later batch is written before it; a batch is replayed from its recorded
 progress with the timestamps fixed in its seal; corrupted data is never written.
+
+*How* the rows get to Cassandra is a :class:`RowWriter`, and only that: the Replayer alone
+ingests, records progress, marks FLUSHED and removes files, whichever writer it is given.
+:class:`DriverWriter` (``wal.flush.mode=driver``, and every recovery) writes from the log,
+chunk by chunk, in this process; :class:`recovery.distributed.ExecutorsWriter`
+(``wal.flush.mode=executors``) has Spark tasks write the segments.
 """
 
 from __future__ import annotations
@@ -15,16 +21,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator, Protocol
 
 from wal import catalog
 from wal.catalog import BatchView
 from wal.crashpoints import crash_point
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
-from wal.log import WalLog
+from wal.log import BatchRecord, WalLog
 from wal.retention import (RetentionPolicy, apply_retention, remove_batch_files,
                            remove_unsealed_segments)
+from wal.seal import Seal
 from wal.segment import decode_chunk
 from wal.states import BatchState
 
@@ -66,15 +73,62 @@ class ReplayReport:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class Acknowledged:
+    """Cassandra acknowledged ``rows`` more rows of a batch: every row before chunk
+    ``next_chunk`` of segment ``next_segment`` (seal order) is now written."""
+
+    next_segment: int
+    next_chunk: int
+    rows: int
+
+
+class RowWriter(Protocol):
+    """Writes the rows of one batch that are not acknowledged yet; nothing else.
+
+    ``write`` starts at ``(record.next_segment, record.next_chunk)``, writes row *i* of the
+    batch at ``seal.base_ts_us + i``, and yields acknowledgements in seal order, each one a
+    longer prefix of the batch. It raises :class:`~wal.errors.WalCorrupted` before writing
+    any row of a damaged chunk or segment, and :class:`~recovery.errors.FlushFailed` (or a
+    connection error) when rows were not acknowledged. It never touches the log's states:
+    recording progress and marking the batch are the Replayer's.
+    """
+
+    def write(self, log: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]: ...
+
+    def reset(self) -> None:
+        """Forget any open session (it was closed after a failure)."""
+
+
+class DriverWriter:
+    """``wal.flush.mode=driver``: the log's chunks, in order, through one
+    :class:`~recovery.upsert.Upserter` in this process (made on first use)."""
+
+    def __init__(self, upserter_factory: Callable[[], object] | None):
+        self._factory, self._upserter = upserter_factory, None
+
+    def reset(self) -> None:
+        self._upserter = None
+
+    def write(self, log: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
+        for chunk in log.chunks(seal.batch, record.next_segment, record.next_chunk):
+            if self._upserter is None:
+                self._upserter = self._factory()
+            self._upserter.write_chunk(decode_chunk(chunk.payload),
+                                       seal.base_ts_us + chunk.first_row, seal.batch)
+            yield Acknowledged(chunk.segment_index, chunk.chunk_index + 1, chunk.rows)
+
+
 class Replayer:
-    """Executes recovery's plan with one WAL writer and one :class:`~recovery.upsert.Upserter`."""
+    """Executes recovery's plan with one WAL writer; rows go through a :class:`RowWriter`
+    (by default a :class:`DriverWriter` over ``upserter_factory``)."""
 
     def __init__(self, wal: WalDir, log_: WalLog, upserter_factory: Callable[[], object] | None,
                  checkpoint: str | None, retention: RetentionPolicy | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 crash_prefix: str = "flush"):
+                 crash_prefix: str = "flush", writer: RowWriter | None = None):
         self.wal, self.log, self.checkpoint = wal, log_, checkpoint
-        self._factory, self._upserter = upserter_factory, None
+        self.writer = writer if writer is not None else DriverWriter(upserter_factory)
         self.retention = retention
         self.on_progress = on_progress
         self._crash_prefix = crash_prefix
@@ -82,10 +136,13 @@ class Replayer:
     def plan(self, query_running: bool) -> list[BatchView]:
         return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running)
 
-    def run(self, query_running: bool, crash_prefix: str | None = None) -> ReplayReport:
-        """Act on the plan. ``crash_prefix`` names this run's crash points (tests only)."""
+    def run(self, query_running: bool, crash_prefix: str | None = None,
+            writer: RowWriter | None = None) -> ReplayReport:
+        """Act on the plan. ``crash_prefix`` names this run's crash points (tests only);
+        ``writer`` replaces :attr:`writer` for this run's batches."""
         if crash_prefix:
             self._crash_prefix = crash_prefix
+        writer = writer if writer is not None else self.writer
         report, started = ReplayReport(), time.monotonic()
         for view in self.plan(query_running):
             if view.action == catalog.NOTHING:
@@ -99,7 +156,7 @@ class Replayer:
                 self.discard(view)
                 report.discarded.append(view.batch)
             elif view.action == catalog.REPLAY:
-                report.rows_written += self.flush(view)
+                report.rows_written += self.flush(view, writer)
                 report.replayed.append(view.batch)
         if self.retention is not None:
             report.removed_by_retention = apply_retention(self.wal, self.log, self.retention)
@@ -113,15 +170,11 @@ class Replayer:
 
     def reset_output(self) -> None:
         """Forget the Upserter (its session was closed): the next flush makes a new one."""
-        self._upserter = None
+        self.writer.reset()
 
-    def _upserter_for_run(self):
-        if self._upserter is None:
-            self._upserter = self._factory()
-        return self._upserter
-
-    def flush(self, view: BatchView) -> int:
-        """Ingest (if needed), write every not-yet-acknowledged chunk, mark FLUSHED."""
+    def flush(self, view: BatchView, writer: RowWriter | None = None) -> int:
+        """Ingest (if needed), write every not-yet-acknowledged row, mark FLUSHED."""
+        writer = writer if writer is not None else self.writer
         batch = view.batch
         crash_point(f"{self._crash_prefix}.before_ingest")
         try:
@@ -132,16 +185,13 @@ class Replayer:
         remove_unsealed_segments(self.wal, batch, {s.name for s in seal.segments})
         if record.state == BatchState.SEALED:
             record = self.log.begin_flush(batch)
-        upserter = self._upserter_for_run() if seal.rows else None
         progress = Progress(batch, record.flushed_rows, seal.rows)
         written = 0
         try:
-            for chunk in self.log.chunks(batch, record.next_segment, record.next_chunk):
-                upserter.write_chunk(decode_chunk(chunk.payload), seal.base_ts_us + chunk.first_row,
-                                     batch)
-                written += chunk.rows
-                progress.rows_done += chunk.rows
-                self.log.record_progress(batch, chunk.segment_index, chunk.chunk_index + 1,
+            for ack in writer.write(self.log, seal, record):
+                written += ack.rows
+                progress.rows_done += ack.rows
+                self.log.record_progress(batch, ack.next_segment, ack.next_chunk,
                                          progress.rows_done)
                 if self.on_progress:
                     self.on_progress(progress)

@@ -7,7 +7,10 @@ sink (its checkpoint holds ``cassandra_wal_sink.json``):
   and run recovery: replay batches Spark committed but we had not finished flushing, discard
   batches Spark never committed (it re-runs them with the same id).
 * ``onQueryProgress`` / ``onQueryIdle``: Spark has written ``commits/N``; wake the flusher
-  thread, which writes every committed batch, in order, from the WAL.
+  thread, which writes every committed batch, in order, from the WAL: itself
+  (``wal.flush.mode=driver``), or through a Spark job of one task per segment
+  (``executors``, :mod:`sinks.distributed_flush`). Either way it alone records progress and
+  marks batches flushed. Recovery at query start always writes from the driver.
 * ``onQueryTerminated``: a last drain, then close.
 
 A flush that fails (Cassandra down) leaves the batch in the WAL and is retried with back-off
@@ -37,6 +40,7 @@ from wal.retention import RetentionPolicy
 
 from . import credentials
 from .connection import connect
+from .distributed_flush import ExecutorsWriter, spark_is_active
 from .errors import ConnectionFailed, SinkError
 from .plan import BLOCKED_FILE, WritePlan, read_pointer
 
@@ -80,11 +84,14 @@ class CassandraOutput:
     def __init__(self, target: Target, wal_root: str | None = None):
         self.target, self._cluster, self.wal_root = target, None, wal_root
 
-    def upserter(self) -> Upserter:
-        target = self.target
+    def current_target(self) -> Target:
+        """The target with the newest credentials (what the executors' tasks get, too)."""
         if self.wal_root is not None:
-            target = with_option_credentials(target, self.wal_root)
-        cluster, session = connect(target.config.connection)
+            return with_option_credentials(self.target, self.wal_root)
+        return self.target
+
+    def upserter(self) -> Upserter:
+        cluster, session = connect(self.current_target().config.connection)
         self._cluster = cluster
         return Upserter(session, self.target.table, self.target.columns, self.target.config.write,
                         self.target.config.connection.consistency_level)
@@ -130,7 +137,7 @@ class QueryFlusher:
     """Owns one query's WAL log in the driver and flushes committed batches in order."""
 
     def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
-                 retry_interval_s: float = 2.0):
+                 retry_interval_s: float = 2.0, spark=None):
         self.wal = WalDir(wal_root)
         self.checkpoint = checkpoint
         self.target = load_target(self.wal, session_conf)
@@ -138,6 +145,8 @@ class QueryFlusher:
         self.output = CassandraOutput(self.target, self.wal.root)
         self.replayer = Replayer(self.wal, self.log, self.output.upserter, checkpoint,
                                  retention=retention_of(self.target))
+        self.spark = spark
+        self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
         self.last_report = None
@@ -147,12 +156,14 @@ class QueryFlusher:
         self._thread: threading.Thread | None = None
 
     # -- runs ----------------------------------------------------------------------------
-    def drain(self, query_running: bool, crash_prefix: str = "flush") -> None:
+    def drain(self, query_running: bool, crash_prefix: str = "flush",
+              executors_allowed: bool = True) -> None:
         if not self.target.config.wal.flush:
             return
         with self._lock:
             try:
-                self.last_report = self.replayer.run(query_running, crash_prefix)
+                writer = self._executors() if executors_allowed else None
+                self.last_report = self.replayer.run(query_running, crash_prefix, writer)
                 self.last_error = None
                 self._set_blocked(None)
             except RecoveryBlocked as exc:
@@ -172,6 +183,28 @@ class QueryFlusher:
                 log.exception("cassandra_wal: flusher failed")
                 self._block(exc)
                 self._reset_output()
+
+    def _flush_mode(self) -> str:
+        """``wal.flush.mode`` as ``target.json`` says now: the query that restarted this
+        flusher may have changed it after the flusher was made (at query start)."""
+        recorded = self.wal.read_target() or {}
+        try:
+            return recorded["target"]["config"]["wal"].get("flush_mode", "driver")
+        except (KeyError, TypeError, AttributeError):
+            return self.target.config.wal.flush_mode
+
+    def _executors(self) -> ExecutorsWriter | None:
+        """The executors' writer when ``wal.flush.mode=executors`` and Spark is up; else None
+        (the Replayer's own driver-side writer)."""
+        if self.spark is None or self._flush_mode() != "executors":
+            return None
+        if not spark_is_active(self.spark):
+            log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
+            return None
+        if self._executors_writer is None:
+            self._executors_writer = ExecutorsWriter.on_spark(
+                self.spark.sparkContext, self.wal.root, self.output.current_target)
+        return self._executors_writer
 
     def _block(self, exc: Exception) -> None:
         """Nothing later may be flushed before this batch: say so where the next commit sees
@@ -193,8 +226,9 @@ class QueryFlusher:
         atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
 
     def recover(self) -> None:
-        """At query start, before any batch: replay committed, discard uncommitted."""
-        self.drain(query_running=False, crash_prefix="recover")
+        """At query start, before any batch: replay committed, discard uncommitted. Always from
+        the driver: Spark calls this synchronously, before the query's first batch."""
+        self.drain(query_running=False, crash_prefix="recover", executors_allowed=False)
 
     # -- background thread -----------------------------------------------------------------
     def start(self) -> None:
@@ -244,7 +278,7 @@ class FlushRegistry:
         wal_root = read_pointer(checkpoint) if checkpoint else None
         if wal_root is None:
             return None     # not our sink, or its first batch is not committed yet
-        flusher = QueryFlusher(wal_root, checkpoint, self.session_conf)
+        flusher = QueryFlusher(wal_root, checkpoint, self.session_conf, spark=self.spark)
         self.flushers[query_id] = flusher
         return flusher
 

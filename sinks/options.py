@@ -113,6 +113,7 @@ class WalConfig:
     backpressure: str = "block"
     backpressure_timeout_s: float = 600.0
     flush: bool = True
+    flush_mode: str = "driver"
 
     def public_dict(self) -> dict[str, Any]:
         return _public(self)
@@ -528,6 +529,17 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "wal.flush", "true", _bool,
         "`false` stages batches without writing them to Cassandra (benchmarks only).",
         section=_L, target="wal.flush",
+    ),
+    _spec(
+        "wal.flush.mode", "driver", _choice("driver", "executors"),
+        "Who writes a committed batch's rows to Cassandra. `driver`: the flusher in the driver"
+        " process, chunk by chunk (one Python process writes every row). `executors`: the "
+        "flusher runs a Spark job with one task per sealed segment; the tasks read their "
+        "segments from the WAL folder (which every node must mount at the same path) and "
+        "upsert them at the sealed timestamps, and the driver marks the batch flushed once "
+        "every task is acknowledged. Batches stay strictly in order either way. Recovery at "
+        "query start, batch writes and `cassandra-wal recover` always use `driver`.",
+        section=_L, target="wal.flush_mode",
     ),
     _spec(
         "spark.cassandra.output.batch.size.bytes", None, _ignored,

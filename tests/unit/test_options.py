@@ -70,6 +70,7 @@ def test_defaults_of_every_field():
     assert wal.backpressure == "block"
     assert wal.backpressure_timeout_s == 600.0
     assert wal.flush is True
+    assert wal.flush_mode == "driver"
 
 
 def test_dataclass_defaults_equal_table_defaults():
@@ -238,6 +239,7 @@ MALFORMED = [
     ("wal.backpressure.timeoutSeconds", "0"),
     ("wal.backpressure.timeoutSeconds", "-3"),
     ("wal.flush", "no"),
+    ("wal.flush.mode", "cluster"),
 ]
 
 

@@ -1,0 +1,268 @@
+"""``wal.flush.mode=executors``: a batch's sealed segments written by Spark tasks, one per segment.
+
+Why: one Python process upserting every row is the sink's bottleneck (``docs/performance.md``,
+"Flush throughput and executors"), while the segments are already on the shared WAL path where
+every executor can read them.
+
+Why it is safe: every row's write timestamp is fixed by the seal (row *i* of the batch, segments
+in seal order, at ``base_ts_us + i``), so any task may write any segment, in any order, more
+than once, and the cells end the same. What must stay ordered is the *marking*, and that stays
+where it was: :class:`recovery.replay.Replayer` records progress only for the acknowledged
+prefix of segments, marks the batch FLUSHED after the last one, and writes no later batch before.
+This module is only the :class:`~recovery.replay.RowWriter` that gets the rows there.
+
+Who runs what:
+
+* **driver**, the flusher thread (:meth:`ExecutorsWriter.write`): one :class:`SegmentTask` per
+  segment not yet acknowledged, ``sc.parallelize(tasks, len(tasks)).mapPartitions(...)
+  .collect()``, then an acknowledgement per segment in seal order up to the first that failed,
+  then that failure (a corrupted segment first: it blocks the sink).
+* **executor task** (:func:`write_segments`): opens a session with the flusher's own target and
+  credentials, verifies its whole segment against the seal (checksum and rows) *before* writing
+  a row of it, upserts its chunks with :class:`~recovery.upsert.Upserter` at the sealed
+  timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Errors are
+  returned, not raised: the Upserter already retries transient failures, and the driver
+  retries the batch from its recorded progress, as in driver mode.
+
+Credentials travel only inside the task's closure (:class:`SegmentJob`, pickled in memory and
+shipped with the task by Spark), never in the task list, which PySpark hands to the JVM through
+a temporary file. Recovery at query start, batch writes and ``cassandra-wal recover`` keep the
+driver mode: they have no Spark job to run, or run before Spark may run one.
+
+Crash points armed in the driver (``wal/crashpoints.py``) are handed to the tasks, so a test can
+kill a run at ``flush.task_written``: a task's segment acknowledged, before it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import socket
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, ContextManager, Iterable, Iterator
+
+from recovery.errors import FlushFailed
+from recovery.replay import Acknowledged
+from recovery.target import Target
+from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
+from wal.errors import WalCorrupted
+from wal.layout import WalDir
+from wal.log import BatchRecord, WalLog
+from wal.seal import Seal
+from wal.segment import SegmentReader, SegmentRef
+
+from .errors import SinkError
+
+log = logging.getLogger(__name__)
+
+#: PySpark sends a pickled closure larger than ``spark.broadcast.UDFCompressionThreshold``
+#: (1 MiB) as a broadcast, through a file on the driver's disk; the closure holds credentials.
+CLOSURE_LIMIT = 512 * 1024
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    """One segment to write (what the task list holds: no secret)."""
+
+    index: int              # position in the seal
+    segment: SegmentRef     # name, partition, rows, checksum as sealed
+    first_row: int          # batch-wide ordinal of the segment's first row
+    first_chunk: int = 0    # chunks before it are acknowledged already (driver-mode progress)
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    index: int
+    rows: int
+    error: BaseException | None = None
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class SegmentJob:
+    """What every task of one batch's job shares: the closure (credentials inside ``target``)."""
+
+    wal_root: str
+    batch: int
+    base_ts_us: int
+    target: Target
+    crash_env: tuple[tuple[str, str], ...] = ()
+    open_upserter: Callable[[Target], ContextManager] | None = None
+
+
+def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[SegmentTask]:
+    """The segments of ``seal`` not acknowledged yet, from (``next_segment``, ``next_chunk``)."""
+    offsets = seal.row_offsets()
+    return [SegmentTask(i, seal.segments[i], offsets[i], next_chunk if i == next_segment else 0)
+            for i in range(next_segment, len(seal.segments))]
+
+
+# -- executor side -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def connected_upserter(target: Target):
+    """An Upserter on a session of its own, shut down on the way out (one per task)."""
+    from .driver import CassandraOutput   # the driver module imports this one
+
+    output = CassandraOutput(target)
+    try:
+        yield output.upserter()
+    finally:
+        output.close()
+
+
+def write_segment(job: SegmentJob, task: SegmentTask, upserter) -> int:
+    """Verify one segment against its seal, then write its chunks from ``task.first_chunk``."""
+    path = WalDir(job.wal_root).segment_path(task.segment.name)
+    if not os.path.exists(path):
+        # The driver read it when it ingested the batch: this node does not see the WAL path.
+        raise FlushFailed(job.batch, f"segment {task.segment.name} is not visible on executor "
+                          f"host {socket.gethostname()} at {path}: wal.flush.mode=executors "
+                          "needs the WAL folder mounted at the same path on every node",
+                          permanent=True)
+    reader = SegmentReader(path, job.batch, task.segment.partition, task.segment.name)
+    reader.verify(expect=task.segment)      # the whole file, before a row of it is written
+    first_row, written = task.first_row, 0
+    for chunk in reader.chunks():           # each chunk's checksum is checked again as read
+        if chunk.index >= task.first_chunk:
+            upserter.write_chunk(chunk.record_batch(), job.base_ts_us + first_row, job.batch)
+            written += chunk.rows
+        first_row += chunk.rows
+    return written
+
+
+def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:
+    """The ``mapPartitions`` function: every task of this partition, one session for them."""
+    tasks, host = list(tasks), socket.gethostname()
+    if not tasks:
+        return
+    opener = job.open_upserter or connected_upserter
+    with contextlib.ExitStack() as stack:
+        try:
+            upserter = stack.enter_context(opener(job.target))
+        except Exception as exc:  # noqa: BLE001 - no session: every task here failed
+            yield from (SegmentResult(t.index, 0, _portable(exc), host) for t in tasks)
+            return
+        for task in tasks:
+            try:
+                rows = write_segment(job, task, upserter)
+            except Exception as exc:  # noqa: BLE001 - returned to the driver, which decides
+                yield SegmentResult(task.index, 0, _portable(exc), host)
+                continue
+            with _armed(job.crash_env):
+                crash_point("flush.task_written")
+            yield SegmentResult(task.index, rows, None, host)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling (the sink's errors do), else its text in a RuntimeError."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any pickling failure
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _armed(env: tuple[tuple[str, str], ...]):
+    """The driver's crash-point variables in this worker for a moment (tests; empty otherwise)."""
+    if not env:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k, _ in env}
+    os.environ.update(dict(env))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _crash_env() -> tuple[tuple[str, str], ...]:
+    return tuple((k, os.environ[k]) for k in (ENV_POINT, ENV_SCOPE, ENV_ONCE) if os.environ.get(k))
+
+
+# -- driver side ---------------------------------------------------------------------------------
+JobRunner = Callable[[int, list, Callable], list]
+
+
+def spark_job_runner(spark_context) -> JobRunner:
+    """Runs ``fn`` over ``tasks`` as one Spark job, one task (partition) per segment."""
+    from py4j.protocol import Py4JError
+
+    def run(batch: int, tasks: list[SegmentTask], fn) -> list[SegmentResult]:
+        spark_context.setJobDescription(f"cassandra_wal: flush batch {batch} "
+                                        f"({len(tasks)} segments)")
+        try:
+            return spark_context.parallelize(tasks, len(tasks)).mapPartitions(fn).collect()
+        except Py4JError as exc:   # tasks lost beyond spark.task.maxFailures, Spark stopping
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise FlushFailed(batch, f"the Spark job of the flush failed: {first}") from None
+
+    return run
+
+
+def spark_is_active(spark) -> bool:
+    try:
+        jsc = spark.sparkContext._jsc
+        return jsc is not None and not jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - a gateway that is gone: not active
+        return False
+
+
+class ExecutorsWriter:
+    """A :class:`~recovery.replay.RowWriter` whose rows are written by Spark tasks.
+
+    ``target`` is called once per batch: the flusher's target with its newest credentials.
+    ``run_job`` and ``open_upserter`` are injectable for tests (a job run in this process, a
+    fake Upserter)."""
+
+    def __init__(self, run_job: JobRunner, wal_root: str, target: Callable[[], Target],
+                 open_upserter: Callable[[Target], ContextManager] | None = None):
+        self._run_job, self.wal_root, self._target = run_job, wal_root, target
+        self._open_upserter = open_upserter
+
+    @classmethod
+    def on_spark(cls, spark_context, wal_root: str, target: Callable[[], Target]):
+        return cls(spark_job_runner(spark_context), wal_root, target)
+
+    def reset(self) -> None:
+        """Nothing to forget: each task opens and closes its own session."""
+
+    def write(self, log_: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
+        tasks = segment_tasks(seal, record.next_segment, record.next_chunk)
+        if not tasks:
+            return
+        job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us, self._target(),
+                         _crash_env(), self._open_upserter)
+        if len(pickle.dumps(job)) > CLOSURE_LIMIT:
+            raise SinkError(f"batch {seal.batch}: the flush job's closure is over "
+                            f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "
+                            "use wal.flush.mode=driver")
+        started = time.monotonic()
+        returned = {r.index: r for r in self._run_job(seal.batch, tasks,
+                                                      partial(write_segments, job))}
+        outcomes = [returned.get(t.index) or SegmentResult(t.index, 0, FlushFailed(
+            seal.batch, f"segment {t.segment.name}: its task returned no result"))
+            for t in tasks]
+        rows = 0
+        for outcome in outcomes:       # seal order: progress is a prefix of the batch
+            if outcome.error is not None:
+                break
+            rows += outcome.rows
+            yield Acknowledged(outcome.index + 1, 0, outcome.rows)
+        failed = [o for o in outcomes if o.error is not None]
+        for f in failed:
+            log.warning("batch %d: segment %d failed on %s: %s", seal.batch, f.index,
+                        f.host or "?", f.error)
+        if failed:   # a corrupted segment first: it blocks the sink, a retry would not help
+            corrupted = [f for f in failed if isinstance(f.error, WalCorrupted)]
+            raise (corrupted or failed)[0].error
+        log.info("batch %d: %d segment(s), %d rows written by executor tasks in %.1f s",
+                 seal.batch, len(tasks), rows, time.monotonic() - started)

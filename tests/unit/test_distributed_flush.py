@@ -1,0 +1,277 @@
+"""``wal.flush.mode=executors`` (sinks/distributed_flush.py) driven by the real Replayer.
+
+No Spark and no Cassandra: the "job" runs each task in this process, the way Spark would (the
+task list and the closure pickled with cloudpickle, the results with pickle), and a recording
+Upserter stands in for Cassandra. Row ids are ``batch * 1000 + position in the batch``
+(:class:`tests.helpers.walfactory.WalFactory`), so every written chunk says which rows and which
+timestamps it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+
+import pytest
+from pyspark import cloudpickle
+
+from recovery.errors import FlushFailed, RecoveryBlocked
+from recovery.replay import Replayer
+from recovery.target import Target
+from sinks.distributed_flush import (ExecutorsWriter, SegmentJob, _armed, segment_tasks,
+                                     write_segments)
+from sinks.options import ConnectionConfig, SinkConfig
+from sinks.table import TableSchema
+from tests.helpers.walfactory import WalFactory
+from wal.crashpoints import ENV_POINT
+from wal.states import BatchState
+
+pytestmark = pytest.mark.unit
+
+PASSWORD = "s3cret-for-the-closure-only"
+
+#: What the fake Upserter wrote, per test: (batch, first timestamp, row ids).
+WRITES: list[tuple[int, int, list[int]]] = []
+#: Row ids whose chunk fails, as a transient Cassandra failure would after its retries.
+FAIL_IDS: set[int] = set()
+
+
+class RecordingUpserter:
+    def write_chunk(self, rb, first_ts: int, batch_id: int) -> int:
+        ids = rb.column("id").to_pylist()
+        if FAIL_IDS & set(ids):
+            raise FlushFailed(batch_id, "injected: write timed out")
+        WRITES.append((batch_id, first_ts, ids))
+        return rb.num_rows
+
+
+@contextlib.contextmanager
+def recording_upserter(target):
+    assert target.config.connection.password == PASSWORD   # the flusher's own credentials
+    yield RecordingUpserter()
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    WRITES.clear()
+    FAIL_IDS.clear()
+    yield
+    WRITES.clear()
+    FAIL_IDS.clear()
+
+
+def target() -> Target:
+    config = SinkConfig("ks", "t", connection=ConnectionConfig(username="u", password=PASSWORD))
+    table = TableSchema("ks", "t", (("id", "bigint"), ("name", "text"), ("value", "double")),
+                        ("id",))
+    return Target(config, table, ("id",))
+
+
+class LocalJob:
+    """Plays Spark: one partition per task, everything pickled on the way like a real job."""
+
+    def __init__(self, factory: WalFactory | None = None, drop_results: set[int] = frozenset(),
+                 fail_job: bool = False):
+        self.factory, self.drop, self.fail_job = factory, drop_results, fail_job
+        self.jobs: list[list[int]] = []        # segment indexes per job
+        self.states_during_job: list[str] = []
+        self.closures: list[bytes] = []
+        self.task_lists: list[bytes] = []
+
+    def __call__(self, batch, tasks, fn):
+        self.jobs.append([t.index for t in tasks])
+        if self.factory is not None:
+            self.states_during_job.append(self.factory.log.get(batch).state.value)
+        self.task_lists.append(cloudpickle.dumps(tasks))
+        self.closures.append(cloudpickle.dumps(fn))
+        if self.fail_job:
+            raise FlushFailed(batch, "the Spark job of the flush failed: executor lost")
+        fn = cloudpickle.loads(self.closures[-1])
+        out = []
+        for task in pickle.loads(self.task_lists[-1]):
+            out += [pickle.loads(pickle.dumps(r)) for r in fn(iter([task]))
+                    if r.index not in self.drop]
+        return out
+
+
+def writer(wal_root: str, job: LocalJob) -> ExecutorsWriter:
+    return ExecutorsWriter(job, wal_root, target, open_upserter=recording_upserter)
+
+
+def replayer(f: WalFactory, w: ExecutorsWriter) -> Replayer:
+    return Replayer(f.wal, f.log, None, f.checkpoint, writer=w)
+
+
+def ids_written(batch: int | None = None) -> list[int]:
+    return sorted(i for b, _, ids in WRITES if batch in (None, b) for i in ids)
+
+
+def corrupt_last_chunk(f: WalFactory, batch: int, segment: int) -> None:
+    """Flip a byte inside the segment's last chunk payload (before the footer)."""
+    path = f.wal.segment_path(f.built[batch].segments[segment].name)
+    with open(path, "r+b") as fh:
+        data = bytearray(fh.read())
+        at = len(data) - 30
+        data[at] ^= 0xFF
+        fh.seek(0)
+        fh.write(data)
+
+
+# -- marking -------------------------------------------------------------------------------------
+def test_marks_flushed_only_after_every_segment_is_acknowledged(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 5, 2), chunk_rows=2)
+        job = LocalJob(f)
+        report = replayer(f, writer(f.root, job)).run(query_running=True)
+        assert report.replayed == [0] and report.rows_written == 10
+        assert job.jobs == [[0, 1, 2]]                  # one job, one task per segment
+        assert job.states_during_job == ["flushing"]    # not marked while the tasks ran
+        assert ids_written(0) == list(range(10))
+        record = f.log.get(0)
+        assert record.state is BatchState.FLUSHED and record.flushed_rows == 10
+        assert f.wal.read_flushed_through() == 0
+        assert not os.path.exists(f.wal.batch_segments(0))     # files go once FLUSHED
+
+
+def test_a_segment_without_a_result_leaves_the_batch_unmarked(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 5, 2))
+        with pytest.raises(FlushFailed, match="returned no result"):
+            replayer(f, writer(f.root, LocalJob(f, drop_results={1}))).run(query_running=True)
+        record = f.log.get(0)
+        assert record.state is BatchState.FLUSHING
+        assert (record.next_segment, record.next_chunk, record.flushed_rows) == (1, 0, 3)
+        assert f.wal.read_flushed_through() == -1
+
+
+def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 5, 2), chunk_rows=2)
+        f.sealed(1, rows=(4,))
+        FAIL_IDS.add(4)                     # segment 1's first chunk (ids 3, 4) times out
+        job = LocalJob(f)
+        r = replayer(f, writer(f.root, job))
+        with pytest.raises(FlushFailed, match="injected"):
+            r.run(query_running=True)
+        record = f.log.get(0)
+        assert record.state is BatchState.FLUSHING
+        # Segments 0 and 2 were written by their tasks; progress covers the prefix only.
+        assert (record.next_segment, record.flushed_rows) == (1, 3)
+        assert set(ids_written(0)) == {0, 1, 2, 8, 9}
+        assert ids_written(1) == [] and f.log.get(1) is None     # nothing later was touched
+        assert f.wal.read_flushed_through() == -1
+        assert os.path.exists(f.wal.segment_path(f.built[0].segments[1].name))
+
+        FAIL_IDS.clear()
+        WRITES.clear()
+        report = r.run(query_running=True)
+        assert report.replayed == [0, 1]
+        assert job.jobs[1] == [1, 2]        # the retry starts at the first unacknowledged one
+        assert ids_written(0) == [3, 4, 5, 6, 7, 8, 9]
+        assert f.log.get(0).state is BatchState.FLUSHED and f.log.get(0).flushed_rows == 10
+        assert f.log.get(1).state is BatchState.FLUSHED
+        assert f.wal.read_flushed_through() == 1
+
+
+def test_a_failed_job_acknowledges_nothing(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 5))
+        with pytest.raises(FlushFailed, match="executor lost"):
+            replayer(f, writer(f.root, LocalJob(f, fail_job=True))).run(query_running=True)
+        record = f.log.get(0)
+        assert record.state is BatchState.FLUSHING and record.flushed_rows == 0
+        assert f.wal.read_flushed_through() == -1
+
+
+# -- corruption ----------------------------------------------------------------------------------
+def test_a_segment_corrupted_after_ingest_blocks_without_writing_any_of_it(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.ingested(0, rows=(3, 6, 2), chunk_rows=2)    # checksums verified at ingest
+        corrupt_last_chunk(f, 0, 1)                    # then the file is damaged
+        f.sealed(1, rows=(2,))
+        with pytest.raises(RecoveryBlocked) as info:
+            replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+        assert info.value.batch == 0 and "checksum" in str(info.value)
+        # Not one row of segment 1 (ids 3..8), although its first chunks were intact.
+        assert not set(ids_written(0)) & set(range(3, 9))
+        assert f.log.get(0).state is BatchState.FLUSHING
+        assert ids_written(1) == []
+
+
+def test_a_corrupted_segment_wins_over_a_transient_failure(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.ingested(0, rows=(3, 4))
+        FAIL_IDS.add(0)                     # segment 0: transient failure
+        corrupt_last_chunk(f, 0, 1)         # segment 1: corrupted: retrying would not help
+        with pytest.raises(RecoveryBlocked):
+            replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+
+
+def test_a_segment_missing_on_the_executor_is_a_permanent_failure(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.ingested(0, rows=(3, 4))
+        os.unlink(f.wal.segment_path(f.built[0].segments[1].name))
+        with pytest.raises(FlushFailed, match="mounted at the same path") as info:
+            replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+        assert info.value.permanent
+
+
+# -- timestamps ----------------------------------------------------------------------------------
+def test_each_segment_is_written_at_base_plus_its_first_row_ordinal(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.sealed(3, rows=(3, 5, 2), chunk_rows=2)
+        replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+        base = built.seal.base_ts_us
+        assert [t.first_row for t in segment_tasks(built.seal, 0, 0)] == [0, 3, 8]
+        for batch, first_ts, ids in WRITES:
+            assert first_ts == base + (ids[0] - 3000), (first_ts, ids)
+        firsts = {ids[0]: ts for _, ts, ids in WRITES}
+        assert [firsts[3000], firsts[3003], firsts[3008]] == [base, base + 3, base + 8]
+
+
+def test_resumes_inside_a_segment_at_the_driver_modes_progress(tmp_path):
+    """A driver-mode flush (or recovery) that stopped after 3 chunks: the executors write the
+    rest, from chunk 1 of segment 1, at the same timestamps."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.flushing(0, rows=(4, 6), chunk_rows=2, progress_rows=6)
+        record = f.log.get(0)
+        assert (record.next_segment, record.next_chunk) == (1, 1)
+        job = LocalJob(f)
+        replayer(f, writer(f.root, job)).run(query_running=True)
+        assert job.jobs == [[1]]
+        assert ids_written(0) == [6, 7, 8, 9]
+        assert {ids[0]: ts - built.seal.base_ts_us for _, ts, ids in WRITES} == {6: 6, 8: 8}
+        assert f.log.get(0).state is BatchState.FLUSHED and f.log.get(0).flushed_rows == 10
+
+
+# -- what travels --------------------------------------------------------------------------------
+def test_credentials_travel_in_the_closure_only(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 2))
+        job = LocalJob(f)
+        replayer(f, writer(f.root, job)).run(query_running=True)
+        assert PASSWORD.encode() not in job.task_lists[0]    # PySpark spools these to a file
+        assert PASSWORD.encode() in job.closures[0]          # in memory, with the task
+        assert PASSWORD not in repr(SegmentJob(f.root, 0, 1, target()))
+
+
+def test_crash_points_armed_in_the_driver_reach_the_task_and_are_disarmed(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_POINT, raising=False)
+    with _armed(((ENV_POINT, "flush.task_written@99"),)):
+        assert os.environ[ENV_POINT] == "flush.task_written@99"
+    assert ENV_POINT not in os.environ
+
+
+def test_a_task_without_a_session_reports_every_segment_failed(tmp_path):
+    @contextlib.contextmanager
+    def unreachable(_target):
+        raise ConnectionError("no route to host")
+        yield   # pragma: no cover
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.sealed(0, rows=(3, 2))
+        job = SegmentJob(f.root, 0, built.seal.base_ts_us, target(), (), unreachable)
+        results = list(write_segments(job, segment_tasks(built.seal, 0, 0)))
+        assert [(r.index, r.rows, type(r.error)) for r in results] == \
+            [(0, 0, ConnectionError), (1, 0, ConnectionError)]
