@@ -29,6 +29,14 @@ it) kills the first task that completed its segment (``wal/crashpoints.py``);
 ``--crash-flush-at-batch N`` arms ``flush.before_ingest`` with ``CASSANDRA_WAL_CRASH_SCOPE=
 group`` in this driver process just before releasing file N: the driver, its JVM and the
 executor JVMs die right after ``commits/N`` is written, before anything of batch N is ingested.
+``--crash-flush-point P`` arms point ``P`` instead, e.g. ``flush.task_written`` with
+``--flush-mode executors``: the flusher hands the armed point to its Spark tasks, and the first
+task of batch N whose segment is acknowledged kills its Python worker's process group (the test
+then kills the whole run: the driver dies in the middle of the flush).
+
+``--flush-mode executors`` sets ``wal.flush.mode=executors`` on the query (committed batches
+are written by a Spark job of one task per segment) and logs the sink's flush lines
+(``recovery.replay``, ``sinks.distributed_flush``) at INFO in this program's output.
 
 ``--master standalone:2`` starts a Master and two Workers with ``spark-class`` (Workers on
 127.0.0.1 and 127.0.0.2, one core each): executors on two different *hosts*. Speculative
@@ -99,7 +107,11 @@ def parse_args(argv):
     p.add_argument("--faults", default="{}", help='JSON {"<batch>/<part>/<attempt>": fault}')
     p.add_argument("--kill-executor-at-batch", type=int, default=None)
     p.add_argument("--crash-flush-at-batch", type=int, default=None)
+    p.add_argument("--crash-flush-point", default="flush.before_ingest",
+                   help="the crash point --crash-flush-at-batch arms")
     p.add_argument("--crash-once", default=None, help="once-file for the armed crash point")
+    p.add_argument("--flush-mode", choices=("driver", "executors"), default=None,
+                   help="wal.flush.mode of the query (unset: the sink's default)")
     p.add_argument("--speculation", action="store_true")
     p.add_argument("--markers", required=True)
     p.add_argument("--events", required=True)
@@ -368,6 +380,13 @@ def main(argv=None) -> int:
     os.makedirs(args.input, exist_ok=True)
     os.makedirs(args.markers, exist_ok=True)
     events = Events(args.events)
+    if args.flush_mode == "executors":
+        import logging
+
+        logging.basicConfig(level=logging.WARNING, stream=sys.stdout,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        for name in ("recovery.replay", "sinks.distributed_flush"):
+            logging.getLogger(name).setLevel(logging.INFO)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     started = time.monotonic()
@@ -436,14 +455,16 @@ def main(argv=None) -> int:
               .option("maxFilesPerTrigger", 1)
               .json(args.input)
               .mapInArrow(make_injector(faults, args.markers), OUTPUT_SCHEMA))
-    query = (stream.writeStream.format("cassandra_wal")
-             .option("keyspace", args.keyspace)
-             .option("table", args.table)
-             .option("checkpointLocation", args.checkpoint)
-             .option("spark.cassandra.connection.host", args.host)
-             .option("spark.cassandra.connection.port", str(args.port))
-             .trigger(processingTime=f"{args.trigger_ms} milliseconds")
-             .start())
+    writer = (stream.writeStream.format("cassandra_wal")
+              .option("keyspace", args.keyspace)
+              .option("table", args.table)
+              .option("checkpointLocation", args.checkpoint)
+              .option("spark.cassandra.connection.host", args.host)
+              .option("spark.cassandra.connection.port", str(args.port))
+              .trigger(processingTime=f"{args.trigger_ms} milliseconds"))
+    if args.flush_mode:
+        writer = writer.option("wal.flush.mode", args.flush_mode)
+    query = writer.start()
     events("query_started", id=str(query.id))
     watcher = Watcher(events, args.checkpoint, args.markers, args.kill_executor_at_batch)
     watcher.start()
@@ -483,12 +504,12 @@ def main(argv=None) -> int:
             code = EXIT_USAGE
             break
         if batch == args.crash_flush_at_batch:
-            os.environ["CASSANDRA_WAL_CRASH_AT"] = "flush.before_ingest"
+            os.environ["CASSANDRA_WAL_CRASH_AT"] = args.crash_flush_point
             os.environ["CASSANDRA_WAL_CRASH_SCOPE"] = "group"
             if args.crash_once:
                 os.environ["CASSANDRA_WAL_CRASH_ONCE"] = args.crash_once
-            events("crash_armed", batch=batch, point="flush.before_ingest")
-            say(f"armed flush.before_ingest (scope group) for batch {batch}")
+            events("crash_armed", batch=batch, point=args.crash_flush_point)
+            say(f"armed {args.crash_flush_point} (scope group) for batch {batch}")
         release(args.pending, args.input, batch)
         events("released", batch=batch)
         say(f"released file {batch}")
