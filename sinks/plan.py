@@ -197,15 +197,27 @@ def check_not_blocked(wal: WalDir) -> None:
     raise SinkError(f"the WAL at {wal.root} is blocked and no new batch is accepted: {reason}")
 
 
-def wait_for_room(plan: WritePlan, sleep=time.sleep, clock=time.monotonic) -> None:
-    """Back-pressure: hold the commit while staged-but-unflushed bytes exceed ``wal.maxBytes``.
+def backlog_bytes(wal: WalDir, committing: int) -> int:
+    """Bytes of staged segment files of every batch but ``committing``: the batches sealed
+    and not yet flushed (and leftovers of batches about to be discarded)."""
+    return sum(tree_size(wal.batch_segments(b)) for b in wal.staged_batch_ids() if b != committing)
+
+
+def wait_for_room(plan: WritePlan, batch_id: int, sleep=time.sleep,
+                  clock=time.monotonic) -> None:
+    """Back-pressure: hold the commit of ``batch_id`` while the backlog before it (segment
+    bytes of earlier batches, sealed but not yet flushed) exceeds ``wal.maxBytes``.
+
+    The batch being committed is not counted: it is on disk already, and a batch larger than
+    the cap must not fail forever (Spark re-runs it with the same rows). So the WAL's segments
+    stay under ``wal.maxBytes`` plus one batch.
 
     ``wal.backpressure=block`` waits (up to ``wal.backpressure.timeoutSeconds``) for the
     flusher to drain; ``fail`` fails at once. Either way the failure is a WalFull naming the
     cap, the batch is not sealed, and Spark re-runs it on restart: nothing is lost.
     """
     cap = plan.config.wal.max_bytes
-    size = tree_size(plan.wal.segments)
+    size = backlog_bytes(plan.wal, batch_id)
     if size <= cap:
         return
     started = clock()
@@ -214,9 +226,10 @@ def wait_for_room(plan: WritePlan, sleep=time.sleep, clock=time.monotonic) -> No
         waited = clock() - started
         if waited >= timeout:
             raise WalFull(plan.wal_root, size, cap, waited)
-        log.warning("WAL over its cap (%d > %d bytes): holding the commit", size, cap)
+        log.warning("batch %d: WAL backlog over its cap (%d > %d bytes): holding the commit",
+                    batch_id, size, cap)
         sleep(min(1.0, timeout - waited))
-        size = tree_size(plan.wal.segments)
+        size = backlog_bytes(plan.wal, batch_id)
 
 
 def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
@@ -258,7 +271,7 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
     query_id = next((m.query_id for m in messages if m.query_id), "")
     check_not_blocked(plan.wal)
     check_segments_visible(plan.wal, refs, batch_id)
-    wait_for_room(plan)
+    wait_for_room(plan, batch_id)
     crash_point("commit.before_seal")
     seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point)
     crash_point("commit.after_seal")

@@ -103,8 +103,11 @@ class WalFull(WalError):
         self.path, self.size, self.cap, self.waited_s = path, size, cap, waited_s
 
     def __str__(self) -> str:
-        return (f"{self.path}: WAL holds {self.size} bytes, over its cap wal.maxBytes={self.cap}; "
-                f"waited {self.waited_s:.0f}s for the flusher to drain it (is Cassandra reachable?)")
+        return (f"{self.path}: the WAL's backlog (batches sealed but not yet flushed to "
+                f"Cassandra) is {self.size} bytes, over its cap wal.maxBytes={self.cap}; waited "
+                f"{self.waited_s:.0f}s for the flusher to drain it (wal.backpressure, "
+                f"wal.backpressure.timeoutSeconds). Is Cassandra reachable? Nothing is lost: the "
+                f"batch was not committed and Spark re-runs it when the query restarts")
 
 
 class SealMissing(WalError):

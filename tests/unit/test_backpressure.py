@@ -1,0 +1,128 @@
+"""Back-pressure at ``wal.maxBytes`` (sinks/plan.py: ``wait_for_room``), with a fake clock.
+
+The cap bounds the backlog *before* the batch being committed: segment bytes of earlier
+batches, sealed but not yet flushed. The batch itself is already on disk and never counts,
+so a batch larger than the cap is not refused forever.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sinks.options import parse_options
+from sinks.plan import WritePlan, backlog_bytes, commit_batch, wait_for_room
+from wal.errors import WalFull
+from wal.files import tree_size
+from wal.retention import remove_batch_files
+from wal.segment import SegmentWriter
+
+pytestmark = pytest.mark.unit
+
+
+def stage(wal, batch: int, rows: int = 100) -> None:
+    with SegmentWriter(wal, batch, 0, 0) as writer:
+        writer.append(pa.record_batch({"id": pa.array(range(rows), pa.int64())}))
+        writer.finish()
+
+
+def plan_for(wal, **options: str) -> WritePlan:
+    config = parse_options({"keyspace": "ks", "table": "t", **options})
+    return WritePlan(config=config, wal_root=wal.root, target=None, stored_columns=("id",))
+
+
+class FakeClock:
+    """``sleep`` advances ``now``; ``on_sleep`` runs after each sleep (the flusher's work)."""
+
+    def __init__(self, on_sleep=None):
+        self.now, self.sleeps, self.on_sleep = 0.0, [], on_sleep
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.on_sleep:
+            self.on_sleep(len(self.sleeps))
+
+
+def batch_bytes(wal, batch: int) -> int:
+    return tree_size(wal.batch_segments(batch))
+
+
+def test_backlog_counts_every_batch_but_the_one_being_committed(wal):
+    for b in (0, 1, 2):
+        stage(wal, b)
+    assert backlog_bytes(wal, 2) == batch_bytes(wal, 0) + batch_bytes(wal, 1)
+    assert backlog_bytes(wal, 0) == batch_bytes(wal, 1) + batch_bytes(wal, 2)
+
+
+def test_a_batch_larger_than_the_cap_commits_when_nothing_is_pending(wal):
+    stage(wal, 0, rows=10_000)
+    clock = FakeClock()
+    wait_for_room(plan_for(wal, **{"wal.maxBytes": "1"}), 0, clock.sleep, clock.clock)
+    assert clock.sleeps == []
+
+
+def test_fail_mode_raises_at_once_naming_the_cap_and_the_backlog(wal):
+    stage(wal, 0)
+    stage(wal, 1)
+    clock = FakeClock()
+    plan = plan_for(wal, **{"wal.maxBytes": "100", "wal.backpressure": "fail"})
+    with pytest.raises(WalFull) as err:
+        wait_for_room(plan, 1, clock.sleep, clock.clock)
+    assert clock.sleeps == []
+    assert (err.value.size, err.value.cap) == (batch_bytes(wal, 0), 100)
+    message = str(err.value)
+    assert "wal.maxBytes=100" in message and wal.root in message
+    assert f"{batch_bytes(wal, 0)} bytes" in message
+
+
+def test_block_mode_holds_the_commit_until_the_flusher_drains(wal):
+    stage(wal, 0)
+    stage(wal, 1)
+    drained_after = 3       # the flusher finishes batch 0 during the third pause
+
+    def flusher(pauses: int) -> None:
+        if pauses == drained_after:
+            remove_batch_files(wal, 0, keep_seal=True)
+
+    clock = FakeClock(flusher)
+    plan = plan_for(wal, **{"wal.maxBytes": "100", "wal.backpressure.timeoutSeconds": "60"})
+    wait_for_room(plan, 1, clock.sleep, clock.clock)
+    assert len(clock.sleeps) == drained_after
+    assert backlog_bytes(wal, 1) == 0
+
+
+def test_block_mode_gives_up_after_its_timeout(wal):
+    stage(wal, 0)
+    stage(wal, 1)
+    clock = FakeClock()
+    plan = plan_for(wal, **{"wal.maxBytes": "100", "wal.backpressure.timeoutSeconds": "5"})
+    with pytest.raises(WalFull) as err:
+        wait_for_room(plan, 1, clock.sleep, clock.clock)
+    assert sum(clock.sleeps) == pytest.approx(5.0)
+    assert err.value.waited_s == pytest.approx(5.0)
+    assert "waited 5s" in str(err.value)
+
+
+def test_under_the_cap_nothing_waits(wal):
+    stage(wal, 0)
+    stage(wal, 1)
+    clock = FakeClock()
+    wait_for_room(plan_for(wal), 1, clock.sleep, clock.clock)   # default cap: 10 GiB
+    assert clock.sleeps == []
+
+
+def test_a_full_wal_seals_nothing_and_keeps_every_staged_byte(wal):
+    """The refused batch keeps its segments (Spark re-runs it) and gets no seal; earlier
+    batches are untouched."""
+    stage(wal, 0)
+    stage(wal, 1)
+    before = {b: batch_bytes(wal, b) for b in (0, 1)}
+    plan = plan_for(wal, **{"wal.maxBytes": "100", "wal.backpressure": "fail"})
+    with pytest.raises(WalFull):
+        commit_batch(plan, [], 1)
+    assert wal.sealed_batch_ids() == []
+    assert {b: batch_bytes(wal, b) for b in (0, 1)} == before
