@@ -32,7 +32,7 @@ from recovery.errors import FlushFailed, RecoveryBlocked
 from recovery.replay import Replayer
 from recovery.target import Target
 from recovery.upsert import Upserter
-from wal.errors import WalLocked
+from wal.errors import WalCorrupted, WalLocked
 from wal.files import atomic_write
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -187,10 +187,9 @@ class QueryFlusher:
     def _flush_mode(self) -> str:
         """``wal.flush.mode`` as ``target.json`` says now: the query that restarted this
         flusher may have changed it after the flusher was made (at query start)."""
-        recorded = self.wal.read_target() or {}
         try:
-            return recorded["target"]["config"]["wal"].get("flush_mode", "driver")
-        except (KeyError, TypeError, AttributeError):
+            return self.wal.read_target()["target"]["config"]["wal"]["flush_mode"]
+        except (WalCorrupted, KeyError, TypeError):    # unreadable, gone, or an older one
             return self.target.config.wal.flush_mode
 
     def _executors(self) -> ExecutorsWriter | None:

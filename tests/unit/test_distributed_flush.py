@@ -275,3 +275,56 @@ def test_a_task_without_a_session_reports_every_segment_failed(tmp_path):
         results = list(write_segments(job, segment_tasks(built.seal, 0, 0)))
         assert [(r.index, r.rows, type(r.error)) for r in results] == \
             [(0, 0, ConnectionError), (1, 0, ConnectionError)]
+
+
+# -- which writer the flusher picks --------------------------------------------------------------
+class FakeSpark:
+    """Just enough of a SparkSession for QueryFlusher to ask whether Spark is up."""
+
+    def __init__(self, stopped: bool = False):
+        jsc = type("Jsc", (), {"sc": lambda _self: type("Sc", (), {
+            "isStopped": lambda _s: stopped})()})()
+        self.sparkContext = type("Ctx", (), {"_jsc": jsc})()
+
+
+def flusher_for(tmp_path, mode: str, spark):
+    from dataclasses import replace
+
+    from sinks.driver import QueryFlusher
+    from wal.layout import WalDir
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    t = target()
+    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
+    wal.write_target({"fingerprint": "f", "target": t.to_dict()})
+    flusher = QueryFlusher(wal.root, str(tmp_path / "cp"), spark=spark)
+    runs = []
+    flusher.replayer.run = lambda query_running, prefix, writer=None: runs.append(writer)
+    return flusher, runs
+
+
+def test_the_flusher_writes_from_the_executors_only_when_asked_and_never_in_recovery(tmp_path):
+    flusher, runs = flusher_for(tmp_path, "executors", FakeSpark())
+    try:
+        flusher.recover()
+        flusher.drain(query_running=True)
+        assert runs[0] is None                          # recovery: the driver's own writer
+        assert isinstance(runs[1], ExecutorsWriter)
+    finally:
+        flusher.log.close()
+
+
+def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp_path):
+    flusher, runs = flusher_for(tmp_path, "driver", FakeSpark())
+    try:
+        flusher.drain(query_running=True)
+        flusher.spark = FakeSpark(stopped=True)
+        target_json = flusher.wal.read_target()
+        target_json["target"]["config"]["wal"]["flush_mode"] = "executors"   # a restarted query
+        flusher.wal.write_target(target_json)
+        flusher.drain(query_running=True)
+        flusher.spark = FakeSpark()
+        flusher.drain(query_running=True)
+        assert runs[:2] == [None, None] and isinstance(runs[2], ExecutorsWriter)
+    finally:
+        flusher.log.close()
