@@ -42,3 +42,67 @@ def fresh_keyspace(cql, prefix: str = "t"):
         yield name
     finally:
         cql.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+class RestartableNode:
+    """A Cassandra node of its own (not the session's), which a test may stop and start again
+    on the same port and data: an outage. ``host``/``port`` as the sink options want them."""
+
+    def __init__(self, prefix: str, heap: str = "512m"):
+        import tempfile
+
+        self.cn = load_cassandra_node_module()
+        self.node_dir = Path(tempfile.mkdtemp(prefix=f"cassandra-wal-node-{prefix}-"))
+        self.host, self.port, self.heap = self.cn.HOST, self.cn.free_port(), heap
+        self.contact_points = [self.host]
+
+    def start(self) -> "RestartableNode":
+        import os
+
+        timeout = float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT", self.cn.DEFAULT_TIMEOUT))
+        self.cn.start(self.port, self.node_dir, fast=True, die_with_parent=True, heap=self.heap,
+                      timeout=timeout)
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after the script's timeout; the data stays."""
+        self.cn.stop(self.port, self.node_dir)
+
+    def purge(self) -> None:
+        import shutil
+
+        self.cn.stop(self.port, self.node_dir, purge=True)
+        shutil.rmtree(self.node_dir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def session(self):
+        """A CQL session of its own (protocol 5), shut down on the way out."""
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import DCAwareRoundRobinPolicy
+
+        profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(),
+                                   request_timeout=30)
+        cluster = Cluster(contact_points=self.contact_points, port=self.port,
+                          protocol_version=5, connect_timeout=15,
+                          execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+        try:
+            yield cluster.connect()
+        finally:
+            cluster.shutdown()
+
+    @contextlib.contextmanager
+    def keyspace(self, prefix: str, *ddl: str):
+        """A fresh keyspace (see :func:`fresh_keyspace`) with the tables of ``ddl`` (each the
+        part after ``CREATE TABLE <keyspace>.``). Created and dropped through sessions of
+        their own, so an outage in between leaves no stale connection behind."""
+        with self.session() as cql:
+            name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+            cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+            for table in ddl:
+                cql.execute(f"CREATE TABLE {name}.{table}")
+        try:
+            yield name
+        finally:
+            with self.session() as cql:
+                cql.execute(f"DROP KEYSPACE IF EXISTS {name}")

@@ -145,8 +145,6 @@ def _early_start(request, pki, tmp_path_factory):
     dirs = []
     try:
         if _selected_here(request, "secure_nodes"):
-            # "cassandra-wal-node-" in the path: scripts/test's cleanup finds them after a
-            # hard kill.
             dirs = [Path(tempfile.mkdtemp(prefix=f"cassandra-wal-node-{kind}-"))
                     for kind in ("auth", "tls")]
             auth = cn.start(cn.free_port(), dirs[0], fast=True, die_with_parent=True,

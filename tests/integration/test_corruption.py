@@ -1,0 +1,107 @@
+"""A damaged WAL against a real node and a real stream: detected, named, never written.
+
+A stream stages three committed batches without flushing them (``wal.flush=false``), so the
+segment files are the batches' only copy. Then bytes are flipped in batch 1's segment and
+batch 2's segment is truncated, as a failing disk or a cut copy would leave them:
+
+* ``cassandra-wal verify`` exits 3 and names both files;
+* ``cassandra-wal recover`` writes batch 0, stops at batch 1 (strict order: nothing of batch
+  2 either), names the batch and the segment, and exits 3;
+* the runbook's way forward (docs/runbook.md, "A corrupted WAL": put back a good copy of
+  each file) makes ``verify`` clean and ``recover`` write exactly the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sinkutil import (committed_batches, connection_options, create_table, read_table,
+                      register, running, sink_options, stream_wal, wait_for, write_json_files)
+from wal.seal import read_seal
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CASSANDRA_WAL = [sys.executable, "-m", "wal.cli.main"]
+EXIT_CORRUPT = 3
+
+
+def file_rows(k: int) -> list[dict]:
+    return [{"id": k * 100 + i, "file": k, "name": f"row {i} of file {k}"} for i in range(30)]
+
+
+def cassandra_wal(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CASSANDRA_WAL, *args], capture_output=True, text=True, timeout=180,
+                          cwd=REPO_ROOT)
+
+
+def ids_in(cql, keyspace: str) -> set[int]:
+    return {r["id"] for r in read_table(cql, keyspace, "events", "id")}
+
+
+def ids_of(*files: int) -> set[int]:
+    return {r["id"] for k in files for r in file_rows(k)}
+
+
+def test_flipped_and_truncated_segments_are_named_and_never_written(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    register(spark)
+    create_table(cql, keyspace, "events (id int PRIMARY KEY, file int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [file_rows(k) for k in range(3)])
+    query = (spark.readStream.schema("id INT, file INT, name STRING")
+             .option("maxFilesPerTrigger", 1).json(str(src))
+             .writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, keyspace, "events", cp,
+                                     **{"wal.flush": "false"}))
+             .trigger(processingTime="500 milliseconds").start())
+    with running(query):
+        wait_for(lambda: committed_batches(cp)[-1] >= 2, what="batches 0..2 to be committed")
+    wal = stream_wal(cp)
+    assert ids_in(cql, keyspace) == set(), "wal.flush=false wrote rows"
+
+    flipped, truncated = (wal.segment_path(read_seal(wal, b).segments[0].name) for b in (1, 2))
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for path in (flipped, truncated):
+        shutil.copy2(path, backup / Path(path).name)
+    data = bytearray(Path(flipped).read_bytes())
+    middle = len(data) // 2
+    data[middle] ^= 0xFF
+    Path(flipped).write_bytes(bytes(data))
+    with open(truncated, "r+b") as f:
+        f.truncate(Path(truncated).stat().st_size - 7)
+
+    verify = cassandra_wal("verify", wal.root, "--json")
+    assert verify.returncode == EXIT_CORRUPT, verify.stdout + verify.stderr
+    report = verify.stdout
+    for path in (flipped, truncated):
+        assert Path(path).name in report, f"verify does not name {path}:\n{report}"
+
+    connection = connection_options(cassandra_node)
+    where = ["--checkpoint", str(cp), "--host", connection["spark.cassandra.connection.host"],
+             "--port", connection["spark.cassandra.connection.port"]]
+    recover = cassandra_wal("recover", wal.root, *where)
+    assert recover.returncode == EXIT_CORRUPT, recover.stdout + recover.stderr
+    said = recover.stdout + recover.stderr
+    assert "batch 1" in said and Path(flipped).name in said, said
+    assert "docs/runbook.md" in said, said
+    assert ids_in(cql, keyspace) == ids_of(0), "recovery wrote rows of a damaged or later batch"
+
+    # The runbook: put back a good copy of each damaged file, verify, recover.
+    for path in (flipped, truncated):
+        shutil.copy2(backup / Path(path).name, path)
+    verify = cassandra_wal("verify", wal.root, "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    recover = cassandra_wal("recover", wal.root, *where, "--json")
+    assert recover.returncode == 0, recover.stdout + recover.stderr
+    summary = json.loads(recover.stdout)
+    assert summary["replayed"] == [1, 2], summary
+    got = {r["id"]: (r["file"], r["name"]) for r in read_table(cql, keyspace, "events")}
+    assert got == {r["id"]: (r["file"], r["name"]) for k in range(3) for r in file_rows(k)}
