@@ -226,6 +226,55 @@ def _seals(wal: WalDir) -> dict[int, Seal]:
     return {b: read_seal(wal, b) for b in wal.sealed_batch_ids()}
 
 
+def write_pending(chain: Chain, batches, rows_per_file: int = ROWS_PER_FILE) -> None:
+    """``pending/in-NNNN.json`` for every batch: :func:`expected_row` lines, remembered in
+    ``chain.expected``."""
+    (chain.workdir / "pending").mkdir(exist_ok=True)
+    for batch in batches:
+        with open(chain.workdir / "pending" / f"in-{batch:04d}.json", "w") as f:
+            for i in range(rows_per_file):
+                row = expected_row(batch * 1000 + i, batch)
+                chain.expected[row["id"]] = row
+                f.write(json.dumps(row) + "\n")
+
+
+def run_until_crash(chain: Chain, name: str, args: list[str], env_extra: dict,
+                    once: Path) -> Run:
+    """Launch, wait for the armed crash point's once-file, then SIGKILL every process of the
+    run (the crash point took its own process group only). ``run.crashed``: it was reached."""
+    run, proc, token = _launch(chain, name, args, env_extra)
+    started = time.monotonic()
+    try:
+        while proc.poll() is None and not once.exists():
+            assert time.monotonic() - started < RUN_DEADLINE_S + 60, f"run {name} hangs:\n{run.tail()}"
+            time.sleep(0.02)
+        run.crashed = once.exists()
+    finally:
+        kill_run(token, proc.pid)
+    run.returncode = proc.wait(timeout=30)
+    run.seconds = time.monotonic() - started
+    _log(f"run {name}: {run.seconds:.0f}s, crashed={run.crashed}, rc {run.returncode}")
+    assert not processes_with_token(token)
+    return run
+
+
+def run_to_end(chain: Chain, name: str, args: list[str], env_extra: dict) -> Run:
+    """Launch and wait for the program to exit; then make sure nothing of the run is left."""
+    run, proc, token = _launch(chain, name, args, env_extra)
+    started = time.monotonic()
+    try:
+        run.returncode = proc.wait(timeout=RUN_DEADLINE_S + 120)
+    except subprocess.TimeoutExpired:
+        run.returncode = None
+    run.seconds = time.monotonic() - started
+    until = time.monotonic() + 20       # a clean exit leaves workers winding down
+    while processes_with_token(token) and time.monotonic() < until:
+        time.sleep(0.2)
+    kill_run(token, None)
+    _log(f"run {name}: {run.seconds:.0f}s, rc {run.returncode}")
+    return run
+
+
 @pytest.fixture(scope="module")
 def cluster_keyspace(cql):
     with fresh_keyspace(cql, "mx") as name:
@@ -237,13 +286,7 @@ def chain(cassandra_node, cql, cluster_keyspace, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("cluster")
     c = Chain(workdir, cluster_keyspace, "events", str(workdir / "checkpoint"),
               node=cassandra_node, cql=cql)
-    (workdir / "pending").mkdir()
-    for batch in range(SPEC_BATCH + 1):
-        with open(workdir / "pending" / f"in-{batch:04d}.json", "w") as f:
-            for i in range(ROWS_PER_FILE):
-                row = expected_row(batch * 1000 + i, batch)
-                c.expected[row["id"]] = row
-                f.write(json.dumps(row) + "\n")
+    write_pending(c, range(SPEC_BATCH + 1))
     cql.execute(TABLE_DDL.format(ks=c.keyspace, table=c.table))
     yield c
 
@@ -254,28 +297,18 @@ def run_a(chain):
     once_stage = chain.workdir / "once-stage-after"
     once_flush = chain.workdir / "once-flush"
     faults = {"1/0/0": "exit", "1/1/0": "raise", f"{KILL_BATCH}/0/0": "slow:600"}
-    run, proc, token = _launch(chain, "local-cluster", [
+    # The crash takes the driver's group; the executors' Python daemons are not in it.
+    run = run_until_crash(chain, "local-cluster", [
         "--master", "local-cluster[2,1,1024]",
         "--host", chain.node.host, "--port", str(chain.node.port),
         "--release", ",".join(str(b) for b in range(CRASH_BATCH + 1)),
         "--faults", json.dumps(faults),
         "--kill-executor-at-batch", str(KILL_BATCH),
         "--crash-flush-at-batch", str(CRASH_BATCH), "--crash-once", str(once_flush)],
-        {"CASSANDRA_WAL_CRASH_AT": "stage.after", "CASSANDRA_WAL_CRASH_ONCE": str(once_stage)})
-    started = time.monotonic()
-    try:
-        while proc.poll() is None and not once_flush.exists():
-            assert time.monotonic() - started < RUN_DEADLINE_S + 60, f"run A hangs:\n{run.tail()}"
-            time.sleep(0.05)
-        run.crashed = once_flush.exists()
-    finally:    # the crash took the driver's group; the executors' Python daemons are not in it
-        kill_run(token, proc.pid)
-    run.returncode = proc.wait(timeout=30)
-    run.seconds = time.monotonic() - started
-    _log(f"run A: {run.seconds:.0f}s, crashed={run.crashed}, rc {run.returncode}")
+        {"CASSANDRA_WAL_CRASH_AT": "stage.after", "CASSANDRA_WAL_CRASH_ONCE": str(once_stage)},
+        once_flush)
     assert run.crashed, (f"run A never reached flush.before_ingest of batch {CRASH_BATCH} "
                          f"(rc {run.returncode}):\n{run.tail()}")
-    assert not processes_with_token(token)
     wal = chain.wal()
     chain.seals_a = _seals(wal)
     chain.positions = _positions_from_log(wal)
@@ -291,22 +324,11 @@ def run_b(run_a):
     wal = chain.wal()
     assert os.path.isdir(wal.log)
     shutil.rmtree(wal.log)
-    run, proc, token = _launch(chain, "standalone", [
+    run = run_to_end(chain, "standalone", [
         "--master", "standalone:2", "--speculation",
         "--host", chain.node.host, "--port", str(chain.node.port),
         "--release", str(SPEC_BATCH),
         "--faults", json.dumps({f"{SPEC_BATCH}/0/0": "slow:600"})], {})
-    started = time.monotonic()
-    try:
-        run.returncode = proc.wait(timeout=RUN_DEADLINE_S + 120)
-    except subprocess.TimeoutExpired:
-        run.returncode = None
-    run.seconds = time.monotonic() - started
-    until = time.monotonic() + 20       # a clean exit leaves workers winding down
-    while processes_with_token(token) and time.monotonic() < until:
-        time.sleep(0.2)
-    kill_run(token, None)
-    _log(f"run B: {run.seconds:.0f}s, rc {run.returncode}")
     assert run.returncode == 0, f"run B failed (rc {run.returncode}):\n{run.tail()}"
     chain.seals_b = _seals(wal)
     chain.positions.update({b: ids for b, ids in _positions_from_log(wal).items()
@@ -353,6 +375,22 @@ def check_batches(chain: Chain, rows: dict[int, tuple], seals: dict[int, Seal],
                 problems.append(f"row {rid}: write times {sorted(set(wts))}, expected "
                                 f"base_ts_us {seal.base_ts_us} + position {position[rid]}")
     return problems[:30]
+
+
+def assert_restart_completed(chain: Chain, crash_batch: int, last_batch: int) -> None:
+    """After the restart: ``crash_batch`` kept its seal (same id, same timestamps), rows seen
+    before the restart kept their cells, and batches 0..``last_batch`` are exactly the expected
+    rows at their sealed write times."""
+    before, after = chain.seals_a[crash_batch], chain.seals_b[crash_batch]
+    assert (after.seal_id, after.base_ts_us) == (before.seal_id, before.base_ts_us)
+    for rid, row in chain.rows_a.items():
+        assert chain.rows_b[rid] == row, f"row {rid} changed: {row} -> {chain.rows_b[rid]}"
+    # Seals of batches flushed before the crash may be gone (retention keeps the newest
+    # flushed seal only, once a rebuilt log forgot them): use the ones read before as well.
+    seals = {**chain.seals_a, **chain.seals_b}
+    problems = check_batches(chain, chain.rows_b, seals, range(last_batch + 1))
+    assert not problems, "\n".join(problems)
+    assert set(chain.rows_b) == set(chain.expected)
 
 
 def test_task_retry(run_a):
@@ -413,19 +451,12 @@ def test_durability_without_the_log(run_b):
     assert ckpt.is_committed(chain.checkpoint, CRASH_BATCH)
     assert not [i for i, r in chain.rows_a.items() if r[0] == CRASH_BATCH], \
         "rows of the crashed batch were visible before the restart"
-    # The seal survived and was not replaced: same id, same timestamps.
-    before, after = chain.seals_a[CRASH_BATCH], chain.seals_b[CRASH_BATCH]
-    assert (after.seal_id, after.base_ts_us) == (before.seal_id, before.base_ts_us)
-    # Batches flushed before the crash were not written again (same cells, same write times).
-    for rid, row in chain.rows_a.items():
-        assert chain.rows_b[rid] == row, f"row {rid} changed: {row} -> {chain.rows_b[rid]}"
-    # Seals of batches flushed before the crash were kept by retention while the old log knew
-    # them; the rebuilt log does not, and retention removes them as redundant (only the newest
-    # flushed seal matters for the timestamp chain): compare those with the seals read before.
-    seals = {**chain.seals_a, **chain.seals_b}
-    problems = check_batches(chain, chain.rows_b, seals, range(SPEC_BATCH + 1))
-    assert not problems, "\n".join(problems)
-    assert set(chain.rows_b) == set(chain.expected)
+    # The seal survived and was not replaced: same id, same timestamps. Batches flushed
+    # before the crash were not written again (same cells, same write times). Seals of those
+    # batches were kept by retention while the old log knew them; the rebuilt log does not,
+    # and retention removes them as redundant (only the newest flushed seal matters for the
+    # timestamp chain): they are compared with the seals read before.
+    assert_restart_completed(chain, CRASH_BATCH, SPEC_BATCH)
     # The rebuilt log knows batch 3 as flushed; the WAL has nothing pending or left over.
     wal = chain.wal()
     reader = WalLog.open_reader(wal)
