@@ -2,8 +2,9 @@
 
 Two measurements:
 
-1. **End to end, per executor count** (``local-cluster[E,1,1024]``, E = 1 and 2): a stream
-   writes one large micro-batch (``--rows`` rows of about 200 bytes, the table of
+1. **End to end, per executor count and flush mode** (``local-cluster[E,1,1024]``, E = 1 and
+   2; ``wal.flush.mode`` = ``driver`` and ``executors``, one after the other in the same
+   SparkSession, each into its own table): a stream writes one large micro-batch (``--rows`` rows of about 200 bytes, the table of
    ``bench_staging.py``, one Parquet file of 4 row groups read as 4 tasks) through the sink.
    A small batch of 4 tasks runs first so that every executor's Python workers, the flusher's
    Cassandra session and its prepared statement exist (their start-up is not measured). For the large
@@ -14,9 +15,11 @@ Two measurements:
    * *commit*: seal -> ``commits/N`` (Spark's own bookkeeping);
    * *flush*: ``commits/N`` -> ``flushed_through`` (the driver's flusher: wake-up by the
      listener, ingest of the segments into the RocksDB log, the upserts at the sealed
-     timestamps, FLUSHED). Rows acknowledged at the consistency level are visible.
+     timestamps, FLUSHED). Rows acknowledged at the consistency level are visible. In
+     ``executors`` mode the upserts are a Spark job of one task per segment (4 here).
 
-   Rates are rows / seconds of each part; "commit -> visible" is rows / *flush*.
+   Rates are rows / seconds of each part; "commit -> visible" is rows / *flush*. The ratios
+   compare the two modes at the same executor count, within one run.
 
 2. **The flusher alone, from a prepared WAL**: the same batch staged and sealed by a query with
    ``wal.flush=false`` (2 executors), then flushed in this process with
@@ -33,7 +36,8 @@ Two measurements:
 Needs a Cassandra node (``--host``/``--port``, or ``CASSANDRA_HOST``/``CASSANDRA_PORT``) and
 Java 17. Usage::
 
-    python bench/bench_flush_executors.py [--rows 200000] [--executors 1,2] [--host H --port P]
+    python bench/bench_flush_executors.py [--rows 200000] [--executors 1,2]
+        [--modes driver,executors] [--no-offline] [--host H --port P]
 
 Prints a markdown table and writes ``bench/results/flush_executors.json``. Each Spark run is a
 child process of this script (``--child``): one SparkSession per process.
@@ -131,6 +135,13 @@ def prepare_table(session, table: str) -> None:
 
 
 # -- child: one Spark run -------------------------------------------------------------------------
+def cpu_ticks() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine since boot (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
 def _progress(query, batch: int) -> dict:
     for p in query.recentProgress:
         d = p if isinstance(p, dict) else json.loads(p.json)
@@ -140,8 +151,9 @@ def _progress(query, batch: int) -> dict:
 
 
 def child(args) -> int:
-    """One SparkSession (``local-cluster[E,1,1024]``): the measured stream, then optionally a
-    query that only stages and seals (``wal.flush=false``) for the offline flusher run."""
+    """One SparkSession (``local-cluster[E,1,1024]``): the measured stream once per flush mode,
+    then optionally a query that only stages and seals (``wal.flush=false``) for the offline
+    flusher run."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -173,18 +185,20 @@ def child(args) -> int:
     out = {"executors": args.child, "spark_up_s": round(time.time() - t0, 1)}
     say(f"child {args.child}: spark up in {out['spark_up_s']}s")
 
-    def run_stream(name: str, flush: bool) -> dict:
+    def run_stream(name: str, flush: bool, mode: str = "driver") -> dict:
         folder, cp = work / f"in-{name}", str(work / f"cp-{name}")
         folder.mkdir(parents=True)
         for f in sorted((data / "warmup").iterdir()):     # all of them in batch 0
             shutil.copy(f, folder / f.name)
         query = (spark.readStream.schema(SCHEMA).parquet(str(folder))
                  .writeStream.format("cassandra_wal")
-                 .option("keyspace", KEYSPACE).option("table", args.table if flush else args.table + "_prep")
+                 .option("keyspace", KEYSPACE)
+                 .option("table", f"{args.table}_{mode}" if flush else args.table + "_prep")
                  .option("checkpointLocation", cp)
                  .option("spark.cassandra.connection.host", args.host)
                  .option("spark.cassandra.connection.port", str(args.port))
                  .option("wal.flush", "true" if flush else "false")
+                 .option("wal.flush.mode", mode)
                  .trigger(processingTime="200 milliseconds")
                  .start())
 
@@ -206,7 +220,9 @@ def child(args) -> int:
                 time.sleep(0.05)
 
         release(None, 0)                                  # the warm-up batch
+        idle0, total0 = cpu_ticks()
         released = release(big, 1)
+        idle1, total1 = cpu_ticks()
         wal = WalDir(read_pointer(cp))
         seal = read_seal(wal, 1)
         committed = os.path.getmtime(os.path.join(cp, "commits", "1"))
@@ -215,12 +231,15 @@ def child(args) -> int:
         res = {"rows": seal.rows, "segments": len(seal.segments), "bytes": seal.bytes,
                "released": released, "sealed": seal.sealed_at_us / 1e6, "committed": committed,
                "duration_ms": progress.get("durationMs", {}), "wal_root": wal.root,
-               "checkpoint": cp}
+               "checkpoint": cp,
+               # share of all the machine's CPUs busy from release to flushed (anyone's work)
+               "machine_cpu_busy": round(1 - (idle1 - idle0) / max(1, total1 - total0), 2)}
         if flush:
             res["flushed"] = os.path.getmtime(os.path.join(wal.root, "flushed_through"))
         return res
 
-    out["stream"] = run_stream("measured", flush=True)
+    out["streams"] = {mode: run_stream(f"measured-{mode}", flush=True, mode=mode)
+                      for mode in args.modes.split(",")}
     if args.prepare:
         out["prepared"] = run_stream("prepared", flush=False)
     spark.stop()
@@ -344,7 +363,8 @@ def run_child(executors: int, args, workdir: Path, data: Path, prepare: bool) ->
     cmd = [sys.executable, __file__, "--child", str(executors), "--data", str(data),
            "--workdir", str(workdir / f"e{executors}"), "--out", str(out),
            "--table", f"events_e{executors}", "--host", args.host, "--port", str(args.port),
-           "--deadline-s", str(args.deadline_s)] + (["--prepare"] if prepare else [])
+           "--deadline-s", str(args.deadline_s), "--modes", args.modes] + (
+               ["--prepare"] if prepare else [])
     (workdir / f"e{executors}").mkdir()
     log = workdir / f"child-{executors}.log"
     env = dict(os.environ, **java_home_env(), PYTHONUNBUFFERED="1")
@@ -370,17 +390,37 @@ def split_times(stream: dict) -> dict:
             "staging_rows_per_s": round(rows / staging), "commit_to_visible_rows_per_s":
             round(rows / flush), "end_to_end_rows_per_s": round(rows / total),
             "flush_share": round(flush / total, 3), "spark_add_batch_ms":
-            stream["duration_ms"].get("addBatch")}
+            stream["duration_ms"].get("addBatch"),
+            "machine_cpu_busy": stream.get("machine_cpu_busy")}
+
+
+def mode_ratios(rows: list[dict]) -> list[dict]:
+    """executors-mode / driver-mode, per executor count (same run, same SparkSession)."""
+    by = {(r["executors"], r["flush_mode"]): r for r in rows}
+    out = []
+    for e in sorted({r["executors"] for r in rows}):
+        d, x = by.get((e, "driver")), by.get((e, "executors"))
+        if d and x:
+            out.append({"executors": e,
+                        "flush_speedup": round(d["flush_s"] / x["flush_s"], 2),
+                        "end_to_end_speedup": round(d["total_s"] / x["total_s"], 2)})
+    return out
 
 
 def markdown(result: dict) -> str:
-    lines = ["| executors | staging s | commit s | flush s | staging rows/s | commit -> visible rows/s "
-             "| end-to-end rows/s | flush share |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| executors | flush mode | staging s | commit s | flush s | staging rows/s "
+             "| commit -> visible rows/s | end-to-end rows/s | flush share | CPUs busy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["end_to_end"]:
-        lines.append(f"| {r['executors']} | {r['staging_s']} | {r['commit_s']} | {r['flush_s']} | "
+        lines.append(f"| {r['executors']} | {r['flush_mode']} | {r['staging_s']} | "
+                     f"{r['commit_s']} | {r['flush_s']} | "
                      f"{r['staging_rows_per_s']:,} | {r['commit_to_visible_rows_per_s']:,} | "
-                     f"{r['end_to_end_rows_per_s']:,} | {r['flush_share']:.0%} |")
+                     f"{r['end_to_end_rows_per_s']:,} | {r['flush_share']:.0%} | "
+                     f"{r.get('machine_cpu_busy', 0):.0%} |")
+    for r in result.get("mode_ratios", []):
+        lines.append(f"\n{r['executors']} executor(s): executors mode / driver mode: flush "
+                     f"{r['flush_speedup']}x as fast, release -> visible "
+                     f"{r['end_to_end_speedup']}x.")
     off = result.get("flusher_offline")
     if off:
         lines += ["", f"Flusher alone ({off['rows']:,} rows from a prepared WAL): ingest "
@@ -405,6 +445,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--executors", default="1,2")
+    p.add_argument("--modes", default="driver,executors",
+                   help="wal.flush.mode values to measure, in this order, in each SparkSession")
     p.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
     p.add_argument("--dir", default=None, help="scratch folder (default: a temp folder)")
@@ -434,7 +476,8 @@ def main(argv=None) -> int:
         result["data"] = write_data(workdir / "data", args.rows)
         cluster, session = connect(args.host, args.port)
         for e in executors:
-            prepare_table(session, f"events_e{e}")
+            for mode in args.modes.split(","):
+                prepare_table(session, f"events_e{e}_{mode}")
         if not args.no_offline:
             prepare_table(session, f"events_e{max(executors)}_prep")
         cluster.shutdown()
@@ -443,10 +486,12 @@ def main(argv=None) -> int:
         for e in executors:
             children[e] = run_child(e, args, workdir, workdir / "data",
                                     prepare=(e == max(executors) and not args.no_offline))
-            row = {"executors": e, "spark_up_s": children[e]["spark_up_s"],
-                   **split_times(children[e]["stream"])}
-            result["end_to_end"].append(row)
-            say(f"executors={e}: {row}")
+            for mode, stream in children[e]["streams"].items():
+                row = {"executors": e, "flush_mode": mode,
+                       "spark_up_s": children[e]["spark_up_s"], **split_times(stream)}
+                result["end_to_end"].append(row)
+                say(f"executors={e} mode={mode}: {row}")
+        result["mode_ratios"] = mode_ratios(result["end_to_end"])
         if not args.no_offline:
             prep = children[max(executors)]["prepared"]
             result["flusher_offline"] = offline_flush(prep, args.host, args.port, workdir)
