@@ -12,7 +12,7 @@ progress with the timestamps fixed in its seal; corrupted data is never written.
 *How* the rows get to Cassandra is a :class:`RowWriter`, and only that: the Replayer alone
 ingests, records progress, marks FLUSHED and removes files, whichever writer it is given.
 :class:`DriverWriter` (``wal.flush.mode=driver``, and every recovery) writes from the log,
-chunk by chunk, in this process; :class:`recovery.distributed.ExecutorsWriter`
+chunk by chunk, in this process; :class:`sinks.distributed_flush.ExecutorsWriter`
 (``wal.flush.mode=executors``) has Spark tasks write the segments.
 """
 
