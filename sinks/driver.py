@@ -140,15 +140,18 @@ class QueryFlusher:
                  retry_interval_s: float = 2.0, spark=None):
         self.wal = WalDir(wal_root)
         self.checkpoint = checkpoint
+        self.session_conf = session_conf
+        self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
         self.output = CassandraOutput(self.target, self.wal.root)
-        self.replayer = Replayer(self.wal, self.log, self.output.upserter, checkpoint,
+        self.replayer = Replayer(self.wal, self.log, lambda: self.output.upserter(), checkpoint,
                                  retention=retention_of(self.target))
         self.spark = spark
         self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
+        self._blocked_reason: str | None = None
         self.last_report = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -158,10 +161,11 @@ class QueryFlusher:
     # -- runs ----------------------------------------------------------------------------
     def drain(self, query_running: bool, crash_prefix: str = "flush",
               executors_allowed: bool = True) -> None:
-        if not self.target.config.wal.flush:
-            return
         with self._lock:
             try:
+                self._follow_target()
+                if not self.target.config.wal.flush:
+                    return
                 writer = self._executors() if executors_allowed else None
                 self.last_report = self.replayer.run(query_running, crash_prefix, writer)
                 self.last_error = None
@@ -184,18 +188,34 @@ class QueryFlusher:
                 self._block(exc)
                 self._reset_output()
 
-    def _flush_mode(self) -> str:
-        """``wal.flush.mode`` as ``target.json`` says now: the query that restarted this
-        flusher may have changed it after the flusher was made (at query start)."""
+    def _recorded_fingerprint(self) -> str | None:
         try:
-            return self.wal.read_target()["target"]["config"]["wal"]["flush_mode"]
-        except (WalCorrupted, KeyError, TypeError):    # unreadable, gone, or an older one
-            return self.target.config.wal.flush_mode
+            return (self.wal.read_target() or {}).get("fingerprint")
+        except WalCorrupted:
+            return None
+
+    def _follow_target(self) -> None:
+        """Take up the options of the query as it runs now. The flusher is made at query start,
+        before the restarted query's first batch records its options in ``target.json``: a
+        restart may have turned ``wal.flush`` on, moved the contact points, changed the
+        consistency level or ``wal.flush.mode``. Rows already sealed keep their timestamps;
+        only where and how they are written follows."""
+        fingerprint = self._recorded_fingerprint()
+        if fingerprint is None or fingerprint == self._fingerprint:
+            return
+        target = load_target(self.wal, self.session_conf)
+        self._reset_output()
+        self.target, self._fingerprint = target, fingerprint
+        self.output = CassandraOutput(target, self.wal.root)
+        self.replayer.retention = retention_of(target)
+        self._executors_writer = None
+        log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
+                 self.wal.root)
 
     def _executors(self) -> ExecutorsWriter | None:
         """The executors' writer when ``wal.flush.mode=executors`` and Spark is up; else None
         (the Replayer's own driver-side writer)."""
-        if self.spark is None or self._flush_mode() != "executors":
+        if self.spark is None or self.target.config.wal.flush_mode != "executors":
             return None
         if not spark_is_active(self.spark):
             log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
@@ -208,9 +228,11 @@ class QueryFlusher:
     def _block(self, exc: Exception) -> None:
         """Nothing later may be flushed before this batch: say so where the next commit sees
         it (blocked.json), so the query fails with the reason instead of staging forever."""
-        self.last_error = exc
-        self._set_blocked(f"{type(exc).__name__}: {exc}")
-        log.error("%s", exc)
+        reason = f"{type(exc).__name__}: {exc}"
+        if reason != self._blocked_reason:   # retried every few seconds: say it once
+            log.error("%s", exc)
+        self.last_error, self._blocked_reason = exc, reason
+        self._set_blocked(reason)
 
     def _reset_output(self) -> None:
         self.output.close()
@@ -219,6 +241,7 @@ class QueryFlusher:
     def _set_blocked(self, reason: str | None) -> None:
         path = os.path.join(self.wal.root, BLOCKED_FILE)
         if reason is None:
+            self._blocked_reason = None
             if os.path.exists(path):
                 os.unlink(path)
             return
@@ -257,12 +280,19 @@ class QueryFlusher:
 
 
 class FlushRegistry:
-    """The flushers of one Spark session's queries, driven by the listener's events."""
+    """The flushers of one Spark session's queries, driven by the listener's events.
+
+    One flusher per *run* (``runId``): a query restarted on the same checkpoint in the same
+    session is a new run, and Spark may deliver the new run's ``onQueryStarted``
+    (synchronous, on the query's thread) before the old run's ``onQueryTerminated``
+    (asynchronous, on the listener bus). The new run therefore stops the old run's flusher
+    itself (which hands over the WAL's writer lock), and a late termination of the old run
+    leaves the new one alone."""
 
     def __init__(self, spark, session_conf: dict):
         self.spark, self.session_conf = spark, session_conf
-        self.flushers: dict[str, QueryFlusher] = {}
-        self.checkpoints: dict[str, str] = {}
+        self.flushers: dict[str, QueryFlusher] = {}       # by run id
+        self.runs: dict[str, tuple[str, str]] = {}        # run id -> (query id, checkpoint)
 
     def _checkpoint_of(self, query_id: str) -> str | None:
         query = self.spark.streams.get(query_id)
@@ -270,38 +300,42 @@ class FlushRegistry:
             return None
         return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
 
-    def _flusher(self, query_id: str) -> QueryFlusher | None:
-        if query_id in self.flushers:
-            return self.flushers[query_id]
-        checkpoint = self.checkpoints.get(query_id)
-        wal_root = read_pointer(checkpoint) if checkpoint else None
+    def _flusher(self, run_id: str) -> QueryFlusher | None:
+        if run_id in self.flushers:
+            return self.flushers[run_id]
+        if run_id not in self.runs:
+            return None     # a run that ended (a late event), or not one we saw start
+        checkpoint = self.runs[run_id][1]
+        wal_root = read_pointer(checkpoint)
         if wal_root is None:
             return None     # not our sink, or its first batch is not committed yet
         flusher = QueryFlusher(wal_root, checkpoint, self.session_conf, spark=self.spark)
-        self.flushers[query_id] = flusher
+        self.flushers[run_id] = flusher
         return flusher
 
-    def started(self, query_id: str) -> None:
+    def started(self, query_id: str, run_id: str) -> None:
+        for previous in [r for r, (q, _) in self.runs.items() if q == query_id and r != run_id]:
+            self.terminated(query_id, previous)
         checkpoint = self._checkpoint_of(query_id)
         if checkpoint is None:
             return
-        self.checkpoints[query_id] = checkpoint
-        flusher = self._flusher(query_id)
+        self.runs[run_id] = (query_id, checkpoint)
+        flusher = self._flusher(run_id)
         if flusher is not None:
             flusher.recover()
             flusher.start()
 
-    def progressed(self, query_id: str) -> None:
-        flusher = self.flushers.get(query_id)
+    def progressed(self, query_id: str, run_id: str) -> None:
+        flusher = self.flushers.get(run_id)
         if flusher is None:
-            flusher = self._flusher(query_id)
+            flusher = self._flusher(run_id)
             if flusher is None:
                 return
             flusher.start()
         flusher.kick()
 
-    def terminated(self, query_id: str) -> None:
-        flusher = self.flushers.pop(query_id, None)
-        self.checkpoints.pop(query_id, None)
+    def terminated(self, query_id: str, run_id: str) -> None:
+        flusher = self.flushers.pop(run_id, None)
+        self.runs.pop(run_id, None)
         if flusher is not None:
             flusher.stop()

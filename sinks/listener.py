@@ -20,20 +20,20 @@ class CassandraWalListener(StreamingQueryListener):
     def __init__(self, registry: FlushRegistry):
         self.registry = registry
 
-    def _safely(self, what, query_id) -> None:
+    def _safely(self, what, query_id, run_id) -> None:
         try:
-            what(str(query_id))
+            what(str(query_id), str(run_id))
         except Exception:  # noqa: BLE001 - see module docstring
-            log.exception("cassandra_wal: listener failed for query %s", query_id)
+            log.exception("cassandra_wal: listener failed for query %s (run %s)", query_id, run_id)
 
     def onQueryStarted(self, event) -> None:
-        self._safely(self.registry.started, event.id)
+        self._safely(self.registry.started, event.id, event.runId)
 
     def onQueryProgress(self, event) -> None:
-        self._safely(self.registry.progressed, event.progress.id)
+        self._safely(self.registry.progressed, event.progress.id, event.progress.runId)
 
     def onQueryIdle(self, event) -> None:
-        self._safely(self.registry.progressed, event.id)
+        self._safely(self.registry.progressed, event.id, event.runId)
 
     def onQueryTerminated(self, event) -> None:
-        self._safely(self.registry.terminated, event.id)
+        self._safely(self.registry.terminated, event.id, event.runId)

@@ -14,6 +14,7 @@ batch 2's segment is truncated, as a failing disk or a cut copy would leave them
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from sinkutil import (committed_batches, connection_options, create_table, read_table,
-                      register, running, sink_options, stream_wal, wait_for, write_json_files)
+                      register, running, sink_error_line, sink_options, stream_wal, wait_for,
+                      write_json_files)
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
@@ -49,32 +51,43 @@ def ids_of(*files: int) -> set[int]:
     return {r["id"] for k in files for r in file_rows(k)}
 
 
-def test_flipped_and_truncated_segments_are_named_and_never_written(
-        spark, cassandra_node, cql, keyspace, tmp_path):
+def start_stream(spark, node, keyspace: str, src: Path, cp: Path, **extra: str):
+    return (spark.readStream.schema("id INT, file INT, name STRING")
+            .option("maxFilesPerTrigger", 1).json(str(src))
+            .writeStream.format("cassandra_wal")
+            .options(**sink_options(node, keyspace, "events", cp, **extra))
+            .trigger(processingTime="500 milliseconds").start())
+
+
+def stage_three_committed_batches(spark, node, cql, keyspace: str, src: Path, cp: Path):
+    """Batches 0..2 committed by Spark and sealed, none flushed; returns the WAL."""
     register(spark)
     create_table(cql, keyspace, "events (id int PRIMARY KEY, file int, name text)")
-    src, cp = tmp_path / "src", tmp_path / "cp"
     write_json_files(src, [file_rows(k) for k in range(3)])
-    query = (spark.readStream.schema("id INT, file INT, name STRING")
-             .option("maxFilesPerTrigger", 1).json(str(src))
-             .writeStream.format("cassandra_wal")
-             .options(**sink_options(cassandra_node, keyspace, "events", cp,
-                                     **{"wal.flush": "false"}))
-             .trigger(processingTime="500 milliseconds").start())
+    query = start_stream(spark, node, keyspace, src, cp, **{"wal.flush": "false"})
     with running(query):
         wait_for(lambda: committed_batches(cp)[-1] >= 2, what="batches 0..2 to be committed")
-    wal = stream_wal(cp)
     assert ids_in(cql, keyspace) == set(), "wal.flush=false wrote rows"
+    return stream_wal(cp)
+
+
+def flip_a_byte(path: str) -> None:
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
+
+
+def test_flipped_and_truncated_segments_are_named_and_never_written(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    wal = stage_three_committed_batches(spark, cassandra_node, cql, keyspace, src, cp)
 
     flipped, truncated = (wal.segment_path(read_seal(wal, b).segments[0].name) for b in (1, 2))
     backup = tmp_path / "backup"
     backup.mkdir()
     for path in (flipped, truncated):
         shutil.copy2(path, backup / Path(path).name)
-    data = bytearray(Path(flipped).read_bytes())
-    middle = len(data) // 2
-    data[middle] ^= 0xFF
-    Path(flipped).write_bytes(bytes(data))
+    flip_a_byte(flipped)
     with open(truncated, "r+b") as f:
         f.truncate(Path(truncated).stat().st_size - 7)
 
@@ -105,3 +118,25 @@ def test_flipped_and_truncated_segments_are_named_and_never_written(
     assert summary["replayed"] == [1, 2], summary
     got = {r["id"]: (r["file"], r["name"]) for r in read_table(cql, keyspace, "events")}
     assert got == {r["id"]: (r["file"], r["name"]) for k in range(3) for r in file_rows(k)}
+
+
+def test_a_query_restarted_on_a_damaged_wal_fails_naming_the_batch_and_segment(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """The restarted query flushes (the flusher takes up the new options from its first
+    batch), writes batch 0, refuses batch 1, and its next commit fails with the reason."""
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    wal = stage_three_committed_batches(spark, cassandra_node, cql, keyspace, src, cp)
+    damaged = wal.segment_path(read_seal(wal, 1).segments[0].name)
+    flip_a_byte(damaged)
+
+    write_json_files(src, [file_rows(3)], first_index=3)
+    query = start_stream(spark, cassandra_node, keyspace, src, cp)     # wal.flush=true
+    with running(query):
+        # Batch 3 commits; its flush writes batch 0 and stops at batch 1: the WAL is blocked.
+        wait_for(lambda: os.path.exists(os.path.join(wal.root, "blocked.json")),
+                 what="the flusher to refuse batch 1")
+        write_json_files(src, [file_rows(4)], first_index=4)
+        wait_for(lambda: not query.isActive, what="batch 4's commit to fail the query")
+    line = sink_error_line(query.exception())
+    assert "batch 1" in line and Path(damaged).name in line, line
+    assert ids_in(cql, keyspace) == ids_of(0), "rows of a damaged or later batch were written"

@@ -321,10 +321,78 @@ def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp
         flusher.spark = FakeSpark(stopped=True)
         target_json = flusher.wal.read_target()
         target_json["target"]["config"]["wal"]["flush_mode"] = "executors"   # a restarted query
+        target_json["fingerprint"] = "g"                      # (new options, new fingerprint)
         flusher.wal.write_target(target_json)
         flusher.drain(query_running=True)
         flusher.spark = FakeSpark()
         flusher.drain(query_running=True)
         assert runs[:2] == [None, None] and isinstance(runs[2], ExecutorsWriter)
+    finally:
+        flusher.log.close()
+
+
+# -- the flusher follows the options of the query as it runs now ----------------------------------
+def rewrite_target(flusher, fingerprint: str, **changes) -> None:
+    """What a restarted query's first batch does: new options, new ``target.json``."""
+    recorded = flusher.wal.read_target()
+    for path, value in changes.items():
+        node = recorded["target"]["config"]
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    recorded["fingerprint"] = fingerprint
+    flusher.wal.write_target(recorded)
+
+
+def test_a_restart_that_turns_the_flush_on_is_followed_without_a_second_restart(tmp_path):
+    from dataclasses import replace
+
+    from sinks.driver import QueryFlusher
+    from wal.layout import WalDir
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    t = target()
+    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush=False)))
+    wal.write_target({"fingerprint": "staging-only", "target": t.to_dict()})
+    flusher = QueryFlusher(wal.root, str(tmp_path / "cp"))
+    runs = []
+    flusher.replayer.run = lambda query_running, prefix, writer=None: runs.append(query_running)
+    try:
+        flusher.recover()                  # query start, with the previous run's options
+        assert runs == []
+        rewrite_target(flusher, "flushing", **{"wal.flush": True, "wal.retention_batches": 3})
+        flusher.drain(query_running=True)
+        assert runs == [True]
+        assert flusher.target.config.wal.flush is True
+        assert flusher.replayer.retention.keep_batches == 3
+    finally:
+        flusher.log.close()
+
+
+def test_new_contact_points_reach_the_next_connection_and_old_sessions_are_closed(tmp_path):
+    flusher, runs = flusher_for(tmp_path, "driver", None)
+    closed = []
+    flusher.output.close = lambda: closed.append(True)
+    try:
+        flusher.drain(query_running=True)
+        assert closed == [] and flusher.output.target.config.connection.hosts == ("localhost",)
+        rewrite_target(flusher, "moved", **{"connection.hosts": ["10.0.0.5"],
+                                             "connection.port": 9142})
+        flusher.drain(query_running=True)
+        assert closed == [True]
+        conn = flusher.output.current_target().config.connection
+        assert (conn.hosts, conn.port) == (("10.0.0.5",), 9142)
+    finally:
+        flusher.log.close()
+
+
+def test_an_unchanged_fingerprint_keeps_the_session(tmp_path):
+    flusher, runs = flusher_for(tmp_path, "driver", None)
+    output = flusher.output
+    try:
+        flusher.drain(query_running=True)
+        flusher.drain(query_running=True)
+        assert flusher.output is output and len(runs) == 2
     finally:
         flusher.log.close()
