@@ -511,8 +511,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "wal.maxBytes", "10g", _byte_size,
-        "Cap on the backlog: bytes staged but not yet flushed to Cassandra (segment files). "
-        "Bytes, or with a k/m/g/t suffix (powers of 1024), e.g. 512m. Reaching it applies `wal.backpressure`.",
+        "Cap on the backlog before a batch's commit: segment bytes of earlier batches sealed but "
+        "not yet flushed to Cassandra (the batch being committed is not counted, so a batch "
+        "larger than the cap still commits once the backlog has drained). Bytes, or with a "
+        "k/m/g/t suffix (powers of 1024), e.g. 512m. Over it, the commit applies `wal.backpressure`.",
         section=_L, target="wal.max_bytes",
     ),
     _spec(

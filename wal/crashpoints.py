@@ -5,6 +5,10 @@ is reached in one process). When the point is reached the process is killed with
 ``finally``, no atexit, no flush of anything, like a power cut. With
 ``CASSANDRA_WAL_CRASH_SCOPE=group`` the whole process group dies (the Spark driver, its JVM and
 every Python worker), which is what a crashed driver machine looks like in ``local`` mode.
+Spark's Python workers (the tasks' ``write()`` and the commit worker, which Spark reuses
+between batches) are forked by daemons that put themselves in process groups of their own, so
+a group kill from a worker does not reach the driver: the crash harness watches the once-file
+and kills the rest of the run itself (docs/testing.md).
 ``CASSANDRA_WAL_CRASH_ONCE=<file>``: crash only if the file does not exist, and create it
 first, so the restarted run goes through.
 
@@ -29,6 +33,13 @@ POINTS = (
     "flush.mid",            # driver: some chunks of batch N written to Cassandra
     "flush.before_mark",    # driver: every row acknowledged, FLUSHED not yet recorded
     "recover.mid",          # recovery's own replay: some chunks written
+)
+
+#: Points of ``wal.flush.mode=executors`` (sinks/distributed_flush.py), reached in executor
+#: tasks, which get the driver's crash variables in their closure; covered by
+#: tests/cluster/test_executors_flush.py (the crash tests in tests/crash run local[2]).
+EXECUTOR_POINTS = (
+    "flush.task_written",   # an executor task: its segment's rows acknowledged, before it returns
 )
 
 _hits: dict[str, int] = {}
