@@ -16,6 +16,7 @@ Contestants (``bench/contestants/``):
 * ``scc``: the Spark Cassandra Connector's streaming sink on pyspark 3.5 (``bench/scc_env.sh``);
 * ``naive``: foreachBatch + foreachPartition, one synchronous ``session.execute`` per row;
 * ``ours``: our sink, full guarantee, until every batch is FLUSHED;
+* ``ours-executors``: ``ours`` with ``wal.flush.mode=executors`` (flushed by Spark tasks);
 * ``ours-staging``: our sink with ``wal.flush=false`` (staging and sealing only);
 * ``ours-nowal``: the same Spark stream and Upserter code, without the WAL;
 * ``recovery``: ``Replayer`` over the WAL ``ours-staging`` left (sealed, committed, pending).
@@ -64,8 +65,9 @@ RAW_VARIANTS = {   # name: (mode, concurrency, processes)
     "raw-c128": ("args", 128, 1), "raw-batch16": ("batch", 16, 1), "raw-batch64": ("batch", 64, 1),
     "raw-c32x2": ("args", 32, 2), "raw-batch16x2": ("batch", 16, 2),
 }
-SPARK43 = ("ours", "ours-staging", "ours-nowal", "naive")
-ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-staging", "ours-nowal")
+SPARK43 = ("ours", "ours-executors", "ours-staging", "ours-nowal", "naive")
+ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-staging",
+                             "ours-nowal")
 MB = 1_000_000
 
 
@@ -390,6 +392,8 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
         "ours_vs_scc": ratio("ours", "scc"),
         "ours_vs_raw": ratio("ours", best_raw) if best_raw else None,
         "ours_vs_naive": ratio("ours", "naive"),
+        "ours_executors_vs_raw": ratio("ours-executors", best_raw) if best_raw else None,
+        "ours_executors_vs_scc": ratio("ours-executors", "scc"),
         "ours_nowal_vs_raw": ratio("ours-nowal", best_raw) if best_raw else None,
         "wal_overhead": round(ours_t / nowal_t - 1, 3) if ours_t and nowal_t else None,
         "recovery_vs_raw": ratio("recovery", best_raw) if best_raw else None,

@@ -143,7 +143,8 @@ def _naive_writer(spec: dict):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
-    ap.add_argument("--mode", choices=("ours", "ours-staging", "ours-nowal", "naive"),
+    ap.add_argument("--mode", choices=("ours", "ours-executors", "ours-staging", "ours-nowal",
+                                       "naive"),
                     required=True)
     ap.add_argument("--profile", help="write a pyinstrument profile of the driver here")
     args = ap.parse_args()
@@ -162,6 +163,8 @@ def main() -> None:
         writer = source.writeStream.format("cassandra_wal").options(**options(spec))
         if args.mode == "ours-staging":
             writer = writer.option("wal.flush", "false")
+        if args.mode == "ours-executors":
+            writer = writer.option("wal.flush.mode", "executors")
         poller = FlushPoller(checkpoint, os.path.join(checkpoint, "cassandra_wal")).start()
     elif args.mode == "ours-nowal":
         fn = _nowal_writer(spec)
@@ -178,7 +181,8 @@ def main() -> None:
         raise SystemExit(f"query failed: {query.exception()}")
     committed_s = time.monotonic() - started
     last = max(int(n) for n in os.listdir(os.path.join(checkpoint, "commits")) if n.isdigit())
-    if args.mode == "ours":
+    flushing = args.mode in ("ours", "ours-executors")
+    if flushing:
         deadline = time.monotonic() + 3600
         while poller.flushed_through() < last:
             if time.monotonic() > deadline:
@@ -190,10 +194,10 @@ def main() -> None:
     if poller is not None:
         poller.poll()
         poller.stop()
-        result["latencies_s"] = poller.latencies() if args.mode == "ours" else []
+        result["latencies_s"] = poller.latencies() if flushing else []
         result["seal_latencies_s"] = ([poller.flushed[b] - poller.sealed[b] for b in
                                        sorted(poller.flushed) if b in poller.sealed]
-                                      if args.mode == "ours" else [])
+                                      if flushing else [])
     if args.mode == "ours-staging":
         from wal.files import tree_size
         wal_root = os.path.join(checkpoint, "cassandra_wal")
