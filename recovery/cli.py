@@ -13,7 +13,6 @@ import json
 import sys
 import time
 
-from sinks.connection import connect
 from sinks.errors import ConnectionFailed
 from wal import catalog
 from wal.cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
@@ -24,7 +23,6 @@ from wal.log import WalLog
 from .errors import FlushFailed, RecoveryBlocked
 from .replay import Progress, Replayer
 from .target import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME, Target
-from .upsert import Upserter
 
 NAME = "recover"
 
@@ -127,18 +125,12 @@ def run(args) -> int:
             print(table(("BATCH", "STATE", "ROWS", "FLUSHED", "ACTION", "DETAIL"), rows)
                   if rows else "nothing to do")
         return EXIT_OK
-    target = _target(wal, args)
+    from sinks.driver import CassandraOutput   # the session the sink's flusher uses, too
+
+    output = CassandraOutput(_target(wal, args))
     wal_log = WalLog.open_writer(wal)
-    cluster_holder = []
-
-    def upserter():
-        cluster, session = connect(target.config.connection)
-        cluster_holder.append(cluster)
-        return Upserter(session, target.table, target.columns, target.config.write,
-                        target.config.connection.consistency_level)
-
     try:
-        replayer = Replayer(wal, wal_log, upserter, checkpoint,
+        replayer = Replayer(wal, wal_log, output.upserter, checkpoint,
                             on_progress=_Reporter(quiet=args.json))
         report = replayer.run(query_running=False, crash_prefix="recover")
     except RecoveryBlocked as exc:
@@ -149,8 +141,7 @@ def run(args) -> int:
         return EXIT_ERROR
     finally:
         wal_log.close()
-        for cluster in cluster_holder:
-            cluster.shutdown()
+        output.close()
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
