@@ -19,7 +19,8 @@ from typing import List, Optional
 
 import pytest
 
-from tests.helpers.node import fresh_keyspace, java_home_env, load_cassandra_node_module
+from tests.helpers.node import (fresh_keyspace, java_home_env, load_cassandra_node_module,
+                                start_timeout)
 
 
 def pytest_configure(config):
@@ -80,7 +81,7 @@ def cassandra_node():
     try:
         info = cn.start(
             cn.free_port(), node_dir, fast=True, die_with_parent=True,
-            timeout=float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT", cn.DEFAULT_TIMEOUT)))
+            timeout=start_timeout())
         yield CassandraNode(host=cn.HOST, port=info.port, node_dir=node_dir, pid=info.pid,
                             release_version=info.extra.get("release_version"))
     finally:

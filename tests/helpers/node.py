@@ -32,12 +32,27 @@ def java_home_env() -> dict:
         return {}
 
 
-@contextlib.contextmanager
-def fresh_keyspace(cql, prefix: str = "t"):
-    """A new SimpleStrategy RF 1 keyspace named ``<prefix>_<random>``, dropped afterwards."""
+def start_timeout() -> float:
+    """Seconds a test node may take to answer CQL: ``CASSANDRA_WAL_START_TIMEOUT``, else the
+    node script's default."""
+    import os
+
+    return float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT",
+                                load_cassandra_node_module().DEFAULT_TIMEOUT))
+
+
+def create_keyspace(cql, prefix: str = "t") -> str:
+    """Create a new SimpleStrategy RF 1 keyspace named ``<prefix>_<random>``; its name."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
                 "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    return name
+
+
+@contextlib.contextmanager
+def fresh_keyspace(cql, prefix: str = "t"):
+    """A new keyspace (:func:`create_keyspace`), dropped afterwards."""
+    name = create_keyspace(cql, prefix)
     try:
         yield name
     finally:
@@ -57,11 +72,8 @@ class RestartableNode:
         self.contact_points = [self.host]
 
     def start(self) -> "RestartableNode":
-        import os
-
-        timeout = float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT", self.cn.DEFAULT_TIMEOUT))
         self.cn.start(self.port, self.node_dir, fast=True, die_with_parent=True, heap=self.heap,
-                      timeout=timeout)
+                      timeout=start_timeout())
         return self
 
     def stop(self) -> None:
@@ -92,13 +104,11 @@ class RestartableNode:
 
     @contextlib.contextmanager
     def keyspace(self, prefix: str, *ddl: str):
-        """A fresh keyspace (see :func:`fresh_keyspace`) with the tables of ``ddl`` (each the
+        """A fresh keyspace (:func:`create_keyspace`) with the tables of ``ddl`` (each the
         part after ``CREATE TABLE <keyspace>.``). Created and dropped through sessions of
         their own, so an outage in between leaves no stale connection behind."""
         with self.session() as cql:
-            name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-            cql.execute(f"CREATE KEYSPACE {name} WITH replication = "
-                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+            name = create_keyspace(cql, prefix)
             for table in ddl:
                 cql.execute(f"CREATE TABLE {name}.{table}")
         try:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -27,6 +29,11 @@ from wal.segment import decode_chunk
 
 #: Generous: the test machine is shared (2 cores) and every Spark batch starts Python workers.
 DEFAULT_TIMEOUT = 180.0
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: The offline tool, ``cassandra-wal``, run with this interpreter.
+CASSANDRA_WAL = [sys.executable, "-m", "wal.cli.main"]
 
 #: First modification time given to input files; file k gets BASE_MTIME + k, so Spark's file
 #: source (oldest first, ``maxFilesPerTrigger``) takes them in order.
@@ -255,6 +262,13 @@ def wait_log_released(wal: WalDir, timeout: float = 60.0) -> WalLog:
 
 
 # ------------------------------------------------------------------------------- WAL
+def cassandra_wal(*args: str, env: dict | None = None,
+                  timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``cassandra-wal ARGS...`` from the repository root; output captured as text."""
+    return subprocess.run([*CASSANDRA_WAL, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO_ROOT, env=env)
+
+
 def wal_files(wal: WalDir) -> tuple[list[str], list[str]]:
     """(segment files, seal files) present under a WAL directory (missing folders: empty)."""
     segments = []

@@ -16,31 +16,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from sinkutil import (committed_batches, connection_options, create_table, read_table,
+from sinkutil import (cassandra_wal, committed_batches, connection_options, create_table, read_table,
                       register, running, sink_error_line, sink_options, stream_wal, wait_for,
                       write_json_files)
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CASSANDRA_WAL = [sys.executable, "-m", "wal.cli.main"]
 EXIT_CORRUPT = 3
 
 
 def file_rows(k: int) -> list[dict]:
     return [{"id": k * 100 + i, "file": k, "name": f"row {i} of file {k}"} for i in range(30)]
-
-
-def cassandra_wal(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CASSANDRA_WAL, *args], capture_output=True, text=True, timeout=180,
-                          cwd=REPO_ROOT)
 
 
 def ids_in(cql, keyspace: str) -> set[int]:

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from sinkutil import (committed_batches, error_text, flushed_through, register, running,
+from sinkutil import (cassandra_wal, committed_batches, error_text, flushed_through, register, running,
                       sink_options, stream_wal, wait_all_flushed, wait_for, write_json_files)
 from tests.helpers.node import RestartableNode
 from wal.log import WalLog
@@ -33,8 +31,6 @@ from wal.states import BatchState
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CASSANDRA_WAL = [sys.executable, "-m", "wal.cli.main"]
 SCHEMA = "id INT, file INT, name STRING"
 ROWS_PER_FILE = 20
 OUTAGE_S = 35.0
@@ -71,9 +67,7 @@ def start_stream(spark, node, keyspace: str, src: Path, cp: Path, **extra: str):
 
 def inspect_json(cp: Path) -> dict:
     """``cassandra-wal inspect --json`` beside the running sink (it never takes the lock)."""
-    result = subprocess.run([*CASSANDRA_WAL, "inspect", stream_wal(cp).root, "--checkpoint",
-                             str(cp), "--json"], capture_output=True, text=True, timeout=120,
-                            cwd=REPO_ROOT)
+    result = cassandra_wal("inspect", stream_wal(cp).root, "--checkpoint", str(cp), "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

@@ -35,14 +35,13 @@ from sinks import credentials
 from sinks.errors import OptionError
 from sinks.plan import open_wal_dir
 from wal.layout import WalDir
-from sinkutil import (committed_batches, count_rows, create_table, error_text, read_table,
-                      register, running, sink_options, stream_wal, wait_all_flushed,
-                      wait_log_released, wait_query_done, wal_files, write_json_files)
+from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, count_rows, create_table,
+                      error_text, read_table, register, running, sink_options, stream_wal,
+                      wait_all_flushed, wait_log_released, wait_query_done, wal_files,
+                      write_json_files)
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CASSANDRA_WAL = [sys.executable, "-m", "wal.cli.main"]
 
 MARK = "Quokka7c41"                                  # in every secret below
 PASSWORD = f"{MARK}-Right-Pw-zq81"                   # the role's password
@@ -55,7 +54,7 @@ SCHEMA = "id INT, name STRING"
 
 
 # ------------------------------------------------------------------------------ nodes
-from tests.helpers.node import load_cassandra_node_module  # noqa: E402
+from tests.helpers.node import load_cassandra_node_module, start_timeout  # noqa: E402
 
 
 cn = load_cassandra_node_module()
@@ -167,10 +166,9 @@ def secure_nodes(_early_start):
     """(auth node, TLS node): up, answering CQL (the auth node: the superuser login works)."""
     boot = _early_start["nodes"]
     assert boot is not None, "_early_start did not see a test using secure_nodes"
-    timeout = float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT", cn.DEFAULT_TIMEOUT))
     try:
         for info in boot["infos"]:
-            cn.wait_started(info, timeout)
+            cn.wait_started(info, start_timeout())
         auth, tls = boot["infos"]
         yield (Node(cn.HOST, auth.port, boot["dirs"][0]), Node(cn.HOST, tls.port, boot["dirs"][1]))
     finally:
@@ -365,17 +363,15 @@ def test_recover_command_authenticates_with_username_and_password_env(
     wait_log_released(wal).close()   # the query's flusher let go of the log
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASSANDRA_WAL_")}
-    base = [*CASSANDRA_WAL, "recover", wal.root, "--checkpoint", str(cp), "--username", ROLE,
-            "--password-env", "SECURITY_TEST_PW"]
-    wrong = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=120,
-                           cwd=REPO_ROOT, env=dict(env, SECURITY_TEST_PW=WRONG_PASSWORD))
+    base = ["recover", wal.root, "--checkpoint", str(cp), "--username", ROLE,
+            "--password-env", "SECURITY_TEST_PW", "--json"]
+    wrong = cassandra_wal(*base, env=dict(env, SECURITY_TEST_PW=WRONG_PASSWORD), timeout=120)
     assert wrong.returncode == 1, wrong
     assert "authentication failed" in wrong.stderr, wrong.stderr
     assert MARK not in wrong.stdout + wrong.stderr
     assert count_rows(auth_env.admin, auth_env.keyspace, "recovered") == 0
 
-    right = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=120,
-                           cwd=REPO_ROOT, env=dict(env, SECURITY_TEST_PW=PASSWORD))
+    right = cassandra_wal(*base, env=dict(env, SECURITY_TEST_PW=PASSWORD), timeout=120)
     assert right.returncode == 0, right
     assert json.loads(right.stdout)["replayed"] == [0]
     assert MARK not in right.stdout + right.stderr
@@ -684,8 +680,7 @@ def test_no_secret_in_wal_checkpoint_logs_errors_or_tool_output(secret_run, auth
                  ["dump", wal.root, "--batch", "0", "--json"],
                  ["verify", wal.root, "--json"],
                  ["recover", wal.root, "--dry-run", "--json"]):
-        result = subprocess.run([*CASSANDRA_WAL, *tool], capture_output=True, text=True,
-                                timeout=120, cwd=REPO_ROOT, env=run.env)
+        result = cassandra_wal(*tool, env=run.env, timeout=120)
         assert result.returncode == 0, (tool, result.stderr)
         texts[f"cassandra-wal {tool[0]}"] = result.stdout + result.stderr
     assert '"_writetime_us"' in texts["cassandra-wal dump"]   # it did print the rows
