@@ -174,3 +174,17 @@ def stream_source(spark, spec: dict):
     return (spark.readStream.schema(SCHEMA_DDL)
             .option("maxFilesPerTrigger", spec["files_per_trigger"])
             .parquet(spec["landing"]))
+
+
+def run_to_end(writer, checkpoint: str) -> tuple[float, float, int]:
+    """Start an ``availableNow`` query and wait for it to end; a failed query fails the
+    contestant. Returns (start instant on the monotonic clock, seconds until the query ended,
+    last batch id in ``<checkpoint>/commits``)."""
+    started = time.monotonic()
+    query = writer.start()
+    query.awaitTermination()
+    if query.exception():
+        raise SystemExit(f"query failed: {query.exception()}")
+    seconds = time.monotonic() - started
+    commits = os.path.join(checkpoint, "commits")
+    return started, seconds, max(int(n) for n in os.listdir(commits) if n.isdigit())

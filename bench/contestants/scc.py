@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -52,14 +51,8 @@ def main() -> None:
     writer = (source.writeStream.format("org.apache.spark.sql.cassandra")
               .option("keyspace", spec["keyspace"]).option("table", spec["table"])
               .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True))
-    started = time.monotonic()
-    query = writer.start()
-    query.awaitTermination()
-    if query.exception():
-        raise SystemExit(f"query failed: {query.exception()}")
-    seconds = time.monotonic() - started
-    commits = os.path.join(spec["checkpoint"], "commits")
-    batches = len([n for n in os.listdir(commits) if n.isdigit()])
+    _, seconds, last = common.run_to_end(writer, spec["checkpoint"])
+    batches = last + 1
     rss = monitor.stop()
     spark.stop()
     common.emit({"rows": spec["rows"], "seconds": seconds, "committed_s": seconds,

@@ -174,13 +174,7 @@ def main() -> None:
         writer = source.writeStream.foreachBatch(_naive_writer(spec))
     writer = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
 
-    started = time.monotonic()
-    query = writer.start()
-    query.awaitTermination()
-    if query.exception():
-        raise SystemExit(f"query failed: {query.exception()}")
-    committed_s = time.monotonic() - started
-    last = max(int(n) for n in os.listdir(os.path.join(checkpoint, "commits")) if n.isdigit())
+    started, committed_s, last = common.run_to_end(writer, checkpoint)
     flushing = args.mode in ("ours", "ours-executors")
     if flushing:
         deadline = time.monotonic() + 3600
