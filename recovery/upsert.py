@@ -11,10 +11,12 @@ retried with exponential back-off and jitter (tenacity); anything else fails at 
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 from cassandra import (CoordinationFailure, OperationTimedOut, Unavailable, WriteFailure,
                        WriteTimeout)
@@ -22,11 +24,12 @@ from cassandra.cluster import NoHostAvailable
 from cassandra.concurrent import execute_concurrent
 from cassandra.connection import ConnectionException
 from cassandra.protocol import OverloadedErrorMessage
-from cassandra.query import BatchStatement, BatchType
+from cassandra.query import BatchStatement, BatchType, BoundStatement
 from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt,
                       wait_exponential_jitter)
 
 from sinks.convert import row_converter
+from sinks.encode import CellEncoder, fixed_width
 from sinks.options import WriteConfig
 from sinks.table import TableSchema
 
@@ -35,6 +38,7 @@ from .errors import FlushFailed
 TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
              NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
 AUTO_BATCH_ROWS = 32
+_BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 
 
 class _Transient(Exception):
@@ -78,7 +82,6 @@ class Upserter:
                  consistency_level: int | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         self.session, self.table, self.columns, self.write = session, table, list(columns), write
-        self._convert = row_converter(table, self.columns, ignore_nulls=write.ignore_nulls)
         self.table_columns = [table.resolve_column(c) or c for c in self.columns]
         cols = ", ".join(quote(c) for c in self.table_columns)
         marks = ", ".join("?" for _ in self.columns)
@@ -92,6 +95,10 @@ class Upserter:
         if consistency_level is not None:
             self.statement.consistency_level = consistency_level
         self.consistency_level = consistency_level
+        meta = self.statement.column_metadata
+        self._encode = CellEncoder(row_converter(table, self.columns, ignore_nulls=write.ignore_nulls),
+                                   [meta[i].type for i in range(len(self.columns))],
+                                   self.statement.protocol_version)
         self._key_positions = [self.table_columns.index(c) for c in table.partition_key]
         self._batch_rows = write.batch_size_rows or AUTO_BATCH_ROWS
         self._group = write.batch_grouping_key != "none"
@@ -100,42 +107,51 @@ class Upserter:
 
     # -- building statements -------------------------------------------------------------
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
-        """Bind values for every row of ``batch``: the data columns, the timestamp, the TTL."""
-        rows = self._convert(batch.select(self.columns))
+        """Every row of ``batch`` as serialized bind values: the data columns (column-wise,
+        :class:`~sinks.encode.CellEncoder`), the write timestamp, the TTL."""
+        n = batch.num_rows
+        columns = self._encode.columns_of(batch.select(self.columns))
         if self.write.writetime_column:
             stamps = _micros(batch.column(self.write.writetime_column))
+            columns.append(fixed_width(stamps.fill_null(0).to_numpy(), ">i8", stamps))
         elif self.write.writetime_micros is not None:
-            stamps = [self.write.writetime_micros] * batch.num_rows
+            columns.append([_BIGINT.pack(self.write.writetime_micros)] * n)
         else:
-            stamps = range(first_ts, first_ts + batch.num_rows)
+            columns.append(fixed_width(np.arange(first_ts, first_ts + n, dtype=np.int64), ">i8"))
         if self.write.ttl_column:
-            ttls = batch.column(self.write.ttl_column).to_pylist()
-            return [r + (ts, ttl or 0) for r, ts, ttl in zip(rows, stamps, ttls)]
-        if self.write.ttl_seconds:
-            ttl = self.write.ttl_seconds
-            return [r + (ts, ttl) for r, ts in zip(rows, stamps)]
-        return [r + (ts,) for r, ts in zip(rows, stamps)]
+            ttls = batch.column(self.write.ttl_column).cast(pa.int64()).fill_null(0).to_numpy()
+            columns.append(fixed_width(ttls, ">i4"))
+        elif self.write.ttl_seconds:
+            columns.append([_INT.pack(self.write.ttl_seconds)] * n)
+        return list(zip(*columns))
+
+    def bound(self, values: tuple) -> BoundStatement:
+        """A bound statement of already serialized values (what ``bind`` would produce)."""
+        statement = BoundStatement(self.statement)
+        statement.values = values
+        return statement
 
     def statements(self, params: list[tuple]) -> list[tuple]:
-        """(statement, parameters) pairs: one bound row, or a single-partition UNLOGGED batch."""
+        """(statement, None) pairs: one bound row, or a single-partition UNLOGGED batch."""
         if not self._group:
-            return [(self.statement, p) for p in params]
+            return [(self.bound(p), None) for p in params]
         groups: dict[tuple, list[tuple]] = {}
-        for p in params:
-            groups.setdefault(_hashable(tuple(p[i] for i in self._key_positions)), []).append(p)
+        keys = self._key_positions
+        for p in params:   # serialized partition key cells: equal bytes, same partition
+            groups.setdefault(tuple([p[i] for i in keys]), []).append(p)
         out = []
         for rows in groups.values():
             for i in range(0, len(rows), self._batch_rows):
                 part = rows[i:i + self._batch_rows]
                 if len(part) == 1:
-                    out.append((self.statement, part[0]))
+                    out.append((self.bound(part[0]), None))
                     continue
                 batch = BatchStatement(batch_type=BatchType.UNLOGGED,
                                        consistency_level=self.consistency_level)
                 batch.is_idempotent = True
                 for p in part:
-                    batch.add(self.statement, p)
-                out.append((batch, ()))
+                    batch.add(self.bound(p))
+                out.append((batch, None))
         return out
 
     # -- executing -----------------------------------------------------------------------
@@ -179,15 +195,9 @@ class Upserter:
             raise _Transient(failed, last)
 
 
-def _micros(column: pa.Array) -> list[int]:
+def _micros(column: pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
     if pa.types.is_timestamp(column.type):
-        return column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64()).to_pylist()
-    return column.to_pylist()
-
-
-def _hashable(key: tuple):
-    try:
-        hash(key)
-        return key
-    except TypeError:  # frozen collections in the partition key
-        return repr(key)
+        return column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
+    return column.cast(pa.int64())

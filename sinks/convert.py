@@ -281,7 +281,7 @@ class RowConverter:
             self.types.append(parse_cql_type(table.column_type(resolved)))
 
     def __call__(self, batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
-        converted = [self._column(batch, name, cql) for name, cql in zip(self.columns, self.types, strict=True)]
+        converted = [self.column(batch, name, cql) for name, cql in zip(self.columns, self.types, strict=True)]
         return list(zip(*converted, strict=True))
 
     def validate(self, batch: pa.RecordBatch) -> None:
@@ -304,7 +304,8 @@ class RowConverter:
             except (ValueError, TypeError) as exc:
                 raise _locate(values, fn, name, len(values)) from exc
 
-    def _column(self, batch: pa.RecordBatch, name: str, cql: CqlType) -> list[Any]:
+    def column(self, batch: pa.RecordBatch, name: str, cql: CqlType) -> list[Any]:
+        """One column's values as the driver binds them (checked whole first)."""
         array = batch.column(name)
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
