@@ -64,6 +64,7 @@ RAW_VARIANTS = {   # name: (mode, concurrency, processes)
     "raw-c16": ("args", 16, 1), "raw-c32": ("args", 32, 1), "raw-c64": ("args", 64, 1),
     "raw-c128": ("args", 128, 1), "raw-batch16": ("batch", 16, 1), "raw-batch64": ("batch", 64, 1),
     "raw-c32x2": ("args", 32, 2), "raw-batch16x2": ("batch", 16, 2),
+    "raw-replicas16": ("replicas", 16, 1), "raw-replicas32": ("replicas", 32, 1),
 }
 SPARK43 = ("ours", "ours-executors", "ours-staging", "ours-nowal", "naive")
 ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-staging",

@@ -3,8 +3,12 @@
 Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?`` when asked)
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
-still wins. Rows sharing a partition key go in one single-partition UNLOGGED batch; requests
-run through the driver's ``execute_concurrent`` with a bounded number in flight; statements
+still wins. Values are serialized a column at a time (:mod:`sinks.encode`). Rows are grouped
+into UNLOGGED batches whose rows all live on the same replicas: one partition's rows
+(``partition``), or the rows of up to 10 partitions owned by the same replica set
+(``replica_set``, the default: a batch is still applied by replicas only, with a sixth of the
+requests for rows of few per partition, which is where a single Python client spends its
+time). Requests run through the driver's ``execute_concurrent`` with a bounded number in flight; statements
 that failed with a transient error (timeouts, unavailable, overloaded, lost connections) are
 retried with exponential back-off and jitter (tenacity); anything else fails at once.
 """
@@ -38,6 +42,12 @@ from .errors import FlushFailed
 TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
              NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
 AUTO_BATCH_ROWS = 32
+#: Partitions in one replica-set batch: Cassandra warns above 10 by default
+#: (``unlogged_batch_across_partitions_warn_threshold``).
+MAX_BATCH_PARTITIONS = 10
+#: Serialized values in one batch: under Cassandra's default ``batch_size_warn_threshold``
+#: (5 KiB), whatever ``batch.size.rows`` says.
+MAX_BATCH_BYTES = 4096
 _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 
 
@@ -102,6 +112,8 @@ class Upserter:
         self._key_positions = [self.table_columns.index(c) for c in table.partition_key]
         self._batch_rows = write.batch_size_rows or AUTO_BATCH_ROWS
         self._group = write.batch_grouping_key != "none"
+        self._by_replicas = write.batch_grouping_key == "replica_set"
+        self._metadata = session.cluster.metadata if self._by_replicas else None
         self._sleep = sleep
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
 
@@ -132,27 +144,66 @@ class Upserter:
         return statement
 
     def statements(self, params: list[tuple]) -> list[tuple]:
-        """(statement, None) pairs: one bound row, or a single-partition UNLOGGED batch."""
+        """(statement, None) pairs: one bound row, or an UNLOGGED batch whose rows all live on
+        the same replicas (one partition with ``partition`` grouping; up to
+        :data:`MAX_BATCH_PARTITIONS` partitions of one replica set with ``replica_set``)."""
         if not self._group:
             return [(self.bound(p), None) for p in params]
-        groups: dict[tuple, list[tuple]] = {}
+        partitions: dict[tuple, list[tuple]] = {}
         keys = self._key_positions
         for p in params:   # serialized partition key cells: equal bytes, same partition
-            groups.setdefault(tuple([p[i] for i in keys]), []).append(p)
-        out = []
-        for rows in groups.values():
-            for i in range(0, len(rows), self._batch_rows):
-                part = rows[i:i + self._batch_rows]
-                if len(part) == 1:
-                    out.append((self.bound(part[0]), None))
-                    continue
-                batch = BatchStatement(batch_type=BatchType.UNLOGGED,
-                                       consistency_level=self.consistency_level)
-                batch.is_idempotent = True
-                for p in part:
-                    batch.add(self.bound(p))
-                out.append((batch, None))
+            partitions.setdefault(tuple([p[i] for i in keys]), []).append(p)
+        if not self._by_replicas:
+            units = [[rows] for rows in partitions.values()]
+        else:
+            by_replicas: dict[object, list[list[tuple]]] = {}
+            for key, rows in partitions.items():
+                by_replicas.setdefault(self._replica_set(key), []).append(rows)
+            units = list(by_replicas.values())
+        return [statement for unit in units for statement in self._pack(unit)]
+
+    def _replica_set(self, key_cells: tuple) -> object:
+        """The nodes owning this partition (the partition itself when the driver has no
+        token map: then it is grouped alone, as with ``partition``)."""
+        if len(key_cells) == 1:
+            routing_key = key_cells[0]
+        else:
+            routing_key = b"".join(len(c).to_bytes(2, "big") + c + b"\x00" for c in key_cells)
+        replicas = self._metadata.get_replicas(self.table.keyspace, routing_key)
+        return frozenset(replicas) if replicas else key_cells
+
+    def _pack(self, partitions: list[list[tuple]]) -> list[tuple]:
+        """Cut the rows of ``partitions`` (one replica set) into requests: at most
+        ``batch.size.rows`` rows, :data:`MAX_BATCH_PARTITIONS` partitions and
+        :data:`MAX_BATCH_BYTES` of values each."""
+        out: list[tuple] = []
+        current: list[tuple] = []
+        parts = size = 0
+        for rows in partitions:
+            if parts == MAX_BATCH_PARTITIONS:
+                out.append(self.request(current))
+                current, parts, size = [], 0, 0
+            parts += 1
+            for row in rows:
+                row_size = sum(len(c) for c in row if type(c) is bytes)
+                if current and (len(current) == self._batch_rows or size + row_size > MAX_BATCH_BYTES):
+                    out.append(self.request(current))
+                    current, parts, size = [], 1, 0
+                current.append(row)
+                size += row_size
+        if current:
+            out.append(self.request(current))
         return out
+
+    def request(self, rows: list[tuple]) -> tuple:
+        """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""
+        if len(rows) == 1:
+            return (self.bound(rows[0]), None)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency_level)
+        batch.is_idempotent = True
+        for row in rows:
+            batch.add(self.bound(row))
+        return (batch, None)
 
     # -- executing -----------------------------------------------------------------------
     def write_chunk(self, batch: pa.RecordBatch, first_ts: int, batch_id: int) -> int:

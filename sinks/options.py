@@ -89,7 +89,7 @@ class WriteConfig:
 
     concurrent_writes: int = 32
     batch_size_rows: int | None = None
-    batch_grouping_key: str = "partition"
+    batch_grouping_key: str = "replica_set"
     ttl_seconds: int | None = None
     ttl_column: str | None = None
     writetime_micros: int | None = None
@@ -471,11 +471,13 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         target="write.batch_size_rows",
     ),
     _spec(
-        "spark.cassandra.output.batch.grouping.key", "partition",
-        _choice("partition", "none", aliases={"replica_set": "partition"}),
-        "How rows are grouped into batches: `partition` or `none`. `replica_set` is accepted "
-        "and treated as `partition` (a batch for one partition is what replica-set grouping "
-        "approximates, without cross-partition batches).",
+        "spark.cassandra.output.batch.grouping.key", "replica_set",
+        _choice("replica_set", "partition", "none"),
+        "How rows are grouped into UNLOGGED batches. `replica_set` (the default): rows whose "
+        "partitions are owned by the same replicas, up to 10 partitions a batch (Cassandra's "
+        "default warning threshold for multi-partition batches); `partition`: one partition a "
+        "batch, as the Spark Cassandra Connector's default; `none`: one statement a row. Every "
+        "batch also stays under 4 KiB of values (Cassandra warns at 5 KiB by default).",
         target="write.batch_grouping_key",
     ),
     _spec(

@@ -6,6 +6,9 @@ by column) and writes them with one prepared ``INSERT``:
 * ``--mode args``: ``execute_concurrent_with_args(..., concurrency=C)``, one statement a row;
 * ``--mode batch``: rows grouped by partition key into single-partition UNLOGGED batches of up
   to 32 rows, through ``execute_concurrent(..., concurrency=C)``;
+* ``--mode replicas``: rows grouped by the replicas owning their partition
+  (``cluster.metadata.get_replicas``) into UNLOGGED batches of up to 32 rows and 10 partitions,
+  the grouping our sink uses by default, with the driver's own ``bind``;
 * ``--procs P``: P processes, each with its own session, the files split between them.
 
 Timed from before the first file is read to the last acknowledgement (everything is visible at
@@ -53,6 +56,8 @@ def write_files(spec: dict, files: list[str], mode: str, concurrency: int) -> in
                 groups: dict[tuple, list] = {}
                 for r in rows:
                     groups.setdefault(tuple(r[i] for i in key), []).append(r)
+                if mode == "replicas":
+                    groups = replica_set_groups(cluster, stmt, spec["keyspace"], groups)
                 pending = []
                 for members in groups.values():
                     for i in range(0, len(members), 32):
@@ -75,6 +80,22 @@ def write_files(spec: dict, files: list[str], mode: str, concurrency: int) -> in
     return n
 
 
+def replica_set_groups(cluster, stmt, keyspace: str, partitions: dict) -> dict:
+    """Partitions owned by the same replicas, at most 10 to a group (Cassandra's default
+    warning threshold for multi-partition batches)."""
+    groups: list[list] = []
+    filling: dict[frozenset, list] = {}   # replicas -> [rows of the group being filled, partitions]
+    for rows in partitions.values():
+        owners = frozenset(cluster.metadata.get_replicas(keyspace, stmt.bind(rows[0]).routing_key))
+        current = filling.get(owners)
+        if current is None or current[1] == 10:
+            current = filling[owners] = [[], 0]
+            groups.append(current[0])
+        current[0].extend(rows)
+        current[1] += 1
+    return dict(enumerate(groups))
+
+
 def _child(args):
     spec, files, mode, conc = args
     return write_files(spec, files, mode, conc)
@@ -83,7 +104,7 @@ def _child(args):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
-    ap.add_argument("--mode", choices=("args", "batch"), default="args")
+    ap.add_argument("--mode", choices=("args", "batch", "replicas"), default="args")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--procs", type=int, default=1)
     args = ap.parse_args()

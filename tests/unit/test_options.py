@@ -56,7 +56,7 @@ def test_defaults_of_every_field():
     w = cfg.write
     assert w.concurrent_writes == 32
     assert w.batch_size_rows is None
-    assert w.batch_grouping_key == "partition"
+    assert w.batch_grouping_key == "replica_set"
     assert w.ttl_seconds is None and w.ttl_column is None
     assert w.writetime_micros is None and w.writetime_column is None
     assert w.ignore_nulls is False
@@ -161,8 +161,10 @@ def test_wal_max_bytes_sizes(raw, expected):
     assert parse_one("wal.maxBytes", raw).wal.max_bytes == expected
 
 
-def test_replica_set_grouping_is_treated_as_partition():
-    assert parse_one("spark.cassandra.output.batch.grouping.key", "replica_set").write.batch_grouping_key == "partition"
+@pytest.mark.parametrize("raw,expected", [("replica_set", "replica_set"), ("PARTITION", "partition"),
+                                          ("none", "none")])
+def test_grouping_keys(raw, expected):
+    assert parse_one("spark.cassandra.output.batch.grouping.key", raw).write.batch_grouping_key == expected
 
 
 def test_ttl_zero_means_none():

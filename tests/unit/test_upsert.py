@@ -39,8 +39,25 @@ TABLE = TableSchema("ks", "flights", columns=COLUMNS, partition_key=("carrier", 
 UTC = dt.timezone.utc
 
 
+class Ring:
+    """The driver's ``cluster.metadata.get_replicas``: three nodes, a partition's replicas
+    chosen from its routing key (none at all with ``known=False``: no token map)."""
+
+    def __init__(self, known: bool = True):
+        self.known = known
+        self.asked: list[bytes] = []
+
+    def get_replicas(self, keyspace: str, routing_key: bytes) -> list[str]:
+        assert keyspace == "ks"
+        self.asked.append(routing_key)
+        return [f"node{sum(routing_key) % 3}"] if self.known else []
+
+
 class PreparingSession:
     """Just enough of a driver Session for Upserter.__init__: prepare() with real metadata."""
+
+    def __init__(self, ring: Ring | None = None):
+        self.cluster = type("Cluster", (), {"metadata": ring or Ring()})()
 
     def prepare(self, cql: str) -> PreparedStatement:
         names = cql.split("(", 1)[1].split(")", 1)[0].replace('"', "").split(", ")
@@ -62,7 +79,7 @@ def chunk(rows: int = 300) -> pa.RecordBatch:
         "year": pa.array([2013 + i % 7 // 4 for i in range(rows)], pa.int32()),
         "time_hour": pa.array([base + dt.timedelta(minutes=i, microseconds=i * 7) for i in range(rows)],
                               pa.timestamp("us", tz="UTC")),
-        "origin": ["EWR", "JFK", "LGA"] * (rows // 3),
+        "origin": [["EWR", "JFK", "LGA"][i % 3] for i in range(rows)],
         "delay": [None if i % 5 == 0 else i * 0.25 - 3 for i in range(rows)],
         "seats": pa.array([i % 300 for i in range(rows)], pa.int16()),
         "ok": [None if i % 11 == 0 else i % 2 == 0 for i in range(rows)],
@@ -74,14 +91,29 @@ def chunk(rows: int = 300) -> pa.RecordBatch:
     })
 
 
-def flattened(statements) -> list[BoundStatement]:
+def routing_key(values) -> bytes:
+    first = BoundStatement(statement_prepared)
+    first.values = values
+    return first.routing_key
+
+
+def flattened(statements, ring: Ring | None = None, max_rows: int = 32) -> list[BoundStatement]:
+    """Every request's rows; checks each batch holds one partition (or, given ``ring``, one
+    replica set of at most 10 partitions), at most ``max_rows`` rows and 4 KiB of values."""
     out = []
     for statement, _ in statements:
         if isinstance(statement, BatchStatement):
             rows = statement._statements_and_parameters
             assert all(prepared for prepared, _, _ in rows)
+            assert 1 < len(rows) <= max_rows
+            assert sum(len(c) for _, _, values in rows for c in values if isinstance(c, bytes)) <= 4096
             keys = {tuple(values[i] for i in (0, 1, 2)) for _, _, values in rows}
-            assert len(keys) == 1, "an UNLOGGED batch must hold one partition"
+            if ring is None:
+                assert len(keys) == 1, "an UNLOGGED batch must hold one partition"
+            else:
+                assert len(keys) <= 10
+                owners = {tuple(ring.get_replicas("ks", routing_key(values))) for _, _, values in rows}
+                assert len(owners) == 1, "an UNLOGGED batch must hold one replica set"
             first = BoundStatement(statement_prepared)
             first.values = rows[0][2]
             assert statement.routing_key == first.routing_key
@@ -94,17 +126,21 @@ def flattened(statements) -> list[BoundStatement]:
 statement_prepared: PreparedStatement
 
 
-@pytest.mark.parametrize("write", [WriteConfig(), WriteConfig(batch_grouping_key="none"),
+@pytest.mark.parametrize("write", [WriteConfig(), WriteConfig(batch_grouping_key="partition"),
+                                   WriteConfig(batch_grouping_key="none"),
                                    WriteConfig(batch_size_rows=5, ttl_seconds=3600),
                                    WriteConfig(ttl_column="ttl", ignore_nulls=True)],
-                         ids=["grouped", "ungrouped", "batch5-ttl", "ttlcolumn-ignorenulls"])
+                         ids=["replica-set", "partition", "ungrouped", "batch5-ttl", "ttlcolumn-ignorenulls"])
 def test_requests_carry_exactly_what_bind_gives(write):
     global statement_prepared
     columns = [name for name, _ in COLUMNS]
-    upserter = Upserter(PreparingSession(), TABLE, columns, write)
+    ring = Ring()
+    upserter = Upserter(PreparingSession(ring), TABLE, columns, write)
     statement_prepared = upserter.statement
     rb = chunk()
-    built = flattened(upserter.statements(upserter.parameters(rb, first_ts=1_000_000)))
+    requests = upserter.statements(upserter.parameters(rb, first_ts=1_000_000))
+    replica_set = write.batch_grouping_key == "replica_set"
+    built = flattened(requests, ring if replica_set else None, write.batch_size_rows or 32)
 
     rows = row_converter(TABLE, columns, ignore_nulls=write.ignore_nulls)(rb.select(columns))
     ttls = rb.column("ttl").to_pylist()
@@ -123,7 +159,8 @@ def test_requests_carry_exactly_what_bind_gives(write):
 
 def test_rows_are_grouped_into_single_partition_batches_with_their_routing_key():
     global statement_prepared
-    upserter = Upserter(PreparingSession(), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    upserter = Upserter(PreparingSession(), TABLE, [n for n, _ in COLUMNS],
+                        WriteConfig(batch_grouping_key="partition"))
     statement_prepared = upserter.statement
     rb = chunk()
     statements = upserter.statements(upserter.parameters(rb, first_ts=7))
@@ -140,3 +177,48 @@ def test_a_constant_writetime_is_the_same_cell_for_every_row():
     upserter = Upserter(PreparingSession(), TABLE, [n for n, _ in COLUMNS], write)
     params = upserter.parameters(chunk(6), first_ts=1)
     assert {p[len(COLUMNS)] for p in params} == {(1_700_000_000_000_000).to_bytes(8, "big")}
+
+
+@pytest.mark.parametrize("rows_per_partition", [1, 3, 40])
+def test_replica_set_batches_hold_partitions_of_one_replica_set(rows_per_partition):
+    global statement_prepared
+    ring = Ring()
+    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    statement_prepared = upserter.statement
+    rb = chunk(300)
+    # flight numbers make 300 // rows_per_partition partitions of rows_per_partition rows
+    rb = rb.set_column(0, "carrier", pa.array(["UA"] * 300))
+    rb = rb.set_column(1, "flight", pa.array([i // rows_per_partition for i in range(300)], pa.int32()))
+    rb = rb.set_column(2, "year", pa.array([2013] * 300, pa.int32()))
+    requests = upserter.statements(upserter.parameters(rb, first_ts=1))
+    asked = set(ring.asked)   # the Upserter asks once a partition, with the driver's routing key
+    built = flattened(requests, ring)
+    assert len(built) == 300
+    assert asked == {routing_key(values) for values in built}
+    partitions = len(asked)
+    assert partitions == 300 // rows_per_partition + (300 % rows_per_partition > 0)
+    if rows_per_partition < 32:   # several partitions share a request: fewer requests than partitions
+        assert len(requests) < partitions
+
+
+def test_without_a_token_map_each_partition_is_grouped_alone():
+    global statement_prepared
+    ring = Ring(known=False)
+    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    statement_prepared = upserter.statement
+    built = flattened(upserter.statements(upserter.parameters(chunk(), first_ts=1)))
+    assert len(built) == 300
+
+
+def test_a_batch_stays_under_4_kib_of_values():
+    global statement_prepared
+    upserter = Upserter(PreparingSession(), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    statement_prepared = upserter.statement
+    rb = chunk(64)
+    rb = rb.set_column(11, "photo", pa.array([b"p" * 1000] * 64))   # one partition-ish, 1 KB a row
+    rb = rb.set_column(0, "carrier", pa.array(["UA"] * 64))
+    rb = rb.set_column(1, "flight", pa.array([1] * 64, pa.int32()))
+    rb = rb.set_column(2, "year", pa.array([2013] * 64, pa.int32()))
+    requests = upserter.statements(upserter.parameters(rb, first_ts=1))
+    assert len(flattened(requests)) == 64
+    assert len(requests) >= 16     # 3 rows of ~1.1 KB a batch at most
