@@ -3,14 +3,19 @@
 Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?`` when asked)
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
-still wins. Values are serialized a column at a time (:mod:`sinks.encode`). Rows are grouped
-into UNLOGGED batches whose rows all live on the same replicas: one partition's rows
-(``partition``), or the rows of up to 10 partitions owned by the same replica set
-(``replica_set``, the default: a batch is still applied by replicas only, with a sixth of the
-requests for rows of few per partition, which is where a single Python client spends its
-time). Requests run through the driver's ``execute_concurrent`` with a bounded number in flight; statements
-that failed with a transient error (timeouts, unavailable, overloaded, lost connections) are
-retried with exponential back-off and jitter (tenacity); anything else fails at once.
+still wins.
+
+Building requests: values are serialized a whole column at a time (:mod:`sinks.encode`, the
+driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
+the rows of up to 10 partitions owned by the same replica set (``replica_set``, the default),
+or one partition's rows (``partition``). A replica-set batch is still applied by its replicas
+only, and rows of few per partition need several times fewer requests, which is where a Python
+client spends its CPU (``docs/performance.md``).
+
+Executing: requests run through the driver's ``execute_concurrent`` with a bounded number in
+flight; statements that failed with a transient error (timeouts, unavailable, overloaded, lost
+connections) are retried with exponential back-off and jitter (tenacity); anything else fails
+at once.
 """
 
 from __future__ import annotations

@@ -547,7 +547,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.output.batch.size.bytes", None, _ignored,
-        "Batches are sized in rows (`spark.cassandra.output.batch.size.rows`).",
+        "Batches are sized in rows (`spark.cassandra.output.batch.size.rows`) and always kept "
+        "under 4 KiB of values, below Cassandra's default `batch_size_warn_threshold`.",
         section=_I, status="ignored",
     ),
     _spec(

