@@ -30,7 +30,6 @@ from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
 from . import credentials
-from .connection import connect
 from .convert import row_converter
 from .errors import OptionError, SinkError
 from .options import SinkConfig, parse_options
@@ -110,6 +109,10 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if recorded and recorded.get("fingerprint") == fingerprint:
         target = Target.from_dict(recorded["target"])
     else:
+        # Imported here: the driver (cassandra.cluster) is needed only when the table's schema
+        # must be read, not in the tasks and commit workers that import this module.
+        from .connection import connect
+
         cluster, session = connect(config.connection)
         try:
             table = fetch_table_schema(cluster, config.keyspace, config.table)

