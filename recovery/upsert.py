@@ -50,9 +50,11 @@ AUTO_BATCH_ROWS = 32
 #: Partitions in one replica-set batch: Cassandra warns above 10 by default
 #: (``unlogged_batch_across_partitions_warn_threshold``).
 MAX_BATCH_PARTITIONS = 10
-#: Serialized values in one batch: under Cassandra's default ``batch_size_warn_threshold``
-#: (5 KiB), whatever ``batch.size.rows`` says.
-MAX_BATCH_BYTES = 4096
+#: ``batch.size.bytes=auto``: Cassandra's default ``batch_size_warn_threshold`` (5 KiB). Above
+#: it every multi-partition batch logs a warning on the node and in the client.
+AUTO_BATCH_BYTES = 5120
+#: Per-column and per-row terms of :meth:`Upserter.batch_size` (rounded up from measurement).
+CELL_OVERHEAD, ROW_OVERHEAD = 20, 48
 _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 
 
@@ -116,6 +118,7 @@ class Upserter:
                                    self.statement.protocol_version)
         self._key_positions = [self.table_columns.index(c) for c in table.partition_key]
         self._batch_rows = write.batch_size_rows or AUTO_BATCH_ROWS
+        self._batch_bytes = write.batch_size_bytes or AUTO_BATCH_BYTES
         self._group = write.batch_grouping_key != "none"
         self._by_replicas = write.batch_grouping_key == "replica_set"
         self._metadata = session.cluster.metadata if self._by_replicas else None
@@ -178,27 +181,39 @@ class Upserter:
         return frozenset(replicas) if replicas else key_cells
 
     def _pack(self, partitions: list[list[tuple]]) -> list[tuple]:
-        """Cut the rows of ``partitions`` (one replica set) into requests: at most
-        ``batch.size.rows`` rows, :data:`MAX_BATCH_PARTITIONS` partitions and
-        :data:`MAX_BATCH_BYTES` of values each."""
+        """Cut the partitions of one replica set into requests of at most ``batch.size.rows``
+        rows. A partition too large to share a batch goes alone (Cassandra does not size-check
+        single-partition batches); smaller ones share batches of at most
+        :data:`MAX_BATCH_PARTITIONS` partitions and ``batch.size.bytes`` as Cassandra counts
+        them (:meth:`batch_size`)."""
         out: list[tuple] = []
         current: list[tuple] = []
         parts = size = 0
         for rows in partitions:
-            if parts == MAX_BATCH_PARTITIONS:
+            part_size = self.batch_size(rows) if self._by_replicas else 0
+            if len(rows) >= self._batch_rows or part_size > self._batch_bytes:
+                out.extend(self.request(rows[i:i + self._batch_rows])
+                           for i in range(0, len(rows), self._batch_rows))
+                continue
+            if current and (parts == MAX_BATCH_PARTITIONS or len(current) + len(rows) > self._batch_rows
+                            or size + part_size > self._batch_bytes):
                 out.append(self.request(current))
                 current, parts, size = [], 0, 0
+            current.extend(rows)
             parts += 1
-            for row in rows:
-                row_size = sum(len(c) for c in row if type(c) is bytes)
-                if current and (len(current) == self._batch_rows or size + row_size > MAX_BATCH_BYTES):
-                    out.append(self.request(current))
-                    current, parts, size = [], 1, 0
-                current.append(row)
-                size += row_size
+            size += part_size
         if current:
             out.append(self.request(current))
         return out
+
+    def batch_size(self, rows: list[tuple]) -> int:
+        """The size Cassandra gives these rows when it checks a multi-partition batch against
+        ``batch_size_warn_threshold``, estimated from above: the values' bytes plus
+        :data:`CELL_OVERHEAD` a column and :data:`ROW_OVERHEAD` a row (measured on Cassandra
+        5.0: 20 a regular cell and 46 a row; ``docs/performance.md``)."""
+        n = len(self.columns)
+        return sum(sum(len(c) for c in row[:n] if type(c) is bytes) for row in rows) \
+            + len(rows) * (ROW_OVERHEAD + CELL_OVERHEAD * n)
 
     def request(self, rows: list[tuple]) -> tuple:
         """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""

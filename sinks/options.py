@@ -89,6 +89,7 @@ class WriteConfig:
 
     concurrent_writes: int = 32
     batch_size_rows: int | None = None
+    batch_size_bytes: int | None = None
     batch_grouping_key: str = "replica_set"
     ttl_seconds: int | None = None
     ttl_column: str | None = None
@@ -231,7 +232,7 @@ def _choice(*choices: str, aliases: Mapping[str, str] | None = None) -> Callable
     return parse
 
 
-def _batch_rows(raw: str) -> int | None:
+def _auto_or_positive(raw: str) -> int | None:
     if raw.strip().lower() == "auto":
         return None
     try:
@@ -466,9 +467,17 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         target="write.concurrent_writes",
     ),
     _spec(
-        "spark.cassandra.output.batch.size.rows", "auto", _batch_rows,
+        "spark.cassandra.output.batch.size.rows", "auto", _auto_or_positive,
         "Rows per unlogged batch: `auto` (let the writer decide) or a positive number.",
         target="write.batch_size_rows",
+    ),
+    _spec(
+        "spark.cassandra.output.batch.size.bytes", "auto", _auto_or_positive,
+        "Largest batch holding several partitions, in bytes as Cassandra counts them against "
+        "`batch_size_warn_threshold` (estimated from above: the values plus 20 bytes a column "
+        "and 48 a row). `auto`: 5120, Cassandra's default threshold; raise it with the "
+        "node's. Cassandra does not size-check single-partition batches, nor does this sink.",
+        target="write.batch_size_bytes",
     ),
     _spec(
         "spark.cassandra.output.batch.grouping.key", "replica_set",
@@ -476,8 +485,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "How rows are grouped into UNLOGGED batches. `replica_set` (the default): rows whose "
         "partitions are owned by the same replicas, up to 10 partitions a batch (Cassandra's "
         "default warning threshold for multi-partition batches); `partition`: one partition a "
-        "batch, as the Spark Cassandra Connector's default; `none`: one statement a row. Every "
-        "batch also stays under 4 KiB of values (Cassandra warns at 5 KiB by default).",
+        "batch, as the Spark Cassandra Connector's default; `none`: one statement a row.",
         target="write.batch_grouping_key",
     ),
     _spec(
@@ -544,12 +552,6 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "every task is acknowledged. Batches stay strictly in order either way. Recovery at "
         "query start, batch writes and `cassandra-wal recover` always use `driver`.",
         section=_L, target="wal.flush_mode",
-    ),
-    _spec(
-        "spark.cassandra.output.batch.size.bytes", None, _ignored,
-        "Batches are sized in rows (`spark.cassandra.output.batch.size.rows`) and always kept "
-        "under 4 KiB of values, below Cassandra's default `batch_size_warn_threshold`.",
-        section=_I, status="ignored",
     ),
     _spec(
         "spark.cassandra.output.batch.grouping.buffer.size", None, _ignored,

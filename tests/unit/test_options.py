@@ -56,6 +56,7 @@ def test_defaults_of_every_field():
     w = cfg.write
     assert w.concurrent_writes == 32
     assert w.batch_size_rows is None
+    assert w.batch_size_bytes is None
     assert w.batch_grouping_key == "replica_set"
     assert w.ttl_seconds is None and w.ttl_column is None
     assert w.writetime_micros is None and w.writetime_column is None
@@ -212,6 +213,8 @@ MALFORMED = [
     ("spark.cassandra.output.concurrent.writes", "1_000"),
     ("spark.cassandra.output.batch.size.rows", "0"),
     ("spark.cassandra.output.batch.size.rows", "many"),
+    ("spark.cassandra.output.batch.size.bytes", "0"),
+    ("spark.cassandra.output.batch.size.bytes", "5k"),
     ("spark.cassandra.output.batch.grouping.key", "host"),
     ("spark.cassandra.output.ttl", "-1"),
     ("spark.cassandra.output.ttl", "1.5"),
