@@ -88,8 +88,8 @@ def main() -> None:
                  for g in ("partition", "replica_set")}
     variants = {
         "bind+partition": lambda: bind_requests(upserters["partition"], rb, 1),
-        "encode+partition": lambda: upserters["partition"].statements(upserters["partition"].parameters(rb, 1)),
-        "encode+replica_set": lambda: upserters["replica_set"].statements(upserters["replica_set"].parameters(rb, 1)),
+        "encode+partition": lambda: upserters["partition"].requests(rb, 1),
+        "encode+replica_set": lambda: upserters["replica_set"].requests(rb, 1),
     }
     best = {name: float("inf") for name in variants}
     requests = {}

@@ -129,8 +129,17 @@ class Upserter:
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
         """Every row of ``batch`` as serialized bind values: the data columns (column-wise,
         :class:`~sinks.encode.CellEncoder`), the write timestamp, the TTL."""
+        return self._encoded(batch, first_ts)[0]
+
+    def requests(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
+        """The requests writing every row of ``batch`` (:meth:`parameters` then
+        :meth:`statements`, with the rows' sizes taken from Arrow)."""
+        rows, value_bytes = self._encoded(batch, first_ts)
+        return self.statements(rows, (value_bytes + self._row_overhead).tolist())
+
+    def _encoded(self, batch: pa.RecordBatch, first_ts: int) -> tuple[list[tuple], np.ndarray]:
         n = batch.num_rows
-        columns = self._encode.columns_of(batch.select(self.columns))
+        columns, value_bytes = self._encode.encode(batch.select(self.columns))
         if self.write.writetime_column:
             stamps = _micros(batch.column(self.write.writetime_column))
             columns.append(fixed_width(stamps.fill_null(0).to_numpy(), ">i8", stamps))
@@ -143,7 +152,7 @@ class Upserter:
             columns.append(fixed_width(ttls, ">i4"))
         elif self.write.ttl_seconds:
             columns.append([_INT.pack(self.write.ttl_seconds)] * n)
-        return list(zip(*columns))
+        return list(zip(*columns)), value_bytes
 
     def bound(self, values: tuple) -> BoundStatement:
         """A bound statement of already serialized values (what ``bind`` would produce)."""
@@ -151,22 +160,27 @@ class Upserter:
         statement.values = values
         return statement
 
-    def statements(self, params: list[tuple]) -> list[tuple]:
+    def statements(self, params: list[tuple], sizes: list[int] | None = None) -> list[tuple]:
         """(statement, None) pairs: one bound row, or an UNLOGGED batch whose rows all live on
         the same replicas (one partition with ``partition`` grouping; up to
-        :data:`MAX_BATCH_PARTITIONS` partitions of one replica set with ``replica_set``)."""
+        :data:`MAX_BATCH_PARTITIONS` partitions of one replica set with ``replica_set``).
+        ``sizes``: each row's :meth:`batch_size` (computed here when not given)."""
         if not self._group:
             return [(self.bound(p), None) for p in params]
-        partitions: dict[tuple, list[tuple]] = {}
+        if sizes is None:
+            sizes = [self.batch_size([p]) for p in params] if self._by_replicas else [0] * len(params)
+        partitions: dict[tuple, list] = {}   # key cells -> [rows, their size]
         keys = self._key_positions
-        for p in params:   # serialized partition key cells: equal bytes, same partition
-            partitions.setdefault(tuple([p[i] for i in keys]), []).append(p)
+        for p, size in zip(params, sizes):   # serialized key cells: equal bytes, same partition
+            entry = partitions.setdefault(tuple([p[i] for i in keys]), [[], 0])
+            entry[0].append(p)
+            entry[1] += size
         if not self._by_replicas:
-            units = [[rows] for rows in partitions.values()]
+            units = [[entry] for entry in partitions.values()]
         else:
-            by_replicas: dict[object, list[list[tuple]]] = {}
-            for key, rows in partitions.items():
-                by_replicas.setdefault(self._replica_set(key), []).append(rows)
+            by_replicas: dict[object, list[list]] = {}
+            for key, entry in partitions.items():
+                by_replicas.setdefault(self._replica_set(key), []).append(entry)
             units = list(by_replicas.values())
         return [statement for unit in units for statement in self._pack(unit)]
 
@@ -180,18 +194,17 @@ class Upserter:
         replicas = self._metadata.get_replicas(self.table.keyspace, routing_key)
         return frozenset(replicas) if replicas else key_cells
 
-    def _pack(self, partitions: list[list[tuple]]) -> list[tuple]:
-        """Cut the partitions of one replica set into requests of at most ``batch.size.rows``
-        rows. A partition too large to share a batch goes alone (Cassandra does not size-check
-        single-partition batches); smaller ones share batches of at most
+    def _pack(self, partitions: list[list]) -> list[tuple]:
+        """Cut the partitions (``[rows, size]``) of one replica set into requests of at most
+        ``batch.size.rows`` rows. A partition too large to share a batch goes alone (Cassandra
+        does not size-check single-partition batches); smaller ones share batches of at most
         :data:`MAX_BATCH_PARTITIONS` partitions and ``batch.size.bytes`` as Cassandra counts
         them (:meth:`batch_size`)."""
         out: list[tuple] = []
         current: list[tuple] = []
         parts = size = 0
-        for rows in partitions:
-            part_size = self.batch_size(rows) if self._by_replicas else 0
-            if len(rows) >= self._batch_rows or part_size > self._batch_bytes:
+        for rows, part_size in partitions:
+            if len(rows) >= self._batch_rows or (self._by_replicas and part_size > self._batch_bytes):
                 out.extend(self.request(rows[i:i + self._batch_rows])
                            for i in range(0, len(rows), self._batch_rows))
                 continue
@@ -213,7 +226,11 @@ class Upserter:
         5.0: 20 a regular cell and 46 a row; ``docs/performance.md``)."""
         n = len(self.columns)
         return sum(sum(len(c) for c in row[:n] if type(c) is bytes) for row in rows) \
-            + len(rows) * (ROW_OVERHEAD + CELL_OVERHEAD * n)
+            + len(rows) * self._row_overhead
+
+    @property
+    def _row_overhead(self) -> int:
+        return ROW_OVERHEAD + CELL_OVERHEAD * len(self.columns)
 
     def request(self, rows: list[tuple]) -> tuple:
         """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""
@@ -228,7 +245,7 @@ class Upserter:
     # -- executing -----------------------------------------------------------------------
     def write_chunk(self, batch: pa.RecordBatch, first_ts: int, batch_id: int) -> int:
         """Write every row of one chunk; returns the rows acknowledged (all of them)."""
-        pending = self.statements(self.parameters(batch, first_ts))
+        pending = self.requests(batch, first_ts)
         self.execute(pending, batch_id)
         self._limiter.account(batch.nbytes)
         return batch.num_rows

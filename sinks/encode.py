@@ -152,9 +152,18 @@ class CellEncoder:
 
     def columns_of(self, batch: pa.RecordBatch) -> list[Cells]:
         """Each column's cells (a list per column, same length as the batch)."""
-        return [self._column(batch, i) for i in range(len(self.columns))]
+        return self.encode(batch)[0]
 
-    def _column(self, batch: pa.RecordBatch, index: int) -> Cells:
+    def encode(self, batch: pa.RecordBatch) -> tuple[list[Cells], np.ndarray]:
+        """Each column's cells, and each row's bytes of values (for sizing batches)."""
+        columns, sizes = [], np.zeros(batch.num_rows, dtype=np.int64)
+        for i in range(len(self.columns)):
+            cells, lengths = self._column(batch, i)
+            columns.append(cells)
+            sizes += lengths
+        return columns, sizes
+
+    def _column(self, batch: pa.RecordBatch, index: int) -> tuple[Cells, np.ndarray]:
         name, cql = self.converter.columns[index], self.converter.types[index]
         array = batch.column(name)
         if isinstance(array, pa.ChunkedArray):
@@ -167,8 +176,10 @@ class CellEncoder:
             except (_NotFast, pa.ArrowInvalid):
                 cells = None
             if cells is not None:
-                return self._unset_nulls(cells) if array.null_count else cells
-        return self._serialize_each(batch, index)
+                lengths = pc.binary_length(pa.array(cells, pa.binary())).fill_null(0).to_numpy()
+                return (self._unset_nulls(cells) if array.null_count else cells), lengths
+        cells = self._serialize_each(batch, index)
+        return cells, np.fromiter((len(c) if type(c) is bytes else 0 for c in cells), np.int64, len(cells))
 
     def _unset_nulls(self, cells: Cells) -> Cells:
         if not self.converter.ignore_nulls:

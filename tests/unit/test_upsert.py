@@ -241,3 +241,22 @@ def test_the_batch_size_estimate_is_above_what_cassandra_measured():
     upserter.columns = [n for n, _ in flights.columns]
     row = (b"x" * 90,) + (b"",) * 18 + (b"\x00" * 8,)
     assert 410 <= upserter.batch_size([row]) <= 600
+
+
+@pytest.mark.parametrize("write", [WriteConfig(), WriteConfig(ignore_nulls=True, ttl_column="ttl")],
+                         ids=["default", "ignorenulls-ttl"])
+def test_requests_size_rows_from_arrow_as_the_reference_does(write):
+    """write_chunk sizes rows from Arrow; the result must equal the cell-by-cell reference."""
+    global statement_prepared
+    ring = Ring()
+    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], write)
+    statement_prepared = upserter.statement
+    rb = chunk(300).set_column(11, "photo", pa.array([b"q" * (i % 400) for i in range(300)]))
+    rows, value_bytes = upserter._encoded(rb, 1)
+    assert (value_bytes + upserter._row_overhead).tolist() == [upserter.batch_size([r]) for r in rows]
+    fast = [[tuple(v) for _, _, v in s._statements_and_parameters] if isinstance(s, BatchStatement)
+            else [tuple(s.values)] for s, _ in upserter.requests(rb, 1)]
+    reference = [[tuple(v) for _, _, v in s._statements_and_parameters] if isinstance(s, BatchStatement)
+                 else [tuple(s.values)] for s, _ in upserter.statements(upserter.parameters(rb, 1))]
+    assert fast == reference
+    flattened(upserter.requests(rb, 1), ring, upserter=upserter)
