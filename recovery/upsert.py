@@ -37,7 +37,7 @@ from cassandra.query import BatchStatement, BatchType, BoundStatement
 from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt,
                       wait_exponential_jitter)
 
-from sinks.convert import row_converter
+from sinks.convert import parse_cql_type, row_converter
 from sinks.encode import CellEncoder, fixed_width
 from sinks.options import WriteConfig
 from sinks.table import TableSchema
@@ -53,8 +53,26 @@ MAX_BATCH_PARTITIONS = 10
 #: ``batch.size.bytes=auto``: Cassandra's default ``batch_size_warn_threshold`` (5 KiB). Above
 #: it every multi-partition batch logs a warning on the node and in the client.
 AUTO_BATCH_BYTES = 5120
-#: Per-column and per-row terms of :meth:`Upserter.batch_size` (rounded up from measurement).
-CELL_OVERHEAD, ROW_OVERHEAD = 20, 48
+#: Terms of :meth:`Upserter.batch_size`, rounded up from what Cassandra 5.0.8 counted for
+#: multi-partition batches (``docs/performance.md``): per row, per regular (non-key) column,
+#: and the weight of a non-frozen collection's bytes (each element is a cell of its own).
+ROW_OVERHEAD, CELL_OVERHEAD, MULTI_CELL_WEIGHT = 48, 24, 11
+_SCALAR_TYPES = frozenset({"ascii", "bigint", "blob", "boolean", "counter", "date", "decimal",
+                           "double", "duration", "float", "inet", "int", "smallint", "text",
+                           "time", "timestamp", "timeuuid", "tinyint", "uuid", "varchar",
+                           "varint"})
+
+
+def size_model(table: TableSchema, table_columns: Sequence[str]) -> tuple[np.ndarray, int]:
+    """How :meth:`Upserter.batch_size` counts a row: a weight per column for its bytes (1, or
+    :data:`MULTI_CELL_WEIGHT` for a non-frozen collection or UDT) and a fixed overhead."""
+    weights = []
+    for name in table_columns:
+        cql = parse_cql_type(table.column_type(name))
+        multi_cell = not cql.frozen and (bool(cql.params) or cql.name not in _SCALAR_TYPES)
+        weights.append(MULTI_CELL_WEIGHT if multi_cell else 1)
+    regular = sum(1 for name in table_columns if name not in table.primary_key)
+    return np.array(weights, dtype=np.int64), ROW_OVERHEAD + CELL_OVERHEAD * regular
 _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 
 
@@ -119,6 +137,7 @@ class Upserter:
         self._key_positions = [self.table_columns.index(c) for c in table.partition_key]
         self._batch_rows = write.batch_size_rows or AUTO_BATCH_ROWS
         self._batch_bytes = write.batch_size_bytes or AUTO_BATCH_BYTES
+        self._weights, self._row_overhead = size_model(table, self.table_columns)
         self._group = write.batch_grouping_key != "none"
         self._by_replicas = write.batch_grouping_key == "replica_set"
         self._metadata = session.cluster.metadata if self._by_replicas else None
@@ -134,12 +153,12 @@ class Upserter:
     def requests(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
         """The requests writing every row of ``batch`` (:meth:`parameters` then
         :meth:`statements`, with the rows' sizes taken from Arrow)."""
-        rows, value_bytes = self._encoded(batch, first_ts)
-        return self.statements(rows, (value_bytes + self._row_overhead).tolist())
+        rows, weighted_bytes = self._encoded(batch, first_ts)
+        return self.statements(rows, (weighted_bytes + self._row_overhead).tolist())
 
     def _encoded(self, batch: pa.RecordBatch, first_ts: int) -> tuple[list[tuple], np.ndarray]:
         n = batch.num_rows
-        columns, value_bytes = self._encode.encode(batch.select(self.columns))
+        columns, value_bytes = self._encode.encode(batch.select(self.columns), self._weights)
         if self.write.writetime_column:
             stamps = _micros(batch.column(self.write.writetime_column))
             columns.append(fixed_width(stamps.fill_null(0).to_numpy(), ">i8", stamps))
@@ -221,16 +240,12 @@ class Upserter:
 
     def batch_size(self, rows: list[tuple]) -> int:
         """The size Cassandra gives these rows when it checks a multi-partition batch against
-        ``batch_size_warn_threshold``, estimated from above: the values' bytes plus
-        :data:`CELL_OVERHEAD` a column and :data:`ROW_OVERHEAD` a row (measured on Cassandra
-        5.0: 20 a regular cell and 46 a row; ``docs/performance.md``)."""
+        ``batch_size_warn_threshold``, estimated from above (:func:`size_model`): the values'
+        bytes (weighted) plus :data:`CELL_OVERHEAD` a regular column and :data:`ROW_OVERHEAD`
+        a row."""
         n = len(self.columns)
-        return sum(sum(len(c) for c in row[:n] if type(c) is bytes) for row in rows) \
-            + len(rows) * self._row_overhead
-
-    @property
-    def _row_overhead(self) -> int:
-        return ROW_OVERHEAD + CELL_OVERHEAD * len(self.columns)
+        return sum(sum(int(w) * len(c) for w, c in zip(self._weights, row[:n]) if type(c) is bytes)
+                   for row in rows) + len(rows) * self._row_overhead
 
     def request(self, rows: list[tuple]) -> tuple:
         """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""

@@ -154,13 +154,15 @@ class CellEncoder:
         """Each column's cells (a list per column, same length as the batch)."""
         return self.encode(batch)[0]
 
-    def encode(self, batch: pa.RecordBatch) -> tuple[list[Cells], np.ndarray]:
-        """Each column's cells, and each row's bytes of values (for sizing batches)."""
+    def encode(self, batch: pa.RecordBatch, weights: Sequence[int] | None = None
+               ) -> tuple[list[Cells], np.ndarray]:
+        """Each column's cells, and each row's bytes of values, column ``i`` counted
+        ``weights[i]`` times (for sizing batches)."""
         columns, sizes = [], np.zeros(batch.num_rows, dtype=np.int64)
         for i in range(len(self.columns)):
             cells, lengths = self._column(batch, i)
             columns.append(cells)
-            sizes += lengths
+            sizes += lengths * (1 if weights is None else int(weights[i]))
         return columns, sizes
 
     def _column(self, batch: pa.RecordBatch, index: int) -> tuple[Cells, np.ndarray]:
