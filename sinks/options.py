@@ -474,9 +474,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
         "spark.cassandra.output.batch.size.bytes", "auto", _auto_or_positive,
         "Largest batch holding several partitions, in bytes as Cassandra counts them against "
-        "`batch_size_warn_threshold` (estimated from above: the values plus 20 bytes a column "
-        "and 48 a row). `auto`: 5120, Cassandra's default threshold; raise it with the "
-        "node's. Cassandra does not size-check single-partition batches, nor does this sink.",
+        "`batch_size_warn_threshold` (estimated from above: the values, plus 24 bytes a "
+        "regular column and 48 a row; a non-frozen collection's bytes count 11 times). `auto`: "
+        "5120, Cassandra's default threshold; raise it with the node's. Cassandra does not "
+        "size-check single-partition batches, nor does this sink.",
         target="write.batch_size_bytes",
     ),
     _spec(
