@@ -47,6 +47,7 @@ from .errors import FlushFailed
 TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
              NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
 AUTO_BATCH_ROWS = 32
+_BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 #: Partitions in one replica-set batch: Cassandra warns above 10 by default
 #: (``unlogged_batch_across_partitions_warn_threshold``).
 MAX_BATCH_PARTITIONS = 10
@@ -73,7 +74,6 @@ def size_model(table: TableSchema, table_columns: Sequence[str]) -> tuple[np.nda
         weights.append(MULTI_CELL_WEIGHT if multi_cell else 1)
     regular = sum(1 for name in table_columns if name not in table.primary_key)
     return np.array(weights, dtype=np.int64), ROW_OVERHEAD + CELL_OVERHEAD * regular
-_BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 
 
 class _Transient(Exception):
@@ -152,13 +152,16 @@ class Upserter:
 
     def requests(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
         """The requests writing every row of ``batch`` (:meth:`parameters` then
-        :meth:`statements`, with the rows' sizes taken from Arrow)."""
+        :meth:`statements`, with the rows' sizes counted while encoding)."""
         rows, weighted_bytes = self._encoded(batch, first_ts)
+        if weighted_bytes is None:   # only replica-set batches are sized
+            return self.statements(rows)
         return self.statements(rows, (weighted_bytes + self._row_overhead).tolist())
 
-    def _encoded(self, batch: pa.RecordBatch, first_ts: int) -> tuple[list[tuple], np.ndarray]:
+    def _encoded(self, batch: pa.RecordBatch, first_ts: int) -> tuple[list[tuple], np.ndarray | None]:
         n = batch.num_rows
-        columns, value_bytes = self._encode.encode(batch.select(self.columns), self._weights)
+        weights = self._weights if self._by_replicas else None
+        columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
         if self.write.writetime_column:
             stamps = _micros(batch.column(self.write.writetime_column))
             columns.append(fixed_width(stamps.fill_null(0).to_numpy(), ">i8", stamps))

@@ -128,6 +128,11 @@ def _ascii(array: pa.Array) -> Cells:
     return _utf8(array)
 
 
+def _lengths(cells: Cells) -> np.ndarray:
+    """Each cell's byte length (0 for a null or unset cell)."""
+    return np.fromiter((len(c) if type(c) is bytes else 0 for c in cells), np.int64, len(cells))
+
+
 class _NotFast(Exception):
     """This column's values need the per-value path (which names the bad value)."""
 
@@ -155,17 +160,18 @@ class CellEncoder:
         return self.encode(batch)[0]
 
     def encode(self, batch: pa.RecordBatch, weights: Sequence[int] | None = None
-               ) -> tuple[list[Cells], np.ndarray]:
-        """Each column's cells, and each row's bytes of values, column ``i`` counted
-        ``weights[i]`` times (for sizing batches)."""
-        columns, sizes = [], np.zeros(batch.num_rows, dtype=np.int64)
-        for i in range(len(self.columns)):
-            cells, lengths = self._column(batch, i)
-            columns.append(cells)
-            sizes += lengths * (1 if weights is None else int(weights[i]))
+               ) -> tuple[list[Cells], np.ndarray | None]:
+        """Each column's cells; with ``weights``, also each row's bytes of values, column ``i``
+        counted ``weights[i]`` times (for sizing batches), else None."""
+        columns = [self._column(batch, i) for i in range(len(self.columns))]
+        if weights is None:
+            return columns, None
+        sizes = np.zeros(batch.num_rows, dtype=np.int64)
+        for cells, weight in zip(columns, weights):
+            sizes += _lengths(cells) * int(weight)
         return columns, sizes
 
-    def _column(self, batch: pa.RecordBatch, index: int) -> tuple[Cells, np.ndarray]:
+    def _column(self, batch: pa.RecordBatch, index: int) -> Cells:
         name, cql = self.converter.columns[index], self.converter.types[index]
         array = batch.column(name)
         if isinstance(array, pa.ChunkedArray):
@@ -178,10 +184,8 @@ class CellEncoder:
             except (_NotFast, pa.ArrowInvalid):
                 cells = None
             if cells is not None:
-                lengths = pc.binary_length(pa.array(cells, pa.binary())).fill_null(0).to_numpy()
-                return (self._unset_nulls(cells) if array.null_count else cells), lengths
-        cells = self._serialize_each(batch, index)
-        return cells, np.fromiter((len(c) if type(c) is bytes else 0 for c in cells), np.int64, len(cells))
+                return self._unset_nulls(cells) if array.null_count else cells
+        return self._serialize_each(batch, index)
 
     def _unset_nulls(self, cells: Cells) -> Cells:
         if not self.converter.ignore_nulls:

@@ -272,8 +272,8 @@ def test_the_batch_size_estimate_is_above_what_cassandra_measured(case):
 
 @pytest.mark.parametrize("write", [WriteConfig(), WriteConfig(ignore_nulls=True, ttl_column="ttl")],
                          ids=["default", "ignorenulls-ttl"])
-def test_requests_size_rows_from_arrow_as_the_reference_does(write):
-    """write_chunk sizes rows from Arrow; the result must equal the cell-by-cell reference."""
+def test_requests_size_rows_as_the_reference_does(write):
+    """write_chunk sizes rows while encoding; the result must equal the row-by-row reference."""
     global statement_prepared
     ring = Ring()
     upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], write)
