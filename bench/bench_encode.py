@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH), str(BENCH / "contestants")]
 
 import common  # noqa: E402
-from bench_sinks import flights_table, machine  # noqa: E402
+from bench_sinks import Node, add_node_arguments, flights_table, machine  # noqa: E402
 
 
 def bind_requests(upserter, rb, first_ts: int) -> list:
@@ -66,25 +65,18 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
-    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+    add_node_arguments(ap)
     ap.add_argument("--out", default=str(BENCH / "results" / "encode.json"))
     args = ap.parse_args()
-
-    from cassandra.cluster import Cluster
 
     from recovery.upsert import Upserter
     from sinks.options import WriteConfig
     from sinks.table import fetch_table_schema
 
     rb = flights_table().slice(0, args.rows).combine_chunks().to_batches()[0]
-    cluster = Cluster([args.host], port=args.port)
-    session = cluster.connect()
-    session.execute("CREATE KEYSPACE IF NOT EXISTS bench_encode WITH replication = "
-                    "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-    session.execute(common.ddl("bench_encode", "flights"))
-    table = fetch_table_schema(cluster, "bench_encode", "flights")
-    upserters = {g: Upserter(session, table, common.COLUMNS, WriteConfig(batch_grouping_key=g))
+    node = Node(args.host, args.port, "bench_encode")
+    table = fetch_table_schema(node.cluster, "bench_encode", node.table("flights"))
+    upserters = {g: Upserter(node.session, table, common.COLUMNS, WriteConfig(batch_grouping_key=g))
                  for g in ("partition", "replica_set")}
     variants = {
         "bind+partition": lambda: bind_requests(upserters["partition"], rb, 1),
@@ -99,7 +91,7 @@ def main() -> None:
             built = build()
             best[name] = min(best[name], time.process_time() - started)
             requests[name] = len(built)
-    cluster.shutdown()
+    node.close()
 
     base = best["bind+partition"]
     results = {name: {"cpu_us_per_row": round(best[name] / rb.num_rows * 1e6, 2),

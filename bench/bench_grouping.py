@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH), str(BENCH / "contestants")]
 
 import common  # noqa: E402
-from bench_sinks import flights_table, machine  # noqa: E402
+from bench_sinks import Node, add_node_arguments, flights_table, machine  # noqa: E402
 
 KEYSPACE = "bench_grouping"
 EVENTS_DDL = ("CREATE TABLE IF NOT EXISTS {ks}.events (id bigint PRIMARY KEY, a bigint, d double, "
@@ -108,20 +107,15 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=30_000)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
-    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+    add_node_arguments(ap)
     ap.add_argument("--out", default=str(BENCH / "results" / "grouping.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
 
-    from cassandra.cluster import Cluster
-    admin = Cluster([args.host], port=args.port)
-    session = admin.connect()
-    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
-                    "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-    session.execute(common.ddl(KEYSPACE, "flights"))
-    session.execute(EVENTS_DDL.format(ks=KEYSPACE))
-    admin.shutdown()
+    admin = Node(args.host, args.port, KEYSPACE)
+    admin.table("flights")
+    admin.session.execute(EVENTS_DDL.format(ks=KEYSPACE))
+    admin.close()
     shapes = {"flights": (common.COLUMNS, flights_table().slice(0, args.rows)),
               "events": (["id", "a", "d", "s", "b"], events_table(args.rows))}
     groupings = ("partition", "replica_set")

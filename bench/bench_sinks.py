@@ -116,30 +116,37 @@ def write_landing(table: pa.Table, folder: Path, file_rows: int) -> int:
 
 
 # -- cassandra -------------------------------------------------------------------------------
+def add_node_arguments(ap) -> None:
+    """``--host``/``--port`` of the node, defaulting to ``CASSANDRA_HOST``/``CASSANDRA_PORT``."""
+    ap.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+
+
 class Node:
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, keyspace: str = KEYSPACE):
         from cassandra.cluster import Cluster
+        self.keyspace = keyspace
         self.cluster = Cluster([host], port=port)
         self.session = self.cluster.connect()
         self.session.default_timeout = 600
-        self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
+        self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
                              "{'class': 'SimpleStrategy', 'replication_factor': 1}")
         self.version = self.session.execute(
             "SELECT release_version FROM system.local").one().release_version
 
     def table(self, name: str) -> str:
-        self.session.execute(common.ddl(KEYSPACE, name))
+        self.session.execute(common.ddl(self.keyspace, name))
         return name
 
     def truncate(self, name: str) -> None:
-        self.session.execute(f"TRUNCATE {KEYSPACE}.{name}", timeout=600)
+        self.session.execute(f"TRUNCATE {self.keyspace}.{name}", timeout=600)
 
     def count(self, name: str, slices: int = 64) -> int:
         """Rows in the table, counted over ``slices`` token ranges: one ``count(*)`` of a
         million rows outlasts the node's range-read timeout."""
         key = ", ".join(common.PARTITION_KEY)
         bounds = [-2**63 + i * (2**64 // slices) for i in range(slices)] + [2**63 - 1]
-        query = self.session.prepare(f"SELECT count(*) FROM {KEYSPACE}.{name} "
+        query = self.session.prepare(f"SELECT count(*) FROM {self.keyspace}.{name} "
                                      f"WHERE token({key}) > ? AND token({key}) <= ?")
         total = 0   # Murmur3 gives no key the token -2**63: (low, high] ranges cover them all
         for low, high in zip(bounds, bounds[1:]):
@@ -220,8 +227,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batch-rows", type=int, default=50_000,
                     help="rows per micro-batch (2 parquet files of half that each)")
-    ap.add_argument("--host", default=os.environ.get("CASSANDRA_HOST", "127.0.0.1"))
-    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
+    add_node_arguments(ap)
     ap.add_argument("--contestants", default=",".join(ALL),
                     help="comma-separated subset of: " + ", ".join(ALL))
     ap.add_argument("--memory-batches", default="10000,100000,1000000",
