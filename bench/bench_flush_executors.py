@@ -254,7 +254,7 @@ STEPS = {   # share of the flush, by the cumulative time of these functions (cPr
     "decode Arrow chunks": ("wal/segment.py", "decode_chunk"),
     "Arrow -> Python values (convert)": ("recovery/upsert.py", "parameters"),
     "group rows into statements": ("recovery/upsert.py", "statements"),
-    "execute_concurrent (driver, network, Cassandra)": ("recovery/upsert.py", "_execute_once"),
+    "execute_concurrent (driver, network, Cassandra)": ("recovery/upsert.py", "_settle"),
     "record progress in the log": ("wal/log.py", "record_progress"),
 }
 

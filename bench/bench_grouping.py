@@ -51,7 +51,11 @@ def events_table(rows: int):
                      "b": pa.array(np.arange(rows) % 2 == 0)})
 
 
-def write_once(host: str, port: int, table_name: str, columns: list[str], data, grouping: str) -> dict:
+def write_once(host: str, port: int, table_name: str, columns: list[str], data, grouping: str,
+               pipelined: bool = True) -> dict:
+    """Write ``data`` in 10,000-row chunks as the flusher does (``Upserter.write_chunks``: the
+    next chunk built while this one is in flight), or with ``pipelined=False`` one chunk at a
+    time (``write_chunk``: build, send, wait for every answer, then the next)."""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
@@ -70,8 +74,13 @@ def write_once(host: str, port: int, table_name: str, columns: list[str], data, 
         requests = sum(len(upserter.statements(upserter.parameters(c, 1))) for c in chunks)
         warnings = ServerWarnings()
         wall, cpu = time.monotonic(), time.process_time()
-        for i, chunk in enumerate(chunks):
-            upserter.write_chunk(chunk, 1_000_000 + i * 10_000, 0)
+        stamped = [(chunk, 1_000_000 + i * 10_000, i) for i, chunk in enumerate(chunks)]
+        if pipelined:
+            for _ in upserter.write_chunks(stamped, 0):
+                pass
+        else:
+            for chunk, first_ts, _ in stamped:
+                upserter.write_chunk(chunk, first_ts, 0)
         wall, cpu = time.monotonic() - wall, time.process_time() - cpu
         warnings.close()
         count = session.execute(f"SELECT count(*) FROM {KEYSPACE}.{table_name}",

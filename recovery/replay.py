@@ -18,6 +18,7 @@ chunk by chunk, in this process; :class:`sinks.distributed_flush.ExecutorsWriter
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -111,12 +112,17 @@ class DriverWriter:
         self._upserter = None
 
     def write(self, log: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
-        for chunk in log.chunks(seal.batch, record.next_segment, record.next_chunk):
-            if self._upserter is None:
-                self._upserter = self._factory()
-            self._upserter.write_chunk(decode_chunk(chunk.payload),
-                                       seal.base_ts_us + chunk.first_row, seal.batch)
-            yield Acknowledged(chunk.segment_index, chunk.chunk_index + 1, chunk.rows)
+        chunks = iter(log.chunks(seal.batch, record.next_segment, record.next_chunk))
+        first = next(chunks, None)
+        if first is None:
+            return
+        if self._upserter is None:   # connect only when there is a row to write
+            self._upserter = self._factory()
+        tagged = ((decode_chunk(chunk.payload), seal.base_ts_us + chunk.first_row,
+                   Acknowledged(chunk.segment_index, chunk.chunk_index + 1, chunk.rows))
+                  for chunk in itertools.chain([first], chunks))
+        # The next chunk is read, checked and decoded while this one's rows are in flight.
+        yield from self._upserter.write_chunks(tagged, seal.batch)
 
 
 class Replayer:

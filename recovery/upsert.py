@@ -12,10 +12,11 @@ or one partition's rows (``partition``). A replica-set batch is still applied by
 only, and rows of few per partition need several times fewer requests, which is where a Python
 client spends its CPU (``docs/performance.md``).
 
-Executing: requests run through the driver's ``execute_concurrent`` with a bounded number in
-flight; statements that failed with a transient error (timeouts, unavailable, overloaded, lost
-connections) are retried with exponential back-off and jitter (tenacity); anything else fails
-at once.
+Executing: a chunk's requests run through the driver's ``execute_concurrent`` with a
+bounded number in flight, while the next chunk is read and its requests built
+(:meth:`Upserter.write_chunks`); statements that failed with a transient error (timeouts,
+unavailable, overloaded, lost connections) are retried with exponential back-off and jitter
+(tenacity); anything else fails at once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +45,7 @@ from sinks.table import TableSchema
 
 from .errors import FlushFailed
 
+T = TypeVar("T")
 TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
              NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
 AUTO_BATCH_ROWS = 32
@@ -263,34 +265,78 @@ class Upserter:
     # -- executing -----------------------------------------------------------------------
     def write_chunk(self, batch: pa.RecordBatch, first_ts: int, batch_id: int) -> int:
         """Write every row of one chunk; returns the rows acknowledged (all of them)."""
-        pending = self.requests(batch, first_ts)
-        self.execute(pending, batch_id)
-        self._limiter.account(batch.nbytes)
+        for _ in self.write_chunks([(batch, first_ts, None)], batch_id):
+            pass
         return batch.num_rows
 
+    def write_chunks(self, chunks: Iterable[tuple[pa.RecordBatch, int, T]],
+                     batch_id: int) -> Iterator[T]:
+        """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
+        Cassandra acknowledged every row of its chunk.
+
+        Pipelined: the next chunk is read from ``chunks`` and its requests built while the
+        previous chunk's are in flight, so the node is not left idle while the client works.
+        Only one chunk's requests are ever in flight (at most ``concurrent.writes``), and a tag
+        is yielded only after its chunk, and every chunk before it, is acknowledged. Nothing
+        is left in flight when this returns or raises."""
+        flying: _InFlight | None = None
+        try:
+            for batch, first_ts, tag in chunks:
+                pending = self.requests(batch, first_ts)   # while ``flying`` is in flight
+                done = self._settle(flying, batch_id) if flying is not None else None
+                flying = _InFlight(pending, self._launch(pending), tag, batch.nbytes)
+                if done is not None:
+                    yield done.tag
+            if flying is not None:
+                done, flying = self._settle(flying, batch_id), None
+                yield done.tag
+        finally:
+            if flying is not None:   # stopped early: let the chunk's requests finish first
+                for _ in flying.results:
+                    pass
+
     def execute(self, pending: list[tuple], batch_id: int) -> None:
+        """Run ``pending`` to completion (retrying transient failures)."""
+        self._settle(_InFlight(pending, self._launch(pending), None, 0), batch_id)
+
+    def _launch(self, pending: list[tuple]) -> Iterator:
+        """Send the first ``concurrent.writes`` requests and return at once; the driver's
+        event loop sends each next one as an answer comes. The results come in order from
+        the generator. (``execute_concurrent_async`` would not do: in driver 3.30 it waits
+        for every answer before it returns its future.)"""
+        return iter(execute_concurrent(self.session, pending,
+                                       concurrency=self.write.concurrent_writes,
+                                       raise_on_first_error=False, results_generator=True))
+
+    def _settle(self, flight: _InFlight, batch_id: int) -> _InFlight:
+        """Wait for ``flight``'s first attempt, retry what failed transiently (with
+        exponential back-off and jitter) and account its bytes to the rate limit."""
         retrying = Retrying(
             stop=stop_after_attempt(self.write.retry_count + 1),
             wait=wait_exponential_jitter(multiplier=0.2, max=10.0),
             retry=retry_if_exception_type(_Transient), sleep=self._sleep, reraise=True)
+        pending, launched = flight.pending, flight.results
         try:
             for attempt in retrying:
                 with attempt:
+                    results = launched if launched is not None else self._launch(pending)
+                    launched = None
                     try:
-                        self._execute_once(pending, batch_id)
+                        self._check(pending, results, batch_id)
                     except _Transient as exc:
                         pending = exc.pending   # the next attempt retries only these
                         raise
         except _Transient as exc:
             raise FlushFailed(batch_id, f"retry budget spent ({self.write.retry_count} retries): "
                                         f"{type(exc.last_error).__name__}: {exc.last_error}") from None
+        self._limiter.account(flight.nbytes)
+        return flight
 
-    def _execute_once(self, pending: list[tuple], batch_id: int) -> None:
-        results = execute_concurrent(self.session, pending,
-                                     concurrency=self.write.concurrent_writes,
-                                     raise_on_first_error=False)
+    @staticmethod
+    def _check(pending: list[tuple], results: Iterator, batch_id: int) -> None:
+        """Raise for what failed, once every request of the attempt was answered."""
         failed, last = [], None
-        for stmt, (ok, result) in zip(pending, results):
+        for stmt, (ok, result) in zip(pending, list(results)):
             if ok:
                 continue
             if not isinstance(result, TRANSIENT):
@@ -299,6 +345,16 @@ class Upserter:
             last = result
         if failed:
             raise _Transient(failed, last)
+
+
+@dataclass
+class _InFlight:
+    """One chunk's requests, their first attempt's results (as they come) and its tag."""
+
+    pending: list[tuple]
+    results: Iterator
+    tag: object
+    nbytes: int
 
 
 def _micros(column: pa.Array) -> pa.Array:

@@ -125,13 +125,15 @@ def write_segment(job: SegmentJob, task: SegmentTask, upserter) -> int:
                           permanent=True)
     reader = SegmentReader(path, job.batch, task.segment.partition, task.segment.name)
     reader.verify(expect=task.segment)      # the whole file, before a row of it is written
-    first_row, written = task.first_row, 0
-    for chunk in reader.chunks():           # each chunk's checksum is checked again as read
-        if chunk.index >= task.first_chunk:
-            upserter.write_chunk(chunk.record_batch(), job.base_ts_us + first_row, job.batch)
-            written += chunk.rows
-        first_row += chunk.rows
-    return written
+    def unwritten() -> Iterator[tuple]:
+        first_row = task.first_row
+        for chunk in reader.chunks():       # each chunk's checksum is checked again as read
+            if chunk.index >= task.first_chunk:
+                yield chunk.record_batch(), job.base_ts_us + first_row, chunk.rows
+            first_row += chunk.rows
+
+    # The next chunk is read and decoded while this one's rows are in flight.
+    return sum(upserter.write_chunks(unwritten(), job.batch))
 
 
 def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:

@@ -45,6 +45,11 @@ class RecordingUpserter:
         WRITES.append((batch_id, first_ts, ids))
         return rb.num_rows
 
+    def write_chunks(self, chunks, batch_id: int):
+        for rb, first_ts, tag in chunks:
+            self.write_chunk(rb, first_ts, batch_id)
+            yield tag
+
 
 @contextlib.contextmanager
 def recording_upserter(target):

@@ -1,0 +1,276 @@
+"""recovery.upsert.Upserter.write_chunks: chunks pipelined, acknowledged in order, retried.
+
+No Cassandra: the Upserter runs on the driver's real ``execute_concurrent_async`` over a
+session whose ``execute_async`` returns futures the test answers itself (at once, or when it
+releases them from another thread). What must hold:
+
+* a chunk's tag is yielded only after every request of that chunk (and of every chunk before
+  it) was acknowledged;
+* the next chunk is built while the previous one is in flight, but only one chunk's requests
+  are ever in flight;
+* transient failures are retried (only the failed requests), permanent ones fail at once, a
+  spent retry budget fails the batch;
+* nothing is left in flight when ``write_chunks`` stops, whether it finished, raised or was
+  closed early.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from cassandra import InvalidRequest, WriteTimeout
+
+from recovery.errors import FlushFailed
+from recovery.upsert import Upserter
+from sinks.options import WriteConfig
+from wal.errors import WalCorrupted
+
+from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk
+
+pytestmark = pytest.mark.unit
+
+
+class Answer:
+    """The driver's ResponseFuture as the concurrent executor uses it."""
+
+    _col_names = _col_types = None
+
+    def __init__(self, statement, session: "ScriptedSession"):
+        self.statement, self.session = statement, session
+        self.callbacks = None
+        self.outcome = None
+        self.answered = False
+
+    def add_callbacks(self, callback, errback, callback_args=(), callback_kwargs=None,
+                      errback_args=(), errback_kwargs=None):
+        self.callbacks = (callback, callback_args, errback, errback_args)
+        if self.outcome is not None:
+            self._fire()
+
+    def clear_callbacks(self):
+        pass
+
+    def answer(self, error: Exception | None = None):
+        self.outcome = ("error", error) if error is not None else ("ok", None)
+        if self.callbacks is not None:
+            self._fire()
+
+    def _fire(self):
+        callback, callback_args, errback, errback_args = self.callbacks
+        self.answered = True
+        kind, error = self.outcome
+        if kind == "ok":
+            callback([], *callback_args)
+        else:
+            errback(error, *errback_args)
+
+
+class ScriptedSession(PreparingSession):
+    """``execute_async`` answers from ``script(statement, attempt)`` (an exception or None) at
+    once, or holds every answer until :meth:`release` when ``hold`` is set."""
+
+    def __init__(self, script=lambda statement, attempt: None, hold: bool = False):
+        super().__init__()
+        self.script, self.hold = script, hold
+        self.sent: list[Answer] = []
+        self.attempts: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def execute_async(self, statement, parameters=None, execution_profile=None, **_):
+        assert parameters is None, "requests are bound already"
+        with self.lock:
+            attempt = self.attempts.get(id(statement), 0) + 1
+            self.attempts[id(statement)] = attempt
+            future = Answer(statement, self)
+            self.sent.append(future)
+        if not self.hold:
+            future.answer(self.script(statement, attempt))
+        return future
+
+    def release(self, count: int | None = None):
+        """Answer the held requests (the first ``count`` not answered yet), as the driver's
+        event loop would: from another thread."""
+        with self.lock:
+            waiting = [f for f in self.sent if f.outcome is None][:count]
+        for future in waiting:
+            future.answer(self.script(future.statement, self.attempts[id(future.statement)]))
+
+
+class Recording(Upserter):
+    """The Upserter, recording which statements each chunk's requests are."""
+
+    def __init__(self, session, **write):
+        super().__init__(session, TABLE, [n for n, _ in COLUMNS], WriteConfig(**write),
+                         sleep=lambda s: None)
+        self.built: list[list] = []
+
+    def requests(self, batch, first_ts):
+        pending = super().requests(batch, first_ts)
+        self.built.append([statement for statement, _ in pending])
+        return pending
+
+
+def chunks(count: int, rows: int = 60):
+    return [(chunk(rows), 1_000 * k, f"chunk-{k}") for k in range(count)]
+
+
+def wait_until(condition, what: str, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def consume_in_thread(generator):
+    """Iterate ``generator`` in a thread (it blocks on Cassandra's answers); returns the tags
+    list it fills and the thread."""
+    tags, errors = [], []
+
+    def run():
+        try:
+            for tag in generator:
+                tags.append(tag)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return tags, errors, thread
+
+
+def sent_ids(session: ScriptedSession) -> set[int]:
+    with session.lock:
+        return {id(f.statement) for f in session.sent}
+
+
+def test_a_tag_comes_after_its_chunk_is_acknowledged_and_the_next_chunk_is_built_meanwhile():
+    session = ScriptedSession(hold=True)
+    upserter = Recording(session, concurrent_writes=1000)
+    tags, errors, thread = consume_in_thread(upserter.write_chunks(chunks(3), batch_id=4))
+
+    wait_until(lambda: len(upserter.built) == 2, "chunk 1 to be built")
+    first = {id(s) for s in upserter.built[0]}
+    assert sent_ids(session) == first          # chunk 0 in flight, chunk 1 built, not sent
+    assert tags == []
+
+    session.release(len(first) - 1)            # all of chunk 0 but one request
+    time.sleep(0.1)
+    assert tags == [] and sent_ids(session) == first
+
+    session.release(1)                         # chunk 0 acknowledged: its tag, chunk 1 sent
+    wait_until(lambda: tags == ["chunk-0"], "chunk 0's tag")
+    wait_until(lambda: len(upserter.built) == 3, "chunk 2 to be built")
+    second = {id(s) for s in upserter.built[1]}
+    wait_until(lambda: sent_ids(session) == first | second, "chunk 1 to be sent")
+
+    session.release()
+    wait_until(lambda: tags == ["chunk-0", "chunk-1"], "chunk 1's tag")
+    session.release()
+    thread.join(10)
+    assert not thread.is_alive() and errors == []
+    assert tags == ["chunk-0", "chunk-1", "chunk-2"]
+    assert all(f.answered for f in session.sent)
+    assert len(session.sent) == sum(len(b) for b in upserter.built)   # each request once
+
+
+def test_concurrent_writes_bounds_the_requests_in_flight():
+    session = ScriptedSession(hold=True)
+    upserter = Recording(session, concurrent_writes=3)
+    tags, errors, thread = consume_in_thread(upserter.write_chunks(chunks(2), batch_id=1))
+    wait_until(lambda: len(session.sent) == 3, "3 requests in flight")
+    time.sleep(0.1)
+    assert len(session.sent) == 3
+    while thread.is_alive():
+        session.release(1)
+        in_flight = sum(1 for f in session.sent if f.outcome is None)
+        assert in_flight <= 3
+        time.sleep(0.001)
+    assert errors == [] and tags == ["chunk-0", "chunk-1"]
+
+
+def test_only_the_requests_that_failed_transiently_are_retried():
+    flaky = set()
+
+    def script(statement, attempt):
+        if attempt == 1 and len(flaky) < 3 and id(statement) not in flaky:
+            flaky.add(id(statement))
+            return WriteTimeout("injected", consistency=1, required_responses=1,
+                                received_responses=0, write_type=0)
+        return None
+
+    session = ScriptedSession(script)
+    upserter = Recording(session, retry_count=2)
+    assert list(upserter.write_chunks(chunks(2), batch_id=2)) == ["chunk-0", "chunk-1"]
+    retried = {k for k, n in session.attempts.items() if n > 1}
+    assert retried == flaky and all(session.attempts[k] == 2 for k in flaky)
+    assert len(session.sent) == sum(len(b) for b in upserter.built) + 3
+
+
+def test_a_spent_retry_budget_fails_the_batch_and_yields_nothing_more():
+    timeout = WriteTimeout("injected", consistency=1, required_responses=1,
+                           received_responses=0, write_type=0)
+    session = ScriptedSession(lambda statement, attempt: timeout)
+    upserter = Recording(session, retry_count=2)
+    written = upserter.write_chunks(chunks(2), batch_id=9)
+    with pytest.raises(FlushFailed, match=r"batch 9.*retry budget spent \(2 retries\): WriteTimeout"):
+        next(written)
+    first = {id(s) for s in upserter.built[0]}
+    assert sent_ids(session) == first           # chunk 1 was built, never sent
+    assert set(session.attempts.values()) == {3}
+
+
+def test_a_permanent_error_fails_at_once():
+    session = ScriptedSession(lambda statement, attempt: InvalidRequest("injected: bad value"))
+    upserter = Recording(session)
+    with pytest.raises(FlushFailed, match="InvalidRequest: injected: bad value") as failure:
+        list(upserter.write_chunks(chunks(2), batch_id=3))
+    assert failure.value.permanent
+    assert set(session.attempts.values()) == {1}
+    assert sent_ids(session) == {id(s) for s in upserter.built[0]}
+
+
+def test_closing_early_waits_for_the_chunk_in_flight():
+    session = ScriptedSession(hold=True)
+    upserter = Recording(session)
+    written = upserter.write_chunks(chunks(3), batch_id=5)
+    releaser = threading.Timer(0.05, session.release)
+    releaser.start()
+    assert next(written) == "chunk-0"            # chunk 1 is in flight now
+    assert any(f.outcome is None for f in session.sent)
+    threading.Timer(0.2, session.release).start()
+    written.close()
+    assert all(f.answered for f in session.sent), "close returned with requests in flight"
+    assert len(upserter.built) == 2              # chunk 2 was never read
+
+
+def test_a_corrupted_next_chunk_stops_after_the_one_in_flight_without_its_tag():
+    session = ScriptedSession(hold=True)
+    upserter = Recording(session)
+
+    def source():
+        yield chunk(60), 0, "chunk-0"
+        threading.Timer(0.2, session.release).start()
+        raise WalCorrupted("log", "injected: chunk 1 checksum mismatch", batch=6)
+
+    with pytest.raises(WalCorrupted, match="chunk 1"):
+        next(upserter.write_chunks(source(), batch_id=6))
+    assert session.sent and all(f.answered for f in session.sent)
+
+
+def test_an_empty_chunk_is_acknowledged_without_a_request():
+    session = ScriptedSession()
+    upserter = Recording(session)
+    empty = chunk(10).slice(0, 0)
+    assert list(upserter.write_chunks([(empty, 0, "empty"), (chunk(10), 0, "full")], 7)) == \
+        ["empty", "full"]
+    assert upserter.write_chunk(empty, 0, 7) == 0
+    assert len(session.sent) == len(upserter.built[1])
+
+
+def test_write_chunk_writes_one_chunk_through_the_same_path():
+    session = ScriptedSession()
+    upserter = Recording(session)
+    assert upserter.write_chunk(chunk(50), 0, 8) == 50
+    assert len(session.sent) == len(upserter.built[0]) > 0
