@@ -248,13 +248,13 @@ def child(args) -> int:
 
 
 # -- the flusher alone ----------------------------------------------------------------------------
-STEPS = {   # share of the flush, by the cumulative time of these functions (cProfile)
+STEPS = {   # share of the flush, by the cumulative time of these functions (cProfile, this thread)
     "ingest segments into RocksDB": ("wal/log.py", "ingest"),
     "read chunks from the log": ("wal/log.py", "chunks"),
     "decode Arrow chunks": ("wal/segment.py", "decode_chunk"),
-    "Arrow -> Python values (convert)": ("recovery/upsert.py", "parameters"),
-    "group rows into statements": ("recovery/upsert.py", "statements"),
-    "execute_concurrent (driver, network, Cassandra)": ("recovery/upsert.py", "_settle"),
+    "serialise the columns (CellEncoder.encode)": ("sinks/encode.py", "encode"),
+    "group rows into requests": ("recovery/upsert.py", "statements"),
+    "wait for the answers (driver, network, Cassandra)": ("recovery/upsert.py", "_settle"),
     "record progress in the log": ("wal/log.py", "record_progress"),
 }
 
