@@ -295,10 +295,6 @@ class Upserter:
                 for _ in flying.results:
                     pass
 
-    def execute(self, pending: list[tuple], batch_id: int) -> None:
-        """Run ``pending`` to completion (retrying transient failures)."""
-        self._settle(_InFlight(pending, self._launch(pending), None, 0), batch_id)
-
     def _launch(self, pending: list[tuple]) -> Iterator:
         """Send the first ``concurrent.writes`` requests and return at once; the driver's
         event loop sends each next one as an answer comes. The results come in order from

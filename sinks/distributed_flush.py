@@ -125,6 +125,7 @@ def write_segment(job: SegmentJob, task: SegmentTask, upserter) -> int:
                           permanent=True)
     reader = SegmentReader(path, job.batch, task.segment.partition, task.segment.name)
     reader.verify(expect=task.segment)      # the whole file, before a row of it is written
+
     def unwritten() -> Iterator[tuple]:
         first_row = task.first_row
         for chunk in reader.chunks():       # each chunk's checksum is checked again as read
