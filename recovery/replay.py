@@ -150,8 +150,17 @@ class Replayer:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
         report, started = ReplayReport(), time.monotonic()
+        staged = set(self.wal.staged_batch_ids())
         for view in self.plan(query_running):
             if view.action == catalog.NOTHING:
+                if view.state == BatchState.FLUSHED.value and view.batch in staged:
+                    # A crash between marking the batch and removing its files (the last
+                    # step of flush): finish that step, or its segments stay forever and
+                    # count against wal.maxBytes. Spark never re-runs a committed batch, so
+                    # no new attempt can be staging into this folder.
+                    remove_batch_files(self.wal, view.batch, keep_seal=True)
+                    log.info("removed the staged files of batch %d (flushed before a crash "
+                             "removed them)", view.batch)
                 continue
             if view.action == catalog.WAIT:
                 report.waiting_at = view.batch
