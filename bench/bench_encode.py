@@ -23,7 +23,6 @@ grouping are what the sink sends::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -33,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH), str(BENCH / "contestants")]
 
 import common  # noqa: E402
-from bench_sinks import Node, add_node_arguments, flights_table, machine  # noqa: E402
+from bench_sinks import Node, flights_table, machine, node_bench_arguments  # noqa: E402
 
 
 def bind_requests(upserter, rb, first_ts: int) -> list:
@@ -61,13 +60,7 @@ def bind_requests(upserter, rb, first_ts: int) -> list:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=10_000)
-    ap.add_argument("--reps", type=int, default=7)
-    add_node_arguments(ap)
-    ap.add_argument("--out", default=str(BENCH / "results" / "encode.json"))
-    args = ap.parse_args()
+    args = node_bench_arguments(__doc__, rows=10_000, reps=7, out="encode.json")
 
     from recovery.upsert import Upserter
     from sinks.options import WriteConfig

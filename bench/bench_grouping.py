@@ -21,7 +21,6 @@ received (there should be none)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import statistics
@@ -33,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH), str(BENCH / "contestants")]
 
 import common  # noqa: E402
-from bench_sinks import Node, add_node_arguments, flights_table, machine  # noqa: E402
+from bench_sinks import Node, flights_table, machine, node_bench_arguments  # noqa: E402
 
 KEYSPACE = "bench_grouping"
 EVENTS_DDL = ("CREATE TABLE IF NOT EXISTS {ks}.events (id bigint PRIMARY KEY, a bigint, d double, "
@@ -111,52 +110,55 @@ class ServerWarnings(logging.Handler):
         super().close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=30_000)
-    ap.add_argument("--reps", type=int, default=3)
-    add_node_arguments(ap)
-    ap.add_argument("--out", default=str(BENCH / "results" / "grouping.json"))
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.ERROR)
-
+def side_by_side(args, label: str, variants: dict[str, dict], metrics: tuple[str, ...]) -> None:
+    """Write both table shapes with every variant (``write_once`` keyword arguments; the first
+    is the baseline), alternating, ``args.reps`` times; report medians of ``metrics`` and the
+    other variants' ratios to the baseline as a table, and everything in ``args.out``."""
     admin = Node(args.host, args.port, KEYSPACE)
     admin.table("flights")
     admin.session.execute(EVENTS_DDL.format(ks=KEYSPACE))
     admin.close()
     shapes = {"flights": (common.COLUMNS, flights_table().slice(0, args.rows)),
               "events": (["id", "a", "d", "s", "b"], events_table(args.rows))}
-    groupings = ("partition", "replica_set")
-    runs: dict[str, list[dict]] = {f"{s}/{g}": [] for s in shapes for g in groupings}
+    names = list(variants)
+    runs: dict[str, list[dict]] = {f"{s}/{v}": [] for s in shapes for v in names}
     for rep in range(args.reps):
         for shape, (columns, data) in shapes.items():
-            order = groupings if rep % 2 == 0 else groupings[::-1]
-            for grouping in order:
-                result = write_once(args.host, args.port, shape, list(columns), data, grouping)
-                runs[f"{shape}/{grouping}"].append(result)
-                print(f"rep {rep} {shape}/{grouping}: {result['rows_per_s']:,.0f} rows/s, "
+            for variant in (names if rep % 2 == 0 else names[::-1]):
+                result = write_once(args.host, args.port, shape, list(columns), data,
+                                    **variants[variant])
+                runs[f"{shape}/{variant}"].append(result)
+                print(f"rep {rep} {shape}/{variant}: {result['rows_per_s']:,.0f} rows/s, "
                       f"{result['cpu_us_per_row']:.0f} µs CPU a row", file=sys.stderr, flush=True)
-    summary = {}
-    for name, results in runs.items():
-        summary[name] = {k: statistics.median(r[k] for r in results)
-                         for k in ("rows_per_s", "cpu_us_per_row", "requests", "server_warnings")}
+    summary = {name: {k: statistics.median(r[k] for r in results) for k in metrics}
+               for name, results in runs.items()}
+    base = names[0]
+    vs = base.replace("-", "_")
     for shape in shapes:
-        rs, part = summary[f"{shape}/replica_set"], summary[f"{shape}/partition"]
-        rs["rows_per_s_vs_partition"] = round(rs["rows_per_s"] / part["rows_per_s"], 2)
-        rs["cpu_vs_partition"] = round(rs["cpu_us_per_row"] / part["cpu_us_per_row"], 2)
+        for variant in names[1:]:
+            r, b = summary[f"{shape}/{variant}"], summary[f"{shape}/{base}"]
+            r[f"rows_per_s_vs_{vs}"] = round(r["rows_per_s"] / b["rows_per_s"], 2)
+            r[f"cpu_vs_{vs}"] = round(r["cpu_us_per_row"] / b["cpu_us_per_row"], 2)
     out = {"command": "python " + " ".join(sys.argv), "rows": args.rows, "reps": args.reps,
            "machine": machine(), "summary": summary, "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print("| table / grouping | rows/s | client CPU µs/row | requests | vs partition (rows/s, CPU) | server warnings |")
-    print("|---|---:|---:|---:|---:|---:|")
+    extra = [m for m in metrics if m not in ("rows_per_s", "cpu_us_per_row", "requests")]
+    print(f"| table / {label} | rows/s | client CPU µs/row | requests | vs {base.replace('-', ' ')} "
+          "(rows/s, CPU) |" + "".join(f" {m.replace('_', ' ')} |" for m in extra))
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(extra))
     for name, r in summary.items():
-        ratio = (f"{r['rows_per_s_vs_partition']:.2f}x, {r['cpu_vs_partition']:.2f}x"
-                 if "rows_per_s_vs_partition" in r else "1.00x, 1.00x")
+        ratio = (f"{r[f'rows_per_s_vs_{vs}']:.2f}x, {r[f'cpu_vs_{vs}']:.2f}x"
+                 if f"rows_per_s_vs_{vs}" in r else "1.00x, 1.00x")
         print(f"| {name} | {r['rows_per_s']:,.0f} | {r['cpu_us_per_row']:.0f} | {r['requests']:,} | "
-              f"{ratio} | {r['server_warnings']} |")
+              f"{ratio} |" + "".join(f" {r[m]} |" for m in extra))
 
+
+def main() -> None:
+    args = node_bench_arguments(__doc__, rows=30_000, reps=3, out="grouping.json")
+    logging.basicConfig(level=logging.ERROR)
+    side_by_side(args, "grouping", {g: {"grouping": g} for g in ("partition", "replica_set")},
+                 ("rows_per_s", "cpu_us_per_row", "requests", "server_warnings"))
 
 if __name__ == "__main__":
     main()

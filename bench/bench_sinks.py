@@ -122,6 +122,19 @@ def add_node_arguments(ap) -> None:
     ap.add_argument("--port", type=int, default=int(os.environ.get("CASSANDRA_PORT", "9042")))
 
 
+def node_bench_arguments(doc: str, rows: int, reps: int, out: str) -> argparse.Namespace:
+    """The command line of a bench against a node: ``--rows``, ``--reps``, the node's
+    ``--host``/``--port`` and ``--out`` (a file name under ``bench/results``); ``doc`` is the
+    bench's module docstring (its first paragraph is the description)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=rows)
+    ap.add_argument("--reps", type=int, default=reps)
+    add_node_arguments(ap)
+    ap.add_argument("--out", default=str(RESULTS / out))
+    return ap.parse_args()
+
+
 class Node:
     def __init__(self, host: str, port: int, keyspace: str = KEYSPACE):
         from cassandra.cluster import Cluster
