@@ -17,6 +17,8 @@ Contestants (``bench/contestants/``):
 * ``naive``: foreachBatch + foreachPartition, one synchronous ``session.execute`` per row;
 * ``ours``: our sink, full guarantee, until every batch is FLUSHED;
 * ``ours-executors``: ``ours`` with ``wal.flush.mode=executors`` (flushed by Spark tasks);
+* ``ours-processes``: ``ours`` with ``wal.flush.mode=processes`` (flushed by 2 worker
+  processes of the driver);
 * ``ours-staging``: our sink with ``wal.flush=false`` (staging and sealing only);
 * ``ours-nowal``: the same Spark stream and Upserter code, without the WAL;
 * ``recovery``: ``Replayer`` over the WAL ``ours-staging`` left (sealed, committed, pending).
@@ -66,9 +68,9 @@ RAW_VARIANTS = {   # name: (mode, concurrency, processes)
     "raw-c32x2": ("args", 32, 2), "raw-batch16x2": ("batch", 16, 2),
     "raw-replicas16": ("replicas", 16, 1), "raw-replicas32": ("replicas", 32, 1),
 }
-SPARK43 = ("ours", "ours-executors", "ours-staging", "ours-nowal", "naive")
-ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-staging",
-                             "ours-nowal")
+SPARK43 = ("ours", "ours-executors", "ours-processes", "ours-staging", "ours-nowal", "naive")
+ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-processes",
+                             "ours-staging", "ours-nowal")
 MB = 1_000_000
 
 
@@ -415,7 +417,8 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
             return round(ca["rows_per_s"] / cb["rows_per_s"], 3)
         return None
 
-    ours_t, nowal_t = (contestants.get(n, {}).get("seconds_median") for n in ("ours", "ours-nowal"))
+    ours_t, processes_t, nowal_t = (contestants.get(n, {}).get("seconds_median")
+                                    for n in ("ours", "ours-processes", "ours-nowal"))
     ratios = {
         "best_raw": best_raw,
         "ours_vs_scc": ratio("ours", "scc"),
@@ -423,8 +426,12 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
         "ours_vs_naive": ratio("ours", "naive"),
         "ours_executors_vs_raw": ratio("ours-executors", best_raw) if best_raw else None,
         "ours_executors_vs_scc": ratio("ours-executors", "scc"),
+        "ours_processes_vs_raw": ratio("ours-processes", best_raw) if best_raw else None,
+        "ours_processes_vs_scc": ratio("ours-processes", "scc"),
         "ours_nowal_vs_raw": ratio("ours-nowal", best_raw) if best_raw else None,
         "wal_overhead": round(ours_t / nowal_t - 1, 3) if ours_t and nowal_t else None,
+        "wal_overhead_processes": (round(processes_t / nowal_t - 1, 3)
+                                   if processes_t and nowal_t else None),
         "recovery_vs_raw": ratio("recovery", best_raw) if best_raw else None,
         "scc_vs_raw": ratio("scc", best_raw) if best_raw else None,
     }

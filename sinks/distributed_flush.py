@@ -235,8 +235,23 @@ class ExecutorsWriter:
     def on_spark(cls, spark_context, wal_root: str, target: Callable[[], Target]):
         return cls(spark_job_runner(spark_context), wal_root, target)
 
+    @classmethod
+    def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target]):
+        """``wal.flush.mode=processes``: the tasks run in worker processes of this one, each
+        keeping its session from batch to batch (:mod:`sinks.flush_processes`)."""
+        from .flush_processes import ProcessPool, pooled_upserter
+
+        return cls(ProcessPool(processes), wal_root, target, open_upserter=pooled_upserter)
+
     def reset(self) -> None:
-        """Nothing to forget: each task opens and closes its own session."""
+        """After a failed flush: a Spark task opens and closes its own session, so nothing to
+        forget; worker processes (and their sessions) are closed, the next batch starts anew."""
+        self.close()
+
+    def close(self) -> None:
+        close = getattr(self._run_job, "close", None)
+        if close is not None:
+            close()
 
     def write(self, log_: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
         tasks = segment_tasks(seal, record.next_segment, record.next_chunk)
@@ -267,5 +282,6 @@ class ExecutorsWriter:
         if failed:   # a corrupted segment first: it blocks the sink, a retry would not help
             corrupted = [f for f in failed if isinstance(f.error, WalCorrupted)]
             raise (corrupted or failed)[0].error
-        log.info("batch %d: %d segment(s), %d rows written by executor tasks in %.1f s",
-                 seal.batch, len(tasks), rows, time.monotonic() - started)
+        log.info("batch %d: %d segment(s), %d rows written by %s in %.1f s", seal.batch,
+                 len(tasks), rows, getattr(self._run_job, "label", "executor tasks"),
+                 time.monotonic() - started)

@@ -208,22 +208,34 @@ class QueryFlusher:
         self.target, self._fingerprint = target, fingerprint
         self.output = CassandraOutput(target, self.wal.root)
         self.replayer.retention = retention_of(target)
-        self._executors_writer = None
+        self._close_executors()
         log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
                  self.wal.root)
 
     def _executors(self) -> ExecutorsWriter | None:
-        """The executors' writer when ``wal.flush.mode=executors`` and Spark is up; else None
-        (the Replayer's own driver-side writer)."""
-        if self.spark is None or self.target.config.wal.flush_mode != "executors":
+        """The segment writer of ``wal.flush.mode=processes`` (worker processes), or of
+        ``executors`` when Spark is up; else None (the Replayer's own driver-side writer)."""
+        wal = self.target.config.wal
+        if wal.flush_mode == "driver":
             return None
-        if not spark_is_active(self.spark):
-            log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
+        if wal.flush_mode == "executors" and (self.spark is None
+                                              or not spark_is_active(self.spark)):
+            if self.spark is not None:
+                log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
             return None
         if self._executors_writer is None:
-            self._executors_writer = ExecutorsWriter.on_spark(
-                self.spark.sparkContext, self.wal.root, self.output.current_target)
+            if wal.flush_mode == "processes":
+                self._executors_writer = ExecutorsWriter.on_processes(
+                    wal.flush_processes, self.wal.root, self.output.current_target)
+            else:
+                self._executors_writer = ExecutorsWriter.on_spark(
+                    self.spark.sparkContext, self.wal.root, self.output.current_target)
         return self._executors_writer
+
+    def _close_executors(self) -> None:
+        if self._executors_writer is not None:
+            self._executors_writer.close()
+            self._executors_writer = None
 
     def _block(self, exc: Exception) -> None:
         """Nothing later may be flushed before this batch: say so where the next commit sees
@@ -237,6 +249,8 @@ class QueryFlusher:
     def _reset_output(self) -> None:
         self.output.close()
         self.replayer.reset_output()
+        if self._executors_writer is not None:
+            self._executors_writer.reset()
 
     def _set_blocked(self, reason: str | None) -> None:
         path = os.path.join(self.wal.root, BLOCKED_FILE)
@@ -275,6 +289,7 @@ class QueryFlusher:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self.drain(query_running=True)
+        self._close_executors()
         self.output.close()
         self.log.close()
 

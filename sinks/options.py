@@ -115,6 +115,7 @@ class WalConfig:
     backpressure_timeout_s: float = 600.0
     flush: bool = True
     flush_mode: str = "driver"
+    flush_processes: int = 2
 
     def public_dict(self) -> dict[str, Any]:
         return _public(self)
@@ -544,15 +545,24 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.flush",
     ),
     _spec(
-        "wal.flush.mode", "driver", _choice("driver", "executors"),
+        "wal.flush.mode", "driver", _choice("driver", "processes", "executors"),
         "Who writes a committed batch's rows to Cassandra. `driver`: the flusher in the driver"
-        " process, chunk by chunk (one Python process writes every row). `executors`: the "
+        " process, chunk by chunk (one Python process writes every row). `processes`: "
+        "`wal.flush.processes` worker processes on the driver's machine, each writing whole "
+        "sealed segments from the WAL folder with a session of its own (several GILs, no Spark "
+        "job). `executors`: the "
         "flusher runs a Spark job with one task per sealed segment; the tasks read their "
         "segments from the WAL folder (which every node must mount at the same path) and "
-        "upsert them at the sealed timestamps, and the driver marks the batch flushed once "
-        "every task is acknowledged. Batches stay strictly in order either way. Recovery at "
-        "query start, batch writes and `cassandra-wal recover` always use `driver`.",
+        "upsert them at the sealed timestamps. In every mode the driver marks the batch "
+        "flushed once every segment is acknowledged, and batches stay strictly in order. "
+        "Recovery at query start, batch writes and `cassandra-wal recover` always use `driver`.",
         section=_L, target="wal.flush_mode",
+    ),
+    _spec(
+        "wal.flush.processes", "2", _int_in(1, 64),
+        "With `wal.flush.mode=processes`: how many worker processes write a batch's segments "
+        "(a batch has one segment per Spark task, so more processes than tasks add nothing).",
+        section=_L, target="wal.flush_processes",
     ),
     _spec(
         "spark.cassandra.output.batch.grouping.buffer.size", None, _ignored,

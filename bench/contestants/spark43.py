@@ -6,6 +6,8 @@
   ``start()`` until the WAL says every batch is FLUSHED (every row acknowledged by Cassandra).
   A poller records, per batch, ``commits/N``'s mtime and the moment the batch is seen flushed:
   the commit-to-visible latency.
+* ``ours-executors``, ``ours-processes``: ``ours`` with ``wal.flush.mode`` ``executors`` /
+  ``processes``.
 * ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
   It leaves the WAL behind for the ``recovery`` contestant.
 * ``ours-nowal``: the same Spark stream and the same writer code (``recovery.upsert.Upserter``,
@@ -31,6 +33,10 @@ import common  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+#: Contestants that are ``ours`` with another ``wal.flush.mode``.
+FLUSH_MODES = {"ours-executors": "executors", "ours-processes": "processes"}
 
 
 def options(spec: dict) -> dict:
@@ -143,7 +149,7 @@ def _naive_writer(spec: dict):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
-    ap.add_argument("--mode", choices=("ours", "ours-executors", "ours-staging", "ours-nowal",
+    ap.add_argument("--mode", choices=("ours", *FLUSH_MODES, "ours-staging", "ours-nowal",
                                        "naive"),
                     required=True)
     ap.add_argument("--profile", help="write a pyinstrument profile of the driver here")
@@ -163,8 +169,8 @@ def main() -> None:
         writer = source.writeStream.format("cassandra_wal").options(**options(spec))
         if args.mode == "ours-staging":
             writer = writer.option("wal.flush", "false")
-        if args.mode == "ours-executors":
-            writer = writer.option("wal.flush.mode", "executors")
+        if args.mode in FLUSH_MODES:
+            writer = writer.option("wal.flush.mode", FLUSH_MODES[args.mode])
         poller = FlushPoller(checkpoint, os.path.join(checkpoint, "cassandra_wal")).start()
     elif args.mode == "ours-nowal":
         fn = _nowal_writer(spec)
@@ -175,7 +181,7 @@ def main() -> None:
     writer = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
 
     started, committed_s, last = common.run_to_end(writer, checkpoint)
-    flushing = args.mode in ("ours", "ours-executors")
+    flushing = args.mode in ("ours", *FLUSH_MODES)
     if flushing:
         deadline = time.monotonic() + 3600
         while poller.flushed_through() < last:

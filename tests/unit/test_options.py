@@ -72,6 +72,7 @@ def test_defaults_of_every_field():
     assert wal.backpressure_timeout_s == 600.0
     assert wal.flush is True
     assert wal.flush_mode == "driver"
+    assert wal.flush_processes == 2
 
 
 def test_dataclass_defaults_equal_table_defaults():
@@ -245,6 +246,9 @@ MALFORMED = [
     ("wal.backpressure.timeoutSeconds", "-3"),
     ("wal.flush", "no"),
     ("wal.flush.mode", "cluster"),
+    ("wal.flush.processes", "0"),
+    ("wal.flush.processes", "65"),
+    ("wal.flush.processes", "two"),
 ]
 
 
