@@ -135,7 +135,7 @@ class ProcessPool:
         if failed:
             self.close()
             raise FlushFailed(batch, "a flush worker process died: " + "; ".join(failed)
-                              + "; the batch is retried from its recorded progress")
+                              + "; new workers take over from the recorded progress")
         return results
 
     def close(self) -> None:

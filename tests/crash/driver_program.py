@@ -67,6 +67,7 @@ def parse_args(argv):
     p.add_argument("--deadline-s", type=float, default=180.0)
     p.add_argument("--trigger-ms", type=int, default=200)
     p.add_argument("--consistency", default="ONE")
+    p.add_argument("--flush-mode", default="driver", help="wal.flush.mode")
     return p.parse_args(argv)
 
 
@@ -201,6 +202,7 @@ def main(argv=None) -> int:
              .option("spark.cassandra.connection.host", args.host)
              .option("spark.cassandra.connection.port", str(args.port))
              .option("spark.cassandra.output.consistency.level", args.consistency)
+             .option("wal.flush.mode", args.flush_mode)
              .trigger(processingTime=f"{args.trigger_ms} milliseconds")
              .start())
     say(f"query started (id {query.id}); recovery ran in onQueryStarted")

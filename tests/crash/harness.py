@@ -193,7 +193,7 @@ class Sampler(threading.Thread):
 class CrashHarness:
     def __init__(self, cql, host: str, port: int, keyspace: str, workdir: Path,
                  files: int = 8, rows_per_file: int = 200, table: str = "events",
-                 run_deadline_s: float = 600.0):
+                 run_deadline_s: float = 600.0, flush_mode: str = "driver"):
         self.cql, self.host, self.port = cql, host, port
         self.keyspace, self.table = keyspace, table
         self.workdir = Path(workdir)
@@ -201,6 +201,7 @@ class CrashHarness:
         self.checkpoint = str(self.workdir / "checkpoint")
         self.files, self.rows_per_file = files, rows_per_file
         self.run_deadline_s = run_deadline_s
+        self.flush_mode = flush_mode
         self.expected: dict[int, dict] = {}
         self.phases: list[Phase] = []
         self.sampler: Sampler | None = None
@@ -253,7 +254,7 @@ class CrashHarness:
         cmd = [self._python(), str(DRIVER), "--keyspace", self.keyspace, "--table", self.table,
                "--checkpoint", self.checkpoint, "--input", str(self.input),
                "--host", self.host, "--port", str(self.port),
-               "--deadline-s", str(self.run_deadline_s)]
+               "--deadline-s", str(self.run_deadline_s), "--flush-mode", self.flush_mode]
         _log(f"run {index}: {name}")
         with open(phase.log_path, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -323,9 +324,10 @@ class CrashHarness:
                              f"the kill instant {name}:\n{phase.tail()}")
         return phase
 
-    def finish(self) -> Phase:
-        """A clean run (no crash point) on the same checkpoint, to the end."""
-        phase, proc, token = self._launch("finish", {})
+    def finish(self, crash_env: dict | None = None, name: str = "finish") -> Phase:
+        """A run on the same checkpoint, to the end: a clean one, or one whose ``crash_env``
+        kills a process the run survives (a flush worker, not the driver)."""
+        phase, proc, token = self._launch(name, crash_env or {})
         started = time.monotonic()
         try:
             phase.returncode = proc.wait(timeout=self.run_deadline_s + 60)
@@ -337,7 +339,7 @@ class CrashHarness:
         while processes_with_token(token) and time.monotonic() < until:
             time.sleep(0.1)
         phase.killed_extra = kill_run(token, None)
-        _log(f"run finish: rc {phase.returncode} after {phase.seconds:.1f}s")
+        _log(f"run {name}: rc {phase.returncode} after {phase.seconds:.1f}s")
         return phase
 
     # -- checks ------------------------------------------------------------------------------

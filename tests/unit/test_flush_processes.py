@@ -103,7 +103,7 @@ def test_a_worker_that_dies_fails_the_batch_as_transient_and_the_next_batch_gets
             pool(7, [1, 2, 3], partial(die_on, 2))
         assert info.value.batch == 7 and not info.value.permanent
         assert "killed by signal 9" in str(info.value)
-        assert "retried from its recorded progress" in str(info.value)
+        assert "new workers take over" in str(info.value)
         assert pool.pids == [] and wait_gone(old) == []          # every worker closed
         assert sorted(t for t, _ in pool(8, [1, 2, 3], where_run)) == [1, 2, 3]
         assert not set(pool.pids) & set(old)
