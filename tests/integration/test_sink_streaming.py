@@ -6,6 +6,7 @@ mtimes) and read with ``maxFilesPerTrigger=1``, so input file k is micro-batch k
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 
@@ -37,7 +38,11 @@ def _expected_events(files: list[list[dict]]) -> dict:
     return out
 
 
-def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keyspace, tmp_path):
+@pytest.mark.parametrize("flush_mode", ["driver", "processes"])
+def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keyspace, tmp_path,
+                                                flush_mode, caplog):
+    """Both driver-side flush modes: the flusher's thread, and worker processes of the driver."""
+    caplog.set_level(logging.INFO, logger="sinks.distributed_flush")
     register(spark)
     create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text, score double)")
     src, cp = tmp_path / "src", tmp_path / "cp"
@@ -50,6 +55,7 @@ def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keys
     stream = (spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src)))
     query = (stream.writeStream.format("cassandra_wal")
              .options(**sink_options(cassandra_node, keyspace, "events", cp))
+             .option("wal.flush.mode", flush_mode)
              .trigger(processingTime="500 milliseconds").start())
     with running(query):
         # Add input while the query runs: after the first batch is committed.
@@ -63,6 +69,9 @@ def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keys
     expected = _expected_events(files)
     assert len(actual) == len(expected) == 20
     assert_rows_equal(actual, expected, "events")
+    by_workers = [r.getMessage() for r in caplog.records
+                  if "written by flush worker processes" in r.getMessage()]
+    assert len(by_workers) == (4 if flush_mode == "processes" else 0), by_workers
     # Each micro-batch holds exactly one input file's rows (the log keeps flushed rows). The
     # driver's flusher closes the log on onQueryTerminated, which Spark delivers asynchronously
     # after stop(): read it once the reader sees all four batches (or fail after the timeout).
