@@ -8,6 +8,7 @@
   the commit-to-visible latency.
 * ``ours-executors``, ``ours-processes``: ``ours`` with ``wal.flush.mode`` ``executors`` /
   ``processes``.
+* ``ours-batch32``: ``ours`` sending the raw driver's requests (``SINK_OPTIONS``).
 * ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
   It leaves the WAL behind for the ``recovery`` contestant.
 * ``ours-nowal``: the same Spark stream and the same writer code (``recovery.upsert.Upserter``,
@@ -37,6 +38,11 @@ if ROOT not in sys.path:
 
 #: Contestants that are ``ours`` with another ``wal.flush.mode``.
 FLUSH_MODES = {"ours-executors": "executors", "ours-processes": "processes"}
+#: Contestants that are ``ours`` with other sink options: ``ours-batch32`` sends the requests
+#: ``raw-replicas32`` sends (UNLOGGED batches of up to 32 rows and 10 partitions, no byte cap),
+#: where ``ours`` keeps each batch under Cassandra's ``batch_size_warn_threshold``.
+SINK_OPTIONS = {"ours-batch32": {"spark.cassandra.output.batch.size.rows": "32",
+                                 "spark.cassandra.output.batch.size.bytes": str(1 << 20)}}
 
 
 def options(spec: dict) -> dict:
@@ -149,8 +155,8 @@ def _naive_writer(spec: dict):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
-    ap.add_argument("--mode", choices=("ours", *FLUSH_MODES, "ours-staging", "ours-nowal",
-                                       "naive"),
+    ap.add_argument("--mode", choices=("ours", *FLUSH_MODES, *SINK_OPTIONS, "ours-staging",
+                                       "ours-nowal", "naive"),
                     required=True)
     ap.add_argument("--profile", help="write a pyinstrument profile of the driver here")
     args = ap.parse_args()
@@ -171,6 +177,7 @@ def main() -> None:
             writer = writer.option("wal.flush", "false")
         if args.mode in FLUSH_MODES:
             writer = writer.option("wal.flush.mode", FLUSH_MODES[args.mode])
+        writer = writer.options(**SINK_OPTIONS.get(args.mode, {}))
         poller = FlushPoller(checkpoint, os.path.join(checkpoint, "cassandra_wal")).start()
     elif args.mode == "ours-nowal":
         fn = _nowal_writer(spec)
@@ -181,7 +188,7 @@ def main() -> None:
     writer = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
 
     started, committed_s, last = common.run_to_end(writer, checkpoint)
-    flushing = args.mode in ("ours", *FLUSH_MODES)
+    flushing = args.mode in ("ours", *FLUSH_MODES, *SINK_OPTIONS)
     if flushing:
         deadline = time.monotonic() + 3600
         while poller.flushed_through() < last:
