@@ -43,6 +43,7 @@ from sinks.encode import CellEncoder, fixed_width
 from sinks.options import WriteConfig
 from sinks.table import TableSchema
 
+from .batch_limits import BatchLimits, read_batch_limits
 from .errors import FlushFailed
 
 T = TypeVar("T")
@@ -50,12 +51,6 @@ TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessag
              NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
 AUTO_BATCH_ROWS = 32
 _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
-#: Partitions in one replica-set batch: Cassandra warns above 10 by default
-#: (``unlogged_batch_across_partitions_warn_threshold``).
-MAX_BATCH_PARTITIONS = 10
-#: ``batch.size.bytes=auto``: Cassandra's default ``batch_size_warn_threshold`` (5 KiB). Above
-#: it every multi-partition batch logs a warning on the node and in the client.
-AUTO_BATCH_BYTES = 5120
 #: Terms of :meth:`Upserter.batch_size`, rounded up from what Cassandra 5.0.8 counted for
 #: multi-partition batches (``docs/performance.md``): per row, per regular (non-key) column,
 #: and the weight of a non-frozen collection's bytes (each element is a cell of its own).
@@ -138,10 +133,13 @@ class Upserter:
                                    self.statement.protocol_version)
         self._key_positions = [self.table_columns.index(c) for c in table.partition_key]
         self._batch_rows = write.batch_size_rows or AUTO_BATCH_ROWS
-        self._batch_bytes = write.batch_size_bytes or AUTO_BATCH_BYTES
         self._weights, self._row_overhead = size_model(table, self.table_columns)
         self._group = write.batch_grouping_key != "none"
         self._by_replicas = write.batch_grouping_key == "replica_set"
+        # Only replica-set batches span partitions, the batches the node's limits apply to.
+        self.limits = read_batch_limits(session) if self._by_replicas else BatchLimits()
+        self._batch_bytes = write.batch_size_bytes or self.limits.warn_bytes
+        self._max_partitions = self.limits.partitions
         self._metadata = session.cluster.metadata if self._by_replicas else None
         self._sleep = sleep
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
@@ -186,8 +184,8 @@ class Upserter:
 
     def statements(self, params: list[tuple], sizes: list[int] | None = None) -> list[tuple]:
         """(statement, None) pairs: one bound row, or an UNLOGGED batch whose rows all live on
-        the same replicas (one partition with ``partition`` grouping; up to
-        :data:`MAX_BATCH_PARTITIONS` partitions of one replica set with ``replica_set``).
+        the same replicas (one partition with ``partition`` grouping; up to the node's limit of
+        partitions of one replica set with ``replica_set``, :attr:`limits`).
         ``sizes``: each row's :meth:`batch_size` (computed here when not given)."""
         if not self._group:
             return [(self.bound(p), None) for p in params]
@@ -222,8 +220,8 @@ class Upserter:
         """Cut the partitions (``[rows, size]``) of one replica set into requests of at most
         ``batch.size.rows`` rows. A partition too large to share a batch goes alone (Cassandra
         does not size-check single-partition batches); smaller ones share batches of at most
-        :data:`MAX_BATCH_PARTITIONS` partitions and ``batch.size.bytes`` as Cassandra counts
-        them (:meth:`batch_size`)."""
+        the node's partition limit and ``batch.size.bytes`` (``auto``: the node's warning size,
+        :attr:`limits`) as Cassandra counts them (:meth:`batch_size`)."""
         out: list[tuple] = []
         current: list[tuple] = []
         parts = size = 0
@@ -232,7 +230,7 @@ class Upserter:
                 out.extend(self.request(rows[i:i + self._batch_rows])
                            for i in range(0, len(rows), self._batch_rows))
                 continue
-            if current and (parts == MAX_BATCH_PARTITIONS or len(current) + len(rows) > self._batch_rows
+            if current and (parts == self._max_partitions or len(current) + len(rows) > self._batch_rows
                             or size + part_size > self._batch_bytes):
                 out.append(self.request(current))
                 current, parts, size = [], 0, 0

@@ -477,16 +477,18 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "Largest batch holding several partitions, in bytes as Cassandra counts them against "
         "`batch_size_warn_threshold` (estimated from above: the values, plus 24 bytes a "
         "regular column and 48 a row; a non-frozen collection's bytes count 11 times). `auto`: "
-        "5120, Cassandra's default threshold; raise it with the node's. Cassandra does not "
-        "size-check single-partition batches, nor does this sink.",
+        "the connected node's own `batch_size_warn_threshold` (from `system_views.settings`, "
+        "capped by `batch_size_fail_threshold`), or Cassandra's default 5120 where the node "
+        "cannot say. Cassandra does not size-check single-partition batches, nor does this "
+        "sink.",
         target="write.batch_size_bytes",
     ),
     _spec(
         "spark.cassandra.output.batch.grouping.key", "replica_set",
         _choice("replica_set", "partition", "none"),
         "How rows are grouped into UNLOGGED batches. `replica_set` (the default): rows whose "
-        "partitions are owned by the same replicas, up to 10 partitions a batch (Cassandra's "
-        "default warning threshold for multi-partition batches); `partition`: one partition a "
+        "partitions are owned by the same replicas, up to the node's "
+        "`unlogged_batch_across_partitions_warn_threshold` partitions a batch (10 by default); `partition`: one partition a "
         "batch, as the Spark Cassandra Connector's default; `none`: one statement a row.",
         target="write.batch_grouping_key",
     ),

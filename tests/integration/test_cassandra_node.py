@@ -137,3 +137,10 @@ def test_keyspace_fixture(cql, keyspace):
     cql.execute(f"CREATE TABLE {keyspace}.kv (k int PRIMARY KEY, v text)")
     cql.execute(f"INSERT INTO {keyspace}.kv (k, v) VALUES (1, 'one')")
     assert cql.execute(f"SELECT v FROM {keyspace}.kv WHERE k = 1").one().v == "one"
+
+
+def test_the_node_reports_the_batch_limits_the_writer_follows(cql):
+    """``batch.size.bytes=auto``: the node's own thresholds (default cassandra.yaml here), read
+    from system_views.settings rather than assumed."""
+    from recovery.batch_limits import BatchLimits, read_batch_limits
+    assert read_batch_limits(cql) == BatchLimits(5120, 10, "the node's system_views.settings")
