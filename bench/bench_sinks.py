@@ -21,6 +21,8 @@ Contestants (``bench/contestants/``):
   processes of the driver);
 * ``ours-batch32``: ``ours`` sending the requests ``raw-replicas32`` sends (batches of up to
   32 rows and 10 partitions, no byte cap: above Cassandra's ``batch_size_warn_threshold``);
+* ``ours-group1``: ``ours`` with ``wal.flush.groupRows=1`` (each chunk's rows grouped alone,
+  as before that option);
 * ``ours-staging``: our sink with ``wal.flush=false`` (staging and sealing only);
 * ``ours-nowal``: the same Spark stream and Upserter code, without the WAL;
 * ``recovery``: ``Replayer`` over the WAL ``ours-staging`` left (sealed, committed, pending).
@@ -70,10 +72,10 @@ RAW_VARIANTS = {   # name: (mode, concurrency, processes)
     "raw-c32x2": ("args", 32, 2), "raw-batch16x2": ("batch", 16, 2),
     "raw-replicas16": ("replicas", 16, 1), "raw-replicas32": ("replicas", 32, 1),
 }
-SPARK43 = ("ours", "ours-executors", "ours-processes", "ours-batch32", "ours-staging",
-           "ours-nowal", "naive")
+SPARK43 = ("ours", "ours-executors", "ours-processes", "ours-batch32", "ours-group1",
+           "ours-staging", "ours-nowal", "naive")
 ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-processes",
-                             "ours-batch32", "ours-staging", "ours-nowal")
+                             "ours-batch32", "ours-group1", "ours-staging", "ours-nowal")
 MB = 1_000_000
 
 
@@ -432,6 +434,7 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
         "ours_processes_vs_raw": ratio("ours-processes", best_raw) if best_raw else None,
         "ours_processes_vs_scc": ratio("ours-processes", "scc"),
         "ours_batch32_vs_raw": ratio("ours-batch32", best_raw) if best_raw else None,
+        "ours_vs_ours_group1": ratio("ours", "ours-group1"),
         "ours_nowal_vs_raw": ratio("ours-nowal", best_raw) if best_raw else None,
         "wal_overhead": round(ours_t / nowal_t - 1, 3) if ours_t and nowal_t else None,
         "wal_overhead_processes": (round(processes_t / nowal_t - 1, 3)

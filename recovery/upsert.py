@@ -153,10 +153,19 @@ class Upserter:
     def requests(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
         """The requests writing every row of ``batch`` (:meth:`parameters` then
         :meth:`statements`, with the rows' sizes counted while encoding)."""
-        rows, weighted_bytes = self._encoded(batch, first_ts)
-        if weighted_bytes is None:   # only replica-set batches are sized
-            return self.statements(rows)
-        return self.statements(rows, (weighted_bytes + self._row_overhead).tolist())
+        return self.group_requests([(batch, first_ts)])
+
+    def group_requests(self, chunks: Sequence[tuple[pa.RecordBatch, int]]) -> list[tuple]:
+        """The requests writing every row of these ``(chunk, first write timestamp)`` pairs
+        together: a partition's rows from several chunks share requests."""
+        rows: list[tuple] = []
+        sizes: list[int] | None = [] if self._by_replicas else None
+        for batch, first_ts in chunks:
+            chunk_rows, weighted_bytes = self._encoded(batch, first_ts)
+            rows.extend(chunk_rows)
+            if sizes is not None:   # only replica-set batches are sized
+                sizes.extend((weighted_bytes + self._row_overhead).tolist())
+        return self.statements(rows, sizes)
 
     def _encoded(self, batch: pa.RecordBatch, first_ts: int) -> tuple[list[tuple], np.ndarray | None]:
         n = batch.num_rows
@@ -272,26 +281,42 @@ class Upserter:
         """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
         Cassandra acknowledged every row of its chunk.
 
-        Pipelined: the next chunk is read from ``chunks`` and its requests built while the
-        previous chunk's are in flight, so the node is not left idle while the client works.
-        Only one chunk's requests are ever in flight (at most ``concurrent.writes``), and a tag
-        is yielded only after its chunk, and every chunk before it, is acknowledged. Nothing
-        is left in flight when this returns or raises."""
+        Consecutive chunks are grouped up to ``wal.flush.groupRows`` rows (:meth:`_groups`) and
+        each group's rows are grouped into requests together. Pipelined: the next group is
+        read from ``chunks`` and its requests built while the previous group's are in flight,
+        so the node is not left idle while the client works. Only one group's requests are
+        ever in flight (at most ``concurrent.writes``), and a tag is yielded only after its
+        chunk, and every chunk before it, is acknowledged. Nothing is left in flight when this
+        returns or raises."""
         flying: _InFlight | None = None
         try:
-            for batch, first_ts, tag in chunks:
-                pending = self.requests(batch, first_ts)   # while ``flying`` is in flight
+            for group in self._groups(chunks):
+                pending = self.group_requests([(batch, ts) for batch, ts, _ in group])
                 done = self._settle(flying, batch_id) if flying is not None else None
-                flying = _InFlight(pending, self._launch(pending), tag, batch.nbytes)
+                flying = _InFlight(pending, self._launch(pending), [tag for _, _, tag in group],
+                                   sum(batch.nbytes for batch, _, _ in group))
                 if done is not None:
-                    yield done.tag
+                    yield from done.tags
             if flying is not None:
                 done, flying = self._settle(flying, batch_id), None
-                yield done.tag
+                yield from done.tags
         finally:
-            if flying is not None:   # stopped early: let the chunk's requests finish first
+            if flying is not None:   # stopped early: let the group's requests finish first
                 for _ in flying.results:
                     pass
+
+    def _groups(self, chunks: Iterable[tuple[pa.RecordBatch, int, T]]) -> Iterator[list]:
+        """Consecutive chunks, gathered until they hold ``group_rows`` rows (the last group
+        may hold fewer; a chunk larger than that is a group of its own)."""
+        group, rows = [], 0
+        for item in chunks:
+            group.append(item)
+            rows += item[0].num_rows
+            if rows >= self.write.group_rows:
+                yield group
+                group, rows = [], 0
+        if group:
+            yield group
 
     def _launch(self, pending: list[tuple]) -> Iterator:
         """Send the first ``concurrent.writes`` requests and return at once; the driver's
@@ -343,11 +368,12 @@ class Upserter:
 
 @dataclass
 class _InFlight:
-    """One chunk's requests, their first attempt's results (as they come) and its tag."""
+    """One group's requests, their first attempt's results (as they come) and its chunks'
+    tags."""
 
     pending: list[tuple]
     results: Iterator
-    tag: object
+    tags: list
     nbytes: int
 
 

@@ -98,6 +98,7 @@ class WriteConfig:
     ignore_nulls: bool = False
     throughput_mb_per_s: float | None = None
     retry_count: int = 10
+    group_rows: int = 30000
 
     def public_dict(self) -> dict[str, Any]:
         return _public(self)
@@ -567,8 +568,18 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.flush_processes",
     ),
     _spec(
+        "wal.flush.groupRows", "30000", _int_in(1, 1_000_000),
+        "Rows the flusher groups together into requests: a segment's consecutive chunks "
+        "(Spark's Arrow batches, 10,000 rows by default) are gathered up to this many rows, so "
+        "that a partition's rows from several chunks share one request. Higher: fewer, fuller "
+        "requests and less work for the nodes; more flusher memory (about 1 KB a row while "
+        "grouped, twice over while one group is in flight and the next is built). 1: each "
+        "chunk on its own.",
+        section=_L, target="write.group_rows",
+    ),
+    _spec(
         "spark.cassandra.output.batch.grouping.buffer.size", None, _ignored,
-        "Rows are grouped within each Arrow batch Spark hands the writer.",
+        "Rows are grouped over `wal.flush.groupRows` rows of a segment instead.",
         section=_I, status="ignored",
     ),
     _spec(

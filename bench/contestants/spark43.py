@@ -8,7 +8,8 @@
   the commit-to-visible latency.
 * ``ours-executors``, ``ours-processes``: ``ours`` with ``wal.flush.mode`` ``executors`` /
   ``processes``.
-* ``ours-batch32``: ``ours`` sending the raw driver's requests (``SINK_OPTIONS``).
+* ``ours-batch32``: ``ours`` sending the raw driver's requests (``SINK_OPTIONS``);
+  ``ours-group1``: ``ours`` grouping each chunk's rows on their own.
 * ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
   It leaves the WAL behind for the ``recovery`` contestant.
 * ``ours-nowal``: the same Spark stream and the same writer code (``recovery.upsert.Upserter``,
@@ -40,9 +41,11 @@ if ROOT not in sys.path:
 FLUSH_MODES = {"ours-executors": "executors", "ours-processes": "processes"}
 #: Contestants that are ``ours`` with other sink options: ``ours-batch32`` sends the requests
 #: ``raw-replicas32`` sends (UNLOGGED batches of up to 32 rows and 10 partitions, no byte cap),
-#: where ``ours`` keeps each batch under Cassandra's ``batch_size_warn_threshold``.
+#: where ``ours`` keeps each batch under Cassandra's ``batch_size_warn_threshold``;
+#: ``ours-group1`` groups each chunk's rows on their own (``wal.flush.groupRows=1``).
 SINK_OPTIONS = {"ours-batch32": {"spark.cassandra.output.batch.size.rows": "32",
-                                 "spark.cassandra.output.batch.size.bytes": str(1 << 20)}}
+                                 "spark.cassandra.output.batch.size.bytes": str(1 << 20)},
+                "ours-group1": {"wal.flush.groupRows": "1"}}
 
 
 def options(spec: dict) -> dict:
@@ -123,11 +126,9 @@ def _nowal_writer(spec: dict):
             cache["u"] = Upserter(session, table, columns, config.write,
                                   config.connection.consistency_level)
         upserter = cache["u"]
-        n = 0
-        for rb in batches:
-            if rb.num_rows:
-                upserter.write_chunk(rb, now_us(), 0)
-                n += rb.num_rows
+        # The flusher's own path: chunks grouped up to wal.flush.groupRows, pipelined.
+        n = sum(upserter.write_chunks(((rb, now_us(), rb.num_rows) for rb in batches
+                                       if rb.num_rows), 0))
         yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
 
     return write

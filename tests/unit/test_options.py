@@ -63,6 +63,7 @@ def test_defaults_of_every_field():
     assert w.ignore_nulls is False
     assert w.throughput_mb_per_s is None
     assert w.retry_count == 10
+    assert w.group_rows == 30000
     wal = cfg.wal
     assert wal.path is None
     assert wal.retention_batches == 10
@@ -249,6 +250,9 @@ MALFORMED = [
     ("wal.flush.processes", "0"),
     ("wal.flush.processes", "65"),
     ("wal.flush.processes", "two"),
+    ("wal.flush.groupRows", "0"),
+    ("wal.flush.groupRows", "1000001"),
+    ("wal.flush.groupRows", "lots"),
 ]
 
 

@@ -11,7 +11,9 @@ releases them from another thread). What must hold:
 * transient failures are retried (only the failed requests), permanent ones fail at once, a
   spent retry budget fails the batch;
 * nothing is left in flight when ``write_chunks`` stops, whether it finished, raised or was
-  closed early.
+  closed early;
+* with ``group_rows`` above a chunk's rows, consecutive chunks are written as one group: their
+  rows share requests, and their tags come together once the whole group is acknowledged.
 """
 
 from __future__ import annotations
@@ -99,16 +101,20 @@ class ScriptedSession(PreparingSession):
 
 
 class Recording(Upserter):
-    """The Upserter, recording which statements each chunk's requests are."""
+    """The Upserter, recording which statements each group's requests are. Groups of one chunk
+    (``group_rows=1``) unless the test asks otherwise: then a group is a chunk, as the tests
+    of pipelining below name it."""
 
     def __init__(self, session, **write):
-        super().__init__(session, TABLE, [n for n, _ in COLUMNS], WriteConfig(**write),
-                         sleep=lambda s: None)
+        super().__init__(session, TABLE, [n for n, _ in COLUMNS],
+                         WriteConfig(**{"group_rows": 1, **write}), sleep=lambda s: None)
         self.built: list[list] = []
+        self.grouped: list[int] = []   # chunks in each group
 
-    def requests(self, batch, first_ts):
-        pending = super().requests(batch, first_ts)
+    def group_requests(self, chunks):
+        pending = super().group_requests(chunks)
         self.built.append([statement for statement, _ in pending])
+        self.grouped.append(len(chunks))
         return pending
 
 
@@ -266,7 +272,10 @@ def test_an_empty_chunk_is_acknowledged_without_a_request():
     assert list(upserter.write_chunks([(empty, 0, "empty"), (chunk(10), 0, "full")], 7)) == \
         ["empty", "full"]
     assert upserter.write_chunk(empty, 0, 7) == 0
-    assert len(session.sent) == len(upserter.built[1])
+    # The empty chunk waits for rows to group with (group_rows=1): one group of both, then
+    # write_chunk's empty group, which sends nothing.
+    assert upserter.grouped == [2, 1] and upserter.built[1] == []
+    assert len(session.sent) == len(upserter.built[0])
 
 
 def test_write_chunk_writes_one_chunk_through_the_same_path():
@@ -274,3 +283,47 @@ def test_write_chunk_writes_one_chunk_through_the_same_path():
     upserter = Recording(session)
     assert upserter.write_chunk(chunk(50), 0, 8) == 50
     assert len(session.sent) == len(upserter.built[0]) > 0
+
+
+def test_consecutive_chunks_are_grouped_up_to_group_rows_and_tagged_after_the_whole_group():
+    session = ScriptedSession(hold=True)
+    upserter = Recording(session, concurrent_writes=1000, group_rows=120)
+    tags, errors, thread = consume_in_thread(upserter.write_chunks(chunks(5, rows=60), batch_id=2))
+
+    wait_until(lambda: len(upserter.built) == 2, "the second group to be built")
+    assert upserter.grouped[:2] == [2, 2]        # 60 + 60 rows reach group_rows=120
+    first = {id(s) for s in upserter.built[0]}
+    assert sent_ids(session) == first            # only the first group in flight
+    session.release(len(first) - 1)
+    time.sleep(0.1)
+    assert tags == []                            # no tag before the whole group is answered
+    session.release(1)
+    wait_until(lambda: tags == ["chunk-0", "chunk-1"], "the first group's two tags")
+    while thread.is_alive():
+        session.release()
+        thread.join(0.05)
+    assert errors == [] and upserter.grouped == [2, 2, 1]
+    assert tags == [f"chunk-{k}" for k in range(5)]
+    assert len(session.sent) == sum(len(b) for b in upserter.built)
+
+
+def test_a_partitions_rows_from_several_chunks_share_requests_when_grouped():
+    """The same partitions in every chunk: one chunk at a time, each chunk needs its own
+    requests for them; grouped, the partitions' rows of four chunks share requests."""
+    def requests_for(group_rows: int) -> tuple[int, int]:
+        session = ScriptedSession()
+        upserter = Recording(session, concurrent_writes=1000, group_rows=group_rows,
+                             batch_grouping_key="partition")
+        written = list(upserter.write_chunks(chunks(4, rows=28), batch_id=0))
+        assert written == [f"chunk-{k}" for k in range(4)]
+        rows = sum(len(s._statements_and_parameters) if hasattr(s, "_statements_and_parameters")
+                   else 1 for s in (f.statement for f in session.sent))
+        return len(session.sent), rows
+
+    rb = chunk(28)
+    partitions = len(set(zip(*(rb.column(c).to_pylist() for c in ("carrier", "flight", "year")))))
+    assert 1 < partitions and 4 * 28 / partitions <= 32   # grouped, a partition fits one request
+    alone, alone_rows = requests_for(1)
+    grouped, grouped_rows = requests_for(1000)
+    assert alone_rows == grouped_rows == 4 * 28     # every row once, either way
+    assert (alone, grouped) == (4 * partitions, partitions)
