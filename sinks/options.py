@@ -569,7 +569,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "wal.flush.groupRows", "30000", _int_in(1, 1_000_000),
-        "Rows the flusher groups together into requests: a segment's consecutive chunks "
+        "Rows the flusher groups together into requests: a batch's consecutive chunks "
         "(Spark's Arrow batches, 10,000 rows by default) are gathered up to this many rows, so "
         "that a partition's rows from several chunks share one request. Higher: fewer, fuller "
         "requests and less work for the nodes; more flusher memory (about 1 KB a row while "
@@ -579,7 +579,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.output.batch.grouping.buffer.size", None, _ignored,
-        "Rows are grouped over `wal.flush.groupRows` rows of a segment instead.",
+        "Rows are grouped over `wal.flush.groupRows` rows of a batch instead.",
         section=_I, status="ignored",
     ),
     _spec(
