@@ -58,14 +58,14 @@ def limits_from_settings(settings: dict[str, str]) -> BatchLimits:
             or parse_size(settings.get("batch_size_warn_threshold_in_kb", ""), "kib"))
     fail = (parse_size(settings.get("batch_size_fail_threshold", ""))
             or parse_size(settings.get("batch_size_fail_threshold_in_kb", ""), "kib"))
-    partitions = settings.get("unlogged_batch_across_partitions_warn_threshold", "")
-    if warn is None and not partitions.strip().isdigit():
+    partitions = settings.get("unlogged_batch_across_partitions_warn_threshold", "").strip()
+    if warn is None and not partitions.isdigit():
         return BatchLimits()
-    warn = warn if warn else DEFAULT_WARN_BYTES
+    warn = warn or DEFAULT_WARN_BYTES
     if fail:
         warn = min(warn, fail)
     return BatchLimits(warn_bytes=warn,
-                       partitions=max(1, int(partitions)) if partitions.strip().isdigit()
+                       partitions=max(1, int(partitions)) if partitions.isdigit()
                        else DEFAULT_PARTITIONS,
                        source="the node's system_views.settings")
 

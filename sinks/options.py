@@ -489,8 +489,9 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         _choice("replica_set", "partition", "none"),
         "How rows are grouped into UNLOGGED batches. `replica_set` (the default): rows whose "
         "partitions are owned by the same replicas, up to the node's "
-        "`unlogged_batch_across_partitions_warn_threshold` partitions a batch (10 by default); `partition`: one partition a "
-        "batch, as the Spark Cassandra Connector's default; `none`: one statement a row.",
+        "`unlogged_batch_across_partitions_warn_threshold` partitions a batch (10 by default); "
+        "`partition`: one partition a batch, as the Spark Cassandra Connector's default; "
+        "`none`: one statement a row.",
         target="write.batch_grouping_key",
     ),
     _spec(

@@ -324,10 +324,10 @@ class CrashHarness:
                              f"the kill instant {name}:\n{phase.tail()}")
         return phase
 
-    def finish(self, crash_env: dict | None = None, name: str = "finish") -> Phase:
+    def finish(self, crash_env: dict | None = None) -> Phase:
         """A run on the same checkpoint, to the end: a clean one, or one whose ``crash_env``
         kills a process the run survives (a flush worker, not the driver)."""
-        phase, proc, token = self._launch(name, crash_env or {})
+        phase, proc, token = self._launch("finish", crash_env or {})
         started = time.monotonic()
         try:
             phase.returncode = proc.wait(timeout=self.run_deadline_s + 60)
@@ -339,7 +339,7 @@ class CrashHarness:
         while processes_with_token(token) and time.monotonic() < until:
             time.sleep(0.1)
         phase.killed_extra = kill_run(token, None)
-        _log(f"run {name}: rc {phase.returncode} after {phase.seconds:.1f}s")
+        _log(f"run finish: rc {phase.returncode} after {phase.seconds:.1f}s")
         return phase
 
     # -- checks ------------------------------------------------------------------------------
