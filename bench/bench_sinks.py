@@ -25,6 +25,8 @@ Contestants (``bench/contestants/``):
   as before that option);
 * ``ours-staging``: our sink with ``wal.flush=false`` (staging and sealing only);
 * ``ours-nowal``: the same Spark stream and Upserter code, without the WAL;
+* ``spark-floor``: the same Spark stream into a Python data source that writes nothing: the
+  most a Python Data Source sink can deliver here (Spark's own per-batch cost);
 * ``recovery``: ``Replayer`` over the WAL ``ours-staging`` left (sealed, committed, pending).
 
 Then (``--memory-batches``) our sink's staging with micro-batches of 10k/100k/1M rows, and the
@@ -73,9 +75,10 @@ RAW_VARIANTS = {   # name: (mode, concurrency, processes)
     "raw-replicas16": ("replicas", 16, 1), "raw-replicas32": ("replicas", 32, 1),
 }
 SPARK43 = ("ours", "ours-executors", "ours-processes", "ours-batch32", "ours-group1",
-           "ours-staging", "ours-nowal", "naive")
+           "ours-staging", "ours-nowal", "naive", "spark-floor")
 ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-processes",
-                             "ours-batch32", "ours-group1", "ours-staging", "ours-nowal")
+                             "ours-batch32", "ours-group1", "ours-staging", "ours-nowal",
+                             "spark-floor")
 MB = 1_000_000
 
 
@@ -245,7 +248,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--batch-rows", type=int, default=50_000,
+    ap.add_argument("--batch-rows", type=int, default=250_000,
                     help="rows per micro-batch (2 parquet files of half that each)")
     add_node_arguments(ap)
     ap.add_argument("--contestants", default=",".join(ALL),
@@ -441,6 +444,9 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
                                    if processes_t and nowal_t else None),
         "recovery_vs_raw": ratio("recovery", best_raw) if best_raw else None,
         "scc_vs_raw": ratio("scc", best_raw) if best_raw else None,
+        "spark_floor_vs_raw": ratio("spark-floor", best_raw) if best_raw else None,
+        "ours_vs_spark_floor": ratio("ours", "spark-floor"),
+        "ours_processes_vs_spark_floor": ratio("ours-processes", "spark-floor"),
     }
     seg = [r.get("wal_segment_bytes") for r in runs.get("recovery", []) if r.get("wal_segment_bytes")]
     log = [r.get("rocksdb_log_bytes") for r in runs.get("recovery", []) if r.get("rocksdb_log_bytes")]

@@ -17,6 +17,10 @@
   Arrow batches directly. Our sink minus the WAL, to price the WAL.
 * ``naive``: what users write by hand: ``foreachBatch`` + ``foreachPartition`` with one
   synchronous ``session.execute`` of a prepared statement per row.
+* ``spark-floor``: the same stream into a Python data source whose tasks only count the Arrow
+  batches they are handed and whose commit does nothing: Spark's own cost for a Python Data
+  Source sink (planning worker, Arrow hand-off to the Python workers, commit worker), so the
+  most any such sink, ours included, can deliver on the machine.
 
 All use trigger ``availableNow`` with ``maxFilesPerTrigger``.
 """
@@ -134,6 +138,34 @@ def _nowal_writer(spec: dict):
     return write
 
 
+def _floor_source():
+    """A Python data source that writes nothing: ``spark-floor``'s sink."""
+    from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter,
+                                        WriterCommitMessage)
+
+    class FloorWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:     # take every Arrow batch Spark hands the task
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages, batchId):
+            pass
+
+        def abort(self, messages, batchId):
+            pass
+
+    class FloorSink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_floor"
+
+        def streamWriter(self, schema, overwrite):
+            return FloorWriter()
+
+    return FloorSink
+
+
 def _naive_writer(spec: dict):
     host, port, cql = spec["host"], spec["port"], common.insert_cql(spec["keyspace"], spec["table"])
     columns = list(common.COLUMNS)
@@ -157,7 +189,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--mode", choices=("ours", *FLUSH_MODES, *SINK_OPTIONS, "ours-staging",
-                                       "ours-nowal", "naive"),
+                                       "ours-nowal", "naive", "spark-floor"),
                     required=True)
     ap.add_argument("--profile", help="write a pyinstrument profile of the driver here")
     args = ap.parse_args()
@@ -180,6 +212,9 @@ def main() -> None:
             writer = writer.option("wal.flush.mode", FLUSH_MODES[args.mode])
         writer = writer.options(**SINK_OPTIONS.get(args.mode, {}))
         poller = FlushPoller(checkpoint, os.path.join(checkpoint, "cassandra_wal")).start()
+    elif args.mode == "spark-floor":
+        spark.dataSource.register(_floor_source())
+        writer = source.writeStream.format("bench_floor")
     elif args.mode == "ours-nowal":
         fn = _nowal_writer(spec)
         writer = source.writeStream.foreachBatch(
