@@ -288,6 +288,7 @@ def main(argv=None) -> int:
     runs: dict[str, list[dict]] = {n: [] for n in names}
     runs["recovery"] = []
     errors: dict[str, str] = {}
+    wrong_counts: list[str] = []
     for rep in range(args.reps):
         order = names[rep % len(names):] + names[:rep % len(names)]
         for name in order:
@@ -302,8 +303,9 @@ def main(argv=None) -> int:
                 errors[name] = str(exc)
                 print(f"! {name}: {exc}", file=sys.stderr)
                 continue
-            if name not in ("ours-staging",):
+            if name not in ("ours-staging", "spark-floor"):   # these write nothing
                 result["visible_rows"] = node.count(tables[name])
+                check_visible(wrong_counts, f"{name} rep {rep}", result["visible_rows"], args.rows)
             runs[name].append(result)
             print(f"rep {rep} {name}: {result['rows'] / result['seconds']:,.0f} rows/s "
                   f"({result['seconds']:.1f}s)", file=sys.stderr)
@@ -311,6 +313,7 @@ def main(argv=None) -> int:
                 node.truncate(tables[name])
                 rec = run_one("recovery", spec, work)
                 rec["visible_rows"] = node.count(tables[name])
+                check_visible(wrong_counts, f"recovery rep {rep}", rec["visible_rows"], args.rows)
                 rec["wal_segment_bytes"] = result.get("wal_segment_bytes")
                 runs["recovery"].append(rec)
                 print(f"rep {rep} recovery: {rec['rows'] / rec['seconds']:,.0f} rows/s",
@@ -374,6 +377,7 @@ def main(argv=None) -> int:
            "recovery_rows_per_s": summary["recovery_rows_per_s"],
            "wal_bytes_per_row": summary["wal_bytes_per_row"],
            "memory_by_batch_size": memory, "profile": profile, "errors": errors,
+           "wrong_row_counts": wrong_counts,
            "runs": runs, "wall_s": time.monotonic() - t0}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=str))
@@ -384,6 +388,14 @@ def main(argv=None) -> int:
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def check_visible(wrong: list, run: str, visible: int, expected: int) -> None:
+    """Record a run whose table does not hold every row (in ``wrong_row_counts``, which the
+    JSON and the table report): a contestant that lost or skipped rows did not earn its rows/s."""
+    if visible != expected:
+        wrong.append(f"{run}: {visible:,} rows visible in Cassandra, expected {expected:,}")
+        print(f"! {wrong[-1]}", file=sys.stderr)
 
 
 def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict:
@@ -479,6 +491,9 @@ def markdown(out: dict) -> str:
                                                    "executor_worker_peak_rss_mb"))
         lines.append(f"| {name}{' (best raw)' if name == best else ''} | {c['rows_per_s']:,} "
                      f"| {c['mb_per_s']:.2f} | {c['seconds_median']:.1f} | {vs} | {lat} | {mem} |")
+    lines += ["", "row counts: " + ("every run's table held every row"
+                                    if not out.get("wrong_row_counts")
+                                    else "WRONG: " + "; ".join(out["wrong_row_counts"]))]
     lines += ["", "ratios: " + json.dumps(out["ratios"]),
               "WAL bytes per row: " + json.dumps(out["wal_bytes_per_row"])]
     if out["memory_by_batch_size"]:
