@@ -390,12 +390,27 @@ def main(argv=None) -> int:
     return 0
 
 
+def later_ratio(contestants: dict, a: str, b: str) -> float | None:
+    ra, rb = (contestants.get(n, {}).get("later_batches_write_rows_per_s") for n in (a, b))
+    return round(ra / rb, 3) if ra and rb else None
+
+
 def check_visible(wrong: list, run: str, visible: int, expected: int) -> None:
     """Record a run whose table does not hold every row (in ``wrong_row_counts``, which the
     JSON and the table report): a contestant that lost or skipped rows did not earn its rows/s."""
     if visible != expected:
         wrong.append(f"{run}: {visible:,} rows visible in Cassandra, expected {expected:,}")
         print(f"! {wrong[-1]}", file=sys.stderr)
+
+
+def later_batches_rate(result: dict) -> float | None:
+    """Rows/s of the writes of every batch but the first (``flush_seconds``: our flusher's
+    time on a batch once it could start it; ``ours-nowal``'s write job a batch): the stream's
+    rate once its start (the first commit, worker processes starting) is behind it."""
+    secs = result.get("flush_seconds") or []
+    if len(secs) < 2 or not result.get("batches"):
+        return None
+    return result["rows"] / result["batches"] * (len(secs) - 1) / sum(secs[1:])
 
 
 def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict:
@@ -409,6 +424,8 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
         lat = [x for r in results for x in r.get("latencies_s", [])]
         seal_lat = [x for r in results for x in r.get("seal_latencies_s", [])]
         rss = {k: max(r["rss_mb"][k] for r in results) for k in results[0]["rss_mb"]}
+        steady = [later_batches_rate(r) for r in results]
+        steady = [x for x in steady if x]
         contestants[name] = {
             "rows_per_s": round(rate),
             "mb_per_s": round(rate * bytes_per_row / MB, 2),
@@ -424,6 +441,7 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
             "executor_worker_peak_rss_mb": rss["worker_max"] or None,
             "spark_startup_s": median([r.get("startup_s") for r in results]),
             "visible_rows": [r.get("visible_rows") for r in results],
+            "later_batches_write_rows_per_s": round(median(steady)) if steady else None,
             "reps": len(results),
         }
     for name in errors:
@@ -442,6 +460,9 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
     ratios = {
         "best_raw": best_raw,
         "ours_vs_scc": ratio("ours", "scc"),
+        "later_batches_nowal_vs_ours": later_ratio(contestants, "ours-nowal", "ours"),
+        "later_batches_nowal_vs_ours_processes": later_ratio(contestants, "ours-nowal",
+                                                             "ours-processes"),
         "ours_vs_raw": ratio("ours", best_raw) if best_raw else None,
         "ours_vs_naive": ratio("ours", "naive"),
         "ours_executors_vs_raw": ratio("ours-executors", best_raw) if best_raw else None,
@@ -494,6 +515,10 @@ def markdown(out: dict) -> str:
     lines += ["", "row counts: " + ("every run's table held every row"
                                     if not out.get("wrong_row_counts")
                                     else "WRONG: " + "; ".join(out["wrong_row_counts"]))]
+    later = {n: c["later_batches_write_rows_per_s"] for n, c in out["contestants"].items()
+             if c.get("later_batches_write_rows_per_s")}
+    if later:
+        lines += ["", "writes of every batch but the first, rows/s: " + json.dumps(later)]
     lines += ["", "ratios: " + json.dumps(out["ratios"]),
               "WAL bytes per row: " + json.dumps(out["wal_bytes_per_row"])]
     if out["memory_by_batch_size"]:

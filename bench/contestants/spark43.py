@@ -109,6 +109,16 @@ class FlushPoller:
         return [self.flushed[b] - self.committed[b] for b in sorted(self.flushed)
                 if b in self.committed]
 
+    def flush_seconds(self) -> list[float]:
+        """Per batch, how long the flusher took once it could start it: from the later of its
+        commit and the previous batch becoming visible, to its own becoming visible."""
+        out = []
+        for b in sorted(self.flushed):
+            if b in self.committed:
+                start = max(self.committed[b], self.flushed.get(b - 1, 0.0))
+                out.append(self.flushed[b] - start)
+        return out
+
 
 def _nowal_writer(spec: dict):
     """mapInArrow function: each task upserts its Arrow batches with our Upserter, no WAL."""
@@ -202,6 +212,7 @@ def main() -> None:
     checkpoint = spec["checkpoint"]
     source = common.stream_source(spark, spec)
     poller = None
+    write_seconds: list[float] = []   # ours-nowal: each batch's write job
     if args.mode.startswith("ours") and args.mode != "ours-nowal":
         import sinks
         sinks.register(spark)
@@ -217,8 +228,13 @@ def main() -> None:
         writer = source.writeStream.format("bench_floor")
     elif args.mode == "ours-nowal":
         fn = _nowal_writer(spec)
-        writer = source.writeStream.foreachBatch(
-            lambda df, _id: df.mapInArrow(fn, "n long").agg({"n": "sum"}).collect())
+
+        def write_batch(df, _id):   # the batch's write job, timed like the flusher's batches
+            t = time.monotonic()
+            df.mapInArrow(fn, "n long").agg({"n": "sum"}).collect()
+            write_seconds.append(time.monotonic() - t)
+
+        writer = source.writeStream.foreachBatch(write_batch)
     else:
         writer = source.writeStream.foreachBatch(_naive_writer(spec))
     writer = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
@@ -234,10 +250,13 @@ def main() -> None:
     seconds = time.monotonic() - started
     result = {"rows": spec["rows"], "seconds": seconds, "committed_s": committed_s,
               "startup_s": startup_s, "batches": last + 1}
+    if write_seconds:
+        result["flush_seconds"] = write_seconds
     if poller is not None:
         poller.poll()
         poller.stop()
         result["latencies_s"] = poller.latencies() if flushing else []
+        result["flush_seconds"] = poller.flush_seconds() if flushing else []
         result["seal_latencies_s"] = ([poller.flushed[b] - poller.sealed[b] for b in
                                        sorted(poller.flushed) if b in poller.sealed]
                                       if flushing else [])
