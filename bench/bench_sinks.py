@@ -390,11 +390,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def later_ratio(contestants: dict, a: str, b: str) -> float | None:
-    ra, rb = (contestants.get(n, {}).get("later_batches_write_rows_per_s") for n in (a, b))
-    return round(ra / rb, 3) if ra and rb else None
-
-
 def check_visible(wrong: list, run: str, visible: int, expected: int) -> None:
     """Record a run whose table does not hold every row (in ``wrong_row_counts``, which the
     JSON and the table report): a contestant that lost or skipped rows did not earn its rows/s."""
@@ -424,8 +419,7 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
         lat = [x for r in results for x in r.get("latencies_s", [])]
         seal_lat = [x for r in results for x in r.get("seal_latencies_s", [])]
         rss = {k: max(r["rss_mb"][k] for r in results) for k in results[0]["rss_mb"]}
-        steady = [later_batches_rate(r) for r in results]
-        steady = [x for x in steady if x]
+        steady = [x for x in map(later_batches_rate, results) if x]
         contestants[name] = {
             "rows_per_s": round(rate),
             "mb_per_s": round(rate * bytes_per_row / MB, 2),
@@ -449,20 +443,19 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
     raw = {n: c for n, c in contestants.items() if n.startswith("raw-") and "rows_per_s" in c}
     best_raw = max(raw, key=lambda n: raw[n]["rows_per_s"]) if raw else None
 
-    def ratio(a, b):
-        ca, cb = contestants.get(a, {}), contestants.get(b, {})
-        if "rows_per_s" in ca and "rows_per_s" in cb:
-            return round(ca["rows_per_s"] / cb["rows_per_s"], 3)
-        return None
+    def ratio(a, b, figure="rows_per_s"):
+        fa, fb = (contestants.get(n, {}).get(figure) for n in (a, b))
+        return round(fa / fb, 3) if fa and fb else None
 
     ours_t, processes_t, nowal_t = (contestants.get(n, {}).get("seconds_median")
                                     for n in ("ours", "ours-processes", "ours-nowal"))
     ratios = {
         "best_raw": best_raw,
         "ours_vs_scc": ratio("ours", "scc"),
-        "later_batches_nowal_vs_ours": later_ratio(contestants, "ours-nowal", "ours"),
-        "later_batches_nowal_vs_ours_processes": later_ratio(contestants, "ours-nowal",
-                                                             "ours-processes"),
+        "later_batches_nowal_vs_ours": ratio("ours-nowal", "ours",
+                                             "later_batches_write_rows_per_s"),
+        "later_batches_nowal_vs_ours_processes": ratio("ours-nowal", "ours-processes",
+                                                       "later_batches_write_rows_per_s"),
         "ours_vs_raw": ratio("ours", best_raw) if best_raw else None,
         "ours_vs_naive": ratio("ours", "naive"),
         "ours_executors_vs_raw": ratio("ours-executors", best_raw) if best_raw else None,

@@ -250,13 +250,13 @@ def main() -> None:
     seconds = time.monotonic() - started
     result = {"rows": spec["rows"], "seconds": seconds, "committed_s": committed_s,
               "startup_s": startup_s, "batches": last + 1}
-    if write_seconds:
-        result["flush_seconds"] = write_seconds
+    result["flush_seconds"] = write_seconds
     if poller is not None:
         poller.poll()
         poller.stop()
         result["latencies_s"] = poller.latencies() if flushing else []
-        result["flush_seconds"] = poller.flush_seconds() if flushing else []
+        if flushing:
+            result["flush_seconds"] = poller.flush_seconds()
         result["seal_latencies_s"] = ([poller.flushed[b] - poller.sealed[b] for b in
                                        sorted(poller.flushed) if b in poller.sealed]
                                       if flushing else [])
