@@ -1,6 +1,18 @@
-"""Errors of flushing and recovery. Each names the batch at fault and what to do next."""
+"""Errors of flushing and recovery. Each names the batch at fault and what to do next; and
+:func:`is_transient`, the one place that decides which failures a retry can cure."""
 
 from __future__ import annotations
+
+import pickle
+
+from cassandra import (CoordinationFailure, OperationTimedOut, Unavailable, WriteFailure,
+                       WriteTimeout)
+from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionException
+from cassandra.protocol import OverloadedErrorMessage
+
+from sinks.errors import ConnectionFailed, SinkError
+from wal.errors import WalCorrupted, WalError, WalLocked
 
 
 class RecoveryError(Exception):
@@ -38,3 +50,98 @@ class RecoveryBlocked(RecoveryError):
     def __str__(self) -> str:
         msg = f"recovery stopped at batch {self.batch}: {self.detail}"
         return f"{msg}. {self.way_forward}" if self.way_forward else msg
+
+
+class WalBlocked(RecoveryError):
+    """The flusher cannot go on (``WAL_DIR/blocked.json``): a batch that no retry can write.
+
+    ``reason`` is the blocking error as the flusher recorded it (its type and message, which
+    name the batch and the remedy); the block clears by itself once a drain gets past it."""
+
+    def __init__(self, wal_root: str, reason: str):
+        super().__init__(wal_root, reason)
+        self.wal_root, self.reason = wal_root, reason
+
+    def __str__(self) -> str:
+        return (f"the WAL at {self.wal_root} is blocked: {self.reason} (docs/runbook.md; "
+                "the block clears once the flusher gets past it)")
+
+
+class NotFlushedYet(RecoveryError, TimeoutError):
+    """Committed batches still not written to Cassandra when a wait for them timed out.
+
+    ``pending`` lists ``(batch, rows not yet acknowledged)`` in batch order."""
+
+    def __init__(self, wal_root: str, through: int, pending: list, waited_s: float):
+        super().__init__(wal_root, through, pending, waited_s)
+        self.wal_root, self.through, self.waited_s = wal_root, through, waited_s
+        self.pending = [tuple(p) for p in pending]
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"batch {b} ({rows} rows)" for b, rows in self.pending[:20])
+        more = f" and {len(self.pending) - 20} more" if len(self.pending) > 20 else ""
+        return (f"{self.wal_root}: batches Spark committed (through {self.through}) are not all "
+                f"written to Cassandra after {self.waited_s:.0f}s; pending: {shown}{more}. "
+                "They stay in the WAL and are written in order once Cassandra answers "
+                "(cassandra-wal inspect shows them)")
+
+
+class FlushTaskError(RecoveryError):
+    """An error raised in a flush task or worker process that could not travel back as itself
+    (a driver exception that does not survive pickling unchanged): its type's name, its text,
+    and whether it is transient, decided where it was raised (:func:`is_transient`)."""
+
+    def __init__(self, type_name: str, text: str, transient: bool):
+        super().__init__(type_name, text, transient)
+        self.type_name, self.text, self.transient = type_name, text, transient
+
+    def __str__(self) -> str:
+        return f"{self.type_name}: {self.text}"
+
+
+#: Errors of the Cassandra driver that a later attempt may not meet: timeouts, a replica or
+#: the coordinator unavailable or overloaded, no connection. The Upserter retries statements
+#: that fail with them; anything else Cassandra answers is a refusal of the write.
+TRANSIENT_DRIVER_ERRORS = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
+                           NoHostAvailable, ConnectionException, CoordinationFailure,
+                           WriteFailure)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether waiting and retrying can cure ``exc``: the one place that decides whether a
+    failed flush keeps its batch and retries later (transient) or blocks the sink.
+
+    Transient: the driver's timeouts, unavailable, overloaded, no host, lost connections
+    (also when ``session.prepare`` meets them right after connecting), a transient
+    :class:`FlushFailed`, :class:`~sinks.errors.ConnectionFailed`, ``OSError`` (a shared
+    filesystem away, a full disk an operator frees), :class:`~wal.errors.WalLocked`.
+    Permanent: corruption (:class:`~wal.errors.WalCorrupted`, :class:`RecoveryBlocked`),
+    Cassandra refusing the write (``FlushFailed(permanent=True)``), a configuration error
+    (any other :class:`~sinks.errors.SinkError`), and whatever else: an error nobody
+    classified is a bug, which no retry cures either."""
+    if isinstance(exc, FlushFailed):
+        return not exc.permanent
+    if isinstance(exc, FlushTaskError):
+        return exc.transient
+    if isinstance(exc, (RecoveryBlocked, WalCorrupted)):
+        return False
+    if isinstance(exc, (ConnectionFailed, WalLocked)):
+        return True
+    if isinstance(exc, (SinkError, WalError)):
+        return False
+    return isinstance(exc, (TRANSIENT_DRIVER_ERRORS, OSError))
+
+
+def portable_error(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling unchanged (type, text, :func:`is_transient`), as the
+    sink's own errors do; else a :class:`FlushTaskError` carrying them. What a flush task or
+    worker process returns to the driver, so that an unpicklable driver exception neither
+    fails the whole job nor turns into a plain error that blocks the sink."""
+    try:
+        back = pickle.loads(pickle.dumps(exc))
+        if type(back) is type(exc) and str(back) == str(exc) and \
+                is_transient(back) == is_transient(exc):
+            return exc
+    except Exception:  # noqa: BLE001 - any pickling failure: carried as text below
+        pass
+    return FlushTaskError(type(exc).__name__, str(exc), is_transient(exc))

@@ -28,12 +28,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from cassandra import (CoordinationFailure, OperationTimedOut, Unavailable, WriteFailure,
-                       WriteTimeout)
-from cassandra.cluster import NoHostAvailable
 from cassandra.concurrent import execute_concurrent
-from cassandra.connection import ConnectionException
-from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, BoundStatement
 from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt,
                       wait_exponential_jitter)
@@ -44,11 +39,9 @@ from sinks.options import WriteConfig
 from sinks.table import TableSchema
 
 from .batch_limits import BatchLimits, read_batch_limits
-from .errors import FlushFailed
+from .errors import TRANSIENT_DRIVER_ERRORS, FlushFailed
 
 T = TypeVar("T")
-TRANSIENT = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
-             NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
 AUTO_BATCH_ROWS = 32
 _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 #: Terms of :meth:`Upserter.batch_size`, rounded up from what Cassandra 5.0.8 counted for
@@ -358,7 +351,7 @@ class Upserter:
         for stmt, (ok, result) in zip(pending, list(results)):
             if ok:
                 continue
-            if not isinstance(result, TRANSIENT):
+            if not isinstance(result, TRANSIENT_DRIVER_ERRORS):
                 raise FlushFailed(batch_id, f"{type(result).__name__}: {result}", permanent=True)
             failed.append(stmt)
             last = result

@@ -22,7 +22,11 @@ Who runs what:
   a row of it, upserts its chunks with :class:`~recovery.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Errors are
   returned, not raised: the Upserter already retries transient failures, and the driver
-  retries the batch from its recorded progress, as in driver mode.
+  retries the batch from its recorded progress, as in driver mode. An error that would not
+  survive pickling unchanged travels as a :class:`~recovery.errors.FlushTaskError` that
+  keeps its type's name, its text and whether it is transient
+  (:func:`~recovery.errors.portable_error`), so the driver's flusher treats it as the task
+  would have.
 
 Credentials travel only inside the task's closure (:class:`SegmentJob`, pickled in memory and
 shipped with the task by Spark), never in the task list, which PySpark hands to the JVM through
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, ContextManager, Iterable, Iterator
 
-from recovery.errors import FlushFailed
+from recovery.errors import FlushFailed, is_transient, portable_error
 from recovery.replay import Acknowledged
 from recovery.target import Target
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
@@ -147,26 +151,17 @@ def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[Se
         try:
             upserter = stack.enter_context(opener(job.target))
         except Exception as exc:  # noqa: BLE001 - no session: every task here failed
-            yield from (SegmentResult(t.index, 0, _portable(exc), host) for t in tasks)
+            yield from (SegmentResult(t.index, 0, portable_error(exc), host) for t in tasks)
             return
         for task in tasks:
             try:
                 rows = write_segment(job, task, upserter)
             except Exception as exc:  # noqa: BLE001 - returned to the driver, which decides
-                yield SegmentResult(task.index, 0, _portable(exc), host)
+                yield SegmentResult(task.index, 0, portable_error(exc), host)
                 continue
             with _armed(job.crash_env):
                 crash_point("flush.task_written")
             yield SegmentResult(task.index, rows, None, host)
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling (the sink's errors do), else its text in a RuntimeError."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - any pickling failure
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager
@@ -279,9 +274,10 @@ class ExecutorsWriter:
         for f in failed:
             log.warning("batch %d: segment %d failed on %s: %s", seal.batch, f.index,
                         f.host or "?", f.error)
-        if failed:   # a corrupted segment first: it blocks the sink, a retry would not help
+        if failed:   # what no retry cures first (corruption before all): it blocks the sink
             corrupted = [f for f in failed if isinstance(f.error, WalCorrupted)]
-            raise (corrupted or failed)[0].error
+            permanent = [f for f in failed if not is_transient(f.error)]
+            raise (corrupted or permanent or failed)[0].error
         log.info("batch %d: %d segment(s), %d rows written by %s in %.1f s", seal.batch,
                  len(tasks), rows, getattr(self._run_job, "label", "executor tasks"),
                  time.monotonic() - started)

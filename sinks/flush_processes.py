@@ -19,8 +19,8 @@ any process may write any segment, in any order, more than once, and the cells e
 The workers are plain ``python -m sinks.flush_processes`` children, not ``multiprocessing``
 ones: spawn and forkserver re-import the parent's ``__main__``, which in a Spark driver is
 the user's job script, and fork copies a process full of py4j and driver threads. A worker
-reads ``(fn, tasks)`` from a pipe, runs ``fn(tasks)`` and sends back its list of results;
-the closure (with credentials) travels through that pipe only, never through a file. A
+reads ``(fn, tasks)`` from a pipe, runs ``fn(tasks)`` and sends back its list of results
+(or the error ``fn`` raised, which the driver re-raises); the closure (with credentials) travels through that pipe only, never through a file. A
 worker dies with its driver: it watches its parent and exits when the parent is gone. A
 worker that dies mid-batch (killed, out of memory) fails the batch's flush as transient:
 the pool is closed and the flusher retries from the batch's recorded progress with a new one.
@@ -39,7 +39,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from recovery.errors import FlushFailed
+from recovery.errors import FlushFailed, portable_error
 from recovery.target import Target
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,8 @@ class FlushWorker:
     def submit(self, payload: bytes) -> None:
         self._send.send_bytes(payload)
 
-    def result(self) -> list:
+    def reply(self) -> tuple[bool, object]:
+        """``(True, results)``, or ``(False, the error fn raised)`` (see :func:`serve`)."""
         return pickle.loads(self._recv.recv_bytes())
 
     def exit_status(self) -> str:
@@ -120,22 +121,30 @@ class ProcessPool:
         busy = [(w, share) for w, share in zip(workers, shares) if share]
         results: list = []
         failed: list[str] = []
+        raised: list[BaseException] = []
         try:
             for worker, share in busy:
                 worker.submit(pickle.dumps((fn, share)))
             for worker, share in busy:
                 try:
-                    results.extend(worker.result())
+                    ok, value = worker.reply()
                 except (EOFError, OSError):
                     worker.process.wait()
                     failed.append(f"pid {worker.pid} ({worker.exit_status()}, "
                                   f"{len(share)} segment(s))")
+                    continue
+                if ok:
+                    results.extend(value)
+                else:
+                    raised.append(value)
         except (BrokenPipeError, OSError) as exc:
             failed.append(f"could not hand it the segments: {exc}")
         if failed:
             self.close()
             raise FlushFailed(batch, "a flush worker process died: " + "; ".join(failed)
                               + "; new workers take over from the recorded progress")
+        if raised:   # the worker lives on; the flusher decides: retry, or block
+            raise raised[0]
         return results
 
     def close(self) -> None:
@@ -166,13 +175,21 @@ def _watch_parent(parent: int) -> None:
 
 
 def serve(inbox: Connection, outbox: Connection) -> int:
-    """Run ``fn(tasks)`` for every request until the driver closes the pipe."""
+    """Run ``fn(tasks)`` for every request until the driver closes the pipe; reply
+    ``(True, results)``, or ``(False, error)`` when ``fn`` raised. The error is returned, not
+    left to kill the worker (which the driver would take for a transient death, retried
+    forever), and made portable (:func:`~recovery.errors.portable_error`) so the driver sees
+    whether it is transient as this process did."""
     while True:
         try:
             fn, tasks = pickle.loads(inbox.recv_bytes())
         except EOFError:
             return 0
-        outbox.send_bytes(pickle.dumps(list(fn(tasks))))
+        try:
+            reply = pickle.dumps((True, list(fn(tasks))))
+        except Exception as exc:  # noqa: BLE001 - returned to the driver, which decides
+            reply = pickle.dumps((False, portable_error(exc)))
+        outbox.send_bytes(reply)
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,288 @@
+"""Which flush failures block the sink (recovery/errors.py: is_transient) and which only wait.
+
+A failure a retry may cure (Cassandra away, right after connecting too; a shared filesystem
+away; a worker's driver error that does not pickle) keeps its batch in the WAL and never writes
+``blocked.json``; only a failure no retry cures blocks, and the first drain that gets through
+clears the block. The flusher here is the real ``QueryFlusher`` and ``Replayer`` on a real WAL;
+Cassandra is a fake session whose ``prepare`` fails while the "outage" lasts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import threading
+from dataclasses import replace
+
+import pytest
+from cassandra import OperationTimedOut, Unavailable
+from cassandra.cluster import NoHostAvailable
+
+from recovery.errors import (FlushFailed, FlushTaskError, RecoveryBlocked, is_transient,
+                             portable_error)
+from sinks.distributed_flush import ExecutorsWriter
+from sinks.driver import QueryFlusher
+from sinks.errors import ConnectionFailed, OptionError
+from sinks.flush_processes import ProcessPool
+from tests.helpers.walfactory import WalFactory
+from tests.unit.test_distributed_flush import LocalJob, target
+from wal.errors import SegmentTruncated, WalCorrupted, WalLocked
+from wal.states import BatchState
+
+pytestmark = pytest.mark.unit
+
+BLOCKED = "blocked.json"
+
+
+def unpicklable_timeout() -> OperationTimedOut:
+    """A driver error as the driver raises it: it holds a connection-like object (here a lock)."""
+    return OperationTimedOut(errors={"127.0.0.1:9042": threading.Lock()}, last_host="127.0.0.1")
+
+
+# -- the one decision ------------------------------------------------------------------------------
+@pytest.mark.parametrize("exc", [
+    NoHostAvailable("Unable to complete the operation against any hosts", {}),
+    OperationTimedOut(), Unavailable("not enough replicas"),
+    FlushFailed(3, "retry budget spent"), ConnectionFailed(["h"], "connection refused"),
+    OSError(5, "Input/output error"), ConnectionResetError(), WalLocked("/wal"),
+    FlushTaskError("OperationTimedOut", "errors=..., last_host=h", transient=True),
+], ids=type)
+def test_what_a_retry_may_cure_is_transient(exc):
+    assert is_transient(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    FlushFailed(3, "InvalidRequest: unknown column", permanent=True),
+    RecoveryBlocked(3, "checksum"), WalCorrupted("/wal/x.seg", "bad crc", batch=3),
+    SegmentTruncated("/wal/x.seg", "no footer"), OptionError("wal.flush.mode", "x", "unknown"),
+    FlushTaskError("InvalidRequest", "unknown column", transient=False),
+    TypeError("a bug"),
+], ids=type)
+def test_what_no_retry_cures_is_permanent(exc):
+    assert not is_transient(exc)
+
+
+def test_an_unpicklable_driver_error_travels_as_a_typed_error_keeping_its_verdict():
+    err = portable_error(unpicklable_timeout())
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, FlushTaskError) and back.type_name == "OperationTimedOut"
+    assert "last_host=127.0.0.1" in str(back) and is_transient(back)
+
+
+def test_a_driver_error_that_pickles_into_another_text_is_carried_as_text():
+    # OperationTimedOut rebuilds its message from its first argument: garbled after pickling.
+    err = portable_error(OperationTimedOut(errors="timed out", last_host="h"))
+    assert isinstance(err, FlushTaskError) and str(err) == "OperationTimedOut: errors=timed out, last_host=h"
+    assert is_transient(err)
+
+
+def test_errors_that_pickle_unchanged_travel_as_themselves():
+    for exc in (OSError(28, "No space left on device"), FlushFailed(1, "x", permanent=True),
+                WalCorrupted("/w", "bad", batch=1), ConnectionFailed(["h"], "refused")):
+        assert portable_error(exc) is exc
+
+
+# -- the flusher: a fake Cassandra whose prepare fails during the outage ---------------------------
+class Outage:
+    """The fake cluster's state: ``down`` makes ``prepare`` raise ``error``."""
+
+    def __init__(self, error: Exception):
+        self.error, self.down, self.written = error, True, []
+
+
+class FakeUpserter:
+    """What the flusher makes per connection: it prepares first, as the real Upserter does."""
+
+    def __init__(self, session, table, columns, write, consistency_level=None, **_):
+        session.prepare("INSERT ...")
+        self.outage = session.outage
+
+    def write_chunks(self, chunks, batch_id, **_):
+        for rb, first_ts, tag in chunks:
+            self.outage.written.append((batch_id, rb.column("id").to_pylist()))
+            yield tag
+
+
+def fake_cassandra(monkeypatch, flusher: QueryFlusher, outage: Outage) -> None:
+    class Session:
+        def prepare(self, cql):
+            if outage.down:
+                raise outage.error
+
+    Session.outage = outage
+    cluster = type("Cluster", (), {"shutdown": lambda self: None})()
+    names = type(flusher.output).upserter.__globals__   # wherever CassandraOutput lives
+    monkeypatch.setitem(names, "connect", lambda conn: (cluster, Session()))
+    monkeypatch.setitem(names, "Upserter", FakeUpserter)
+
+
+@contextlib.contextmanager
+def flusher_on(tmp_path, batches: int = 2, mode: str = "driver"):
+    """A real QueryFlusher on a WAL holding ``batches`` sealed batches Spark committed."""
+    t = target()
+    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
+                    target={"fingerprint": "f", "target": t.to_dict()}) as f:
+        for b in range(batches):
+            f.sealed(b, rows=(3, 2))
+    flusher = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01)
+    try:
+        yield flusher
+    finally:
+        flusher.stop()
+
+
+def blocked(flusher: QueryFlusher) -> bool:
+    return os.path.exists(os.path.join(flusher.wal.root, BLOCKED))
+
+
+def states(flusher: QueryFlusher) -> list:
+    return [r.state for r in flusher.log.records()]
+
+
+@pytest.mark.parametrize("error", [
+    NoHostAvailable("Unable to complete the operation against any hosts",
+                    {"127.0.0.1:9042": ConnectionRefusedError(111, "refused")}),
+    OperationTimedOut(errors="Timed out creating connection (5 seconds)", last_host="127.0.0.1"),
+], ids=type)
+def test_prepare_failing_right_after_connect_waits_and_the_next_drain_finishes(
+        tmp_path, monkeypatch, error):
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(error)
+        fake_cassandra(monkeypatch, flusher, outage)
+        flusher.recover()                              # query start, during the outage
+        flusher.drain(query_running=True)
+        assert not blocked(flusher) and flusher.last_error is error
+        assert outage.written == []
+        outage.down = False                            # the node is back
+        flusher.drain(query_running=True)
+        assert flusher.last_error is None and not blocked(flusher)
+        assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
+        assert sorted(i for _, ids in outage.written for i in ids) == \
+            [0, 1, 2, 3, 4, 1000, 1001, 1002, 1003, 1004]
+
+
+def test_a_block_clears_with_the_first_drain_that_gets_through(tmp_path, monkeypatch):
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(FlushFailed(0, "InvalidRequest: Undefined column name x", permanent=True))
+        fake_cassandra(monkeypatch, flusher, outage)
+        flusher.drain(query_running=True)
+        assert blocked(flusher)                        # Cassandra refuses: the sink stops
+        with open(os.path.join(flusher.wal.root, BLOCKED)) as fh:
+            assert "Undefined column name x" in fh.read()
+        outage.down = False                            # the operator fixed the table
+        flusher.drain(query_running=True)
+        assert not blocked(flusher) and flusher.last_error is None
+        assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
+
+
+def test_a_transient_failure_after_a_block_keeps_it_until_a_drain_gets_through(
+        tmp_path, monkeypatch):
+    """Whether the refusal is cured is only known once the batch is written."""
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(FlushFailed(0, "InvalidRequest", permanent=True))
+        fake_cassandra(monkeypatch, flusher, outage)
+        flusher.drain(query_running=True)
+        outage.error = OSError(5, "Input/output error")
+        flusher.drain(query_running=True)
+        assert blocked(flusher)
+        outage.down = False
+        flusher.drain(query_running=True)
+        assert not blocked(flusher)
+
+
+# -- flush tasks and worker processes return their errors -------------------------------------------
+class FailingOpener:
+    """The tasks' ``open_upserter``: fails with ``error`` while ``down`` (pickled with the job)."""
+
+    down = True
+    error: Exception = OSError(116, "Stale file handle")
+
+    def __call__(self, target_):
+        if FailingOpener.down:
+            raise FailingOpener.error
+        return contextlib.nullcontext(RecordingWrites())
+
+
+class RecordingWrites:
+    def write_chunks(self, chunks, batch_id, **_):
+        for _rb, _ts, tag in chunks:
+            yield tag
+
+
+@pytest.mark.parametrize("error", [OSError(116, "Stale file handle"), unpicklable_timeout()],
+                         ids=["OSError", "unpicklable OperationTimedOut"])
+def test_a_task_returning_a_transient_error_does_not_block(tmp_path, error):
+    FailingOpener.down, FailingOpener.error = True, error
+    with flusher_on(tmp_path, mode="executors") as flusher:
+        job = LocalJob()
+        writer = ExecutorsWriter(job, flusher.wal.root, flusher.output.current_target,
+                                 open_upserter=FailingOpener())
+        flusher._executors = lambda: writer
+        flusher.drain(query_running=True)
+        assert not blocked(flusher) and is_transient(flusher.last_error)
+        assert type(flusher.last_error) in (OSError, FlushTaskError)
+        FailingOpener.down = False
+        flusher.drain(query_running=True)
+        assert flusher.last_error is None and not blocked(flusher)
+        assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
+
+
+def test_a_task_returning_a_refusal_blocks(tmp_path):
+    FailingOpener.down = True
+    FailingOpener.error = FlushFailed(0, "InvalidRequest: no such table", permanent=True)
+    with flusher_on(tmp_path, mode="executors") as flusher:
+        writer = ExecutorsWriter(LocalJob(), flusher.wal.root, flusher.output.current_target,
+                                 open_upserter=FailingOpener())
+        flusher._executors = lambda: writer
+        flusher.drain(query_running=True)
+        assert blocked(flusher)
+
+
+def where_alive(tasks):
+    return list(tasks)
+
+
+def raise_in_worker(kind, tasks):
+    """Run in a flush worker process: fail the whole call, not a task."""
+    if kind == "oserror":
+        raise OSError(28, "No space left on device")
+    raise OperationTimedOut(errors={"h": threading.Lock()}, last_host="h")
+
+
+@pytest.mark.parametrize("kind", ["oserror", "unpicklable"])
+def test_an_error_a_worker_process_raises_comes_back_typed_and_the_worker_lives(kind):
+    from functools import partial
+
+    pool = ProcessPool(1)
+    try:
+        with pytest.raises(Exception) as info:
+            pool(0, [1], partial(raise_in_worker, kind))
+        assert not isinstance(info.value, FlushFailed), "taken for a dead worker"
+        assert is_transient(info.value)
+        assert (type(info.value), str(info.value).split(":")[0]) in (
+            (OSError, "[Errno 28] No space left on device"),
+            (FlushTaskError, "OperationTimedOut"))
+        pids = pool.pids
+        assert pool(0, [2], where_alive) == [2]
+        assert pool.pids == pids
+    finally:
+        pool.close()
+
+
+def test_a_worker_process_returning_an_oserror_from_its_task_does_not_block(tmp_path):
+    """``wal.flush.mode=processes``: the task's error crosses the pipe as itself (the worker
+    imports this module afresh: ``FailingOpener`` fails there with its class defaults)."""
+    FailingOpener.down, FailingOpener.error = True, OSError(116, "Stale file handle")
+    with flusher_on(tmp_path, mode="processes") as flusher:
+        pool = ProcessPool(1)
+        writer = ExecutorsWriter(pool, flusher.wal.root, flusher.output.current_target,
+                                 open_upserter=FailingOpener())
+        flusher._executors = lambda: writer
+        try:
+            flusher.drain(query_running=True)
+        finally:
+            pool.close()
+        assert not blocked(flusher) and isinstance(flusher.last_error, OSError)
+        assert flusher.last_error.errno == 116
