@@ -218,7 +218,6 @@ class QueryStatus:
     flushed: int = 0            # batches the sink wrote to Cassandra (flushed_through + 1)
     flights_committed: int = 0  # flights read by the committed batches
     flights_flushed: int = 0    # ... and by the flushed ones
-    blocked: str | None = None  # the sink cannot go on (blocked.json): why
 
     def line(self) -> str:
         return (f"{self.name}: {self.committed} batches committed "
@@ -282,7 +281,6 @@ class Watcher:
                    for b, paths in batches.items() if b < below for p in paths)
 
     def poll(self) -> QueryStatus:
-        from sinks.plan import BLOCKED_FILE
         from wal.checkpoint import committed_batches
         from wal.layout import WalDir
         from wal.log import WalLog
@@ -292,10 +290,6 @@ class Watcher:
         st.committed = len(committed)
         root = self.wal_root()
         if root is not None:
-            blocked = os.path.join(root, BLOCKED_FILE)
-            if os.path.exists(blocked):
-                with open(blocked) as f:
-                    st.blocked = f.read()
             log = WalLog.open_reader(WalDir(root))
             if log is not None:
                 try:
@@ -360,10 +354,11 @@ def die_now() -> None:
 
 
 def run_stream(work: str, keyspace: str = KEYSPACE, files_per_trigger: int = 2,
-               crash_after_batches: int | None = None, stall_s: float = 180) -> int:
+               crash_after_batches: int | None = None, flush_timeout_s: float = 600) -> int:
     """Run both queries until every landing file is committed by Spark and flushed to
-    Cassandra, printing progress; then stop. ``crash_after_batches``: SIGKILL this process
-    group once that many batches of the flights query are flushed (demos and tests)."""
+    Cassandra (``sinks.wait_flushed``), printing progress; then stop. ``crash_after_batches``:
+    SIGKILL this process group once that many batches of the flights query are flushed
+    (demos and tests)."""
     landing, checkpoints = os.path.join(work, "landing"), os.path.join(work, "checkpoints")
     if not os.path.exists(os.path.join(landing, MANIFEST)):
         print(f"stream: no landing files in {landing}: run --phase setup first", file=sys.stderr)
@@ -392,23 +387,15 @@ def run_stream(work: str, keyspace: str = KEYSPACE, files_per_trigger: int = 2,
               f"{' and '.join(q.name for q in queries)} (after recovery, if any)", flush=True)
         for q in queries:
             q.processAllAvailable()          # every landing file read and committed ...
-        last, since = None, time.monotonic()
-        while True:                          # ... and every committed batch flushed
-            statuses = [w.poll() for w in watchers]
-            blocked = [s for s in statuses if s.blocked]
-            if blocked:
-                print(f"stream: the sink is blocked: {blocked[0].blocked}", flush=True)
+        for q in queries:                    # ... and every committed batch in Cassandra
+            try:
+                sinks.wait_flushed(q, timeout=flush_timeout_s)
+            except sinks.WalBlocked as exc:
+                print(f"stream: the sink is blocked: {exc}", flush=True)
                 return 1
-            if all(s.flushed >= s.committed for s in statuses):
-                break
-            flushed = [s.flushed for s in statuses]
-            if flushed != last:
-                last, since = flushed, time.monotonic()
-            elif time.monotonic() - since > stall_s:
-                print(f"stream: no batch flushed for {stall_s:.0f}s: giving up (see the "
-                      f"driver's log)", flush=True)
+            except sinks.NotFlushedYet as exc:
+                print(f"stream: {exc}; giving up (see the driver's log)", flush=True)
                 return 1
-            time.sleep(0.2)
     finally:
         done.set()
         reporter.join()

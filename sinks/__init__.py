@@ -22,6 +22,9 @@ Lifecycle of batch N (details: ``docs/architecture.md``, on-disk: ``wal/FORMAT.m
    upserts at the sealed timestamps, records progress, marks the batch flushed.
 6. After a crash, the next query start replays what Spark committed and we did not finish,
    and discards what Spark never committed (:mod:`recovery`).
+
+``sinks.wait_flushed(query, timeout)`` returns once every batch the query committed is in
+Cassandra (a stopped query's last drain is finished at exit too).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ FORMAT_NAME = "cassandra_wal"
 def __getattr__(name):
     # Imported on first use: recovery.target imports sinks.options, and an eager import of the
     # writers here (which import recovery) would make that a circular import.
+    if name in ("WalBlocked", "NotFlushedYet"):     # what wait_flushed raises
+        import recovery.errors
+        return getattr(recovery.errors, name)
     if name == "CassandraWalWriter":
         from .foreach_batch import CassandraWalWriter
         return CassandraWalWriter
@@ -76,6 +82,17 @@ def register(spark):
     return registry
 
 
-__all__ = ["register", "CassandraWalWriter", "CassandraWalDataSource", "FORMAT_NAME",
+def wait_flushed(query, timeout: float | None = None) -> None:
+    """Return once every batch ``query`` has committed so far is written to Cassandra; works
+    while it runs and after ``query.stop()``. Raises ``WalBlocked`` (the WAL is blocked: the
+    reason and the remedy), ``NotFlushedYet`` (a ``TimeoutError`` naming the pending batches
+    and their rows) after ``timeout`` seconds. See :func:`sinks.driver.wait_flushed`."""
+    from .driver import wait_flushed as wait
+
+    wait(query, timeout)
+
+
+__all__ = ["register", "wait_flushed", "WalBlocked", "NotFlushedYet",
+           "CassandraWalWriter", "CassandraWalDataSource", "FORMAT_NAME",
            "SinkError", "OptionError", "SchemaError", "NullPrimaryKeyError", "ConnectionFailed",
            "CounterTableError", "UnknownKeyspaceError", "UnknownTableError"]

@@ -7,6 +7,8 @@ WAL over to the new run and ignore the old run's late events.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import sinks.driver as driver
@@ -20,6 +22,10 @@ class FakeFlusher:
     def __init__(self, wal_root, checkpoint, session_conf, spark=None):
         self.wal_root, self.checkpoint = wal_root, checkpoint
         self.calls: list[str] = []
+        self.finish_within: list[float] = []    # each stop's bound for retrying its last drain
+        self.stopped = threading.Event()
+        self.release = threading.Event()        # a stop's last drain ends when this is set
+        self.release.set()
         FakeFlusher.made.append(self)
 
     def recover(self):
@@ -31,8 +37,15 @@ class FakeFlusher:
     def kick(self):
         self.calls.append("kick")
 
-    def stop(self):
+    def stop(self, finish_within_s=0.0):
         self.calls.append("stop")
+        self.finish_within.append(finish_within_s)
+        self.release.wait(10)
+        self.stopped.set()
+
+    def hand_over(self):
+        self.calls.append("hand_over")
+        self.release.set()
 
 
 class FakeSpark:
@@ -51,6 +64,7 @@ class FakeSpark:
 @pytest.fixture
 def registry(monkeypatch):
     FakeFlusher.made = []
+    monkeypatch.setattr(driver, "_registries", [])     # no exit hook for these fakes
     monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
     monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: checkpoint + "/cassandra_wal")
     return driver.FlushRegistry(FakeSpark(), {})
@@ -63,7 +77,9 @@ def test_a_run_gets_a_flusher_that_recovers_then_flushes_on_progress(registry):
     assert flusher.calls == ["recover", "start", "kick"]
     assert flusher.wal_root == "/cp/q/cassandra_wal"
     registry.terminated("q", "run-1")
-    assert flusher.calls[-1] == "stop" and registry.flushers == {}
+    assert registry.flushers == {}
+    assert flusher.stopped.wait(5)
+    assert flusher.calls[-1] == "stop"
 
 
 def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(registry):
@@ -99,3 +115,41 @@ def test_queries_of_one_session_keep_their_own_flushers(registry):
     registry.terminated("a", "run-a")
     assert list(registry.flushers) == ["run-b"]
     assert FakeFlusher.made[1].calls == ["recover", "start"]
+
+
+def test_an_ended_run_finishes_its_drain_on_a_thread_that_exit_waits_for(registry):
+    """The listener bus is not held by the last drain, and a script that exits right after
+    ``query.stop()`` does not cut it short (the thread is not a daemon)."""
+    registry.started("q", "run-1")
+    (flusher,) = FakeFlusher.made
+    flusher.release.clear()                    # the last drain takes a while
+    registry.terminated("q", "run-1")          # returns at once
+    assert registry.flusher_of("run-1") is flusher and not flusher.stopped.is_set()
+    (thread,) = [t for t in threading.enumerate() if t.name.startswith("cassandra-wal-final")]
+    assert not thread.daemon
+    assert flusher.finish_within == [driver.FINISH_ON_STOP_S]
+    flusher.release.set()
+    thread.join(5)
+    assert flusher.stopped.is_set() and registry.flusher_of("run-1") is None
+
+
+def test_a_restart_cuts_the_old_runs_last_drain_short_to_take_the_wal(registry):
+    registry.started("q", "run-1")
+    old = FakeFlusher.made[0]
+    old.release.clear()                        # retrying its last drain (Cassandra away)
+    registry.terminated("q", "run-1")
+    registry.started("q", "run-2")             # waits for the old flusher to let go
+    assert "hand_over" in old.calls and old.stopped.wait(5)
+    assert FakeFlusher.made[1].calls == ["recover", "start"]
+
+
+def test_exit_stops_running_flushers_and_waits_for_finishing_ones(registry):
+    registry.started("a", "run-a")
+    registry.started("b", "run-b")
+    a, b = FakeFlusher.made
+    b.release.clear()
+    registry.terminated("b", "run-b")          # finishing; run-a's end never reported
+    threading.Timer(0.3, b.release.set).start()
+    registry.finish(5)
+    assert a.calls[-1] == "stop" and a.finish_within == [5]
+    assert b.stopped.is_set() and registry.flushers == {}
