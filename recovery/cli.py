@@ -15,6 +15,7 @@ import time
 
 from sinks.errors import ConnectionFailed
 from wal import catalog
+from wal import checkpoint as ckpt
 from wal.cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
 from wal.cli.render import table
 from wal.layout import WalDir
@@ -84,10 +85,30 @@ def _target(wal: WalDir, args) -> Target:
 
 
 def _checkpoint(wal: WalDir, args) -> str | None:
-    if args.checkpoint:
-        return args.checkpoint
-    recorded = wal.read_target() or {}
-    return recorded.get("checkpoint_location")
+    """The local checkpoint folder recovery decides by (None: a batch job's WAL, whose seals are
+    their own commit point). A checkpoint on HDFS or an object store is a usage error: read as
+    a local folder it would have no ``commits/``, and every batch would look uncommitted and be
+    discarded."""
+    given = args.checkpoint or (wal.read_target() or {}).get("checkpoint_location")
+    if not given:
+        return None
+    where = "--checkpoint" if args.checkpoint else f"{wal.target_file} (checkpoint_location)"
+    try:
+        local = ckpt.local_path(given)
+    except ckpt.NotLocal as exc:
+        raise UsageError(f"{where}: the checkpoint {given} is {exc.uri}, not on the local "
+                         f"filesystem: recover cannot read which batches Spark committed there",
+                         "copy the checkpoint folder to a local disk (e.g. hdfs dfs -get) and "
+                         "pass it with --checkpoint; nothing was changed") from None
+    if ckpt.exists(local) and not ckpt.written_by_spark(local):
+        # What an earlier release left when Spark's default filesystem was HDFS: the sink
+        # wrote its pointer into a local folder of that name, and Spark its checkpoint on HDFS.
+        raise UsageError(f"{where}: {local} is not a Spark checkpoint (no metadata, offsets/ "
+                         f"or commits/): Spark may have written it on its default filesystem "
+                         f"(fs.defaultFS, e.g. HDFS)",
+                         "pass the folder Spark wrote (copied to a local disk) with "
+                         "--checkpoint; nothing was changed")
+    return local
 
 
 class _Reporter:

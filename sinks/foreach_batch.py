@@ -16,6 +16,7 @@ import json
 
 import pyarrow as pa
 
+from wal.checkpoint import Filesystems
 from wal.seal import COMMIT_POINT_CHECKPOINT
 
 from .plan import StageMessage, WritePlan, commit_batch, prepare_write, stage_partition
@@ -50,8 +51,9 @@ class CassandraWalWriter:
                             checkpointLocation=checkpoint_location)
 
     def __call__(self, df, batch_id: int) -> None:
+        # Spark resolves the checkpoint against the session's default filesystem: so must we.
         plan = prepare_write(self.options, _session_conf(df.sparkSession), df.schema,
-                             streaming=True)
+                             streaming=True, filesystems=Filesystems.of_session(df.sparkSession))
         rows = df.mapInArrow(_StageTask(plan, batch_id), "segment string").collect()
         messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
         commit_batch(plan, messages, batch_id, commit_point=COMMIT_POINT_CHECKPOINT)

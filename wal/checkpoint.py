@@ -1,22 +1,115 @@
 """What Spark's checkpoint says: batch N is committed exactly when ``<checkpoint>/commits/N``
 exists (see ``../docs/guarantees.md``). Read-only: the WAL never writes into the checkpoint.
+
+Where a checkpoint is: Spark qualifies a ``checkpointLocation`` as Hadoop does any path
+(``Path.makeQualified``): a location without a scheme is on the session's default filesystem
+(``fs.defaultFS`` of its Hadoop configuration, ``file:///`` unless set), a relative one under
+that filesystem's working directory. On YARN or EMR the default is HDFS, so ``/data/cp`` means
+``hdfs://<namenode>/data/cp`` to Spark. The WAL reads checkpoints with plain file calls, so
+:meth:`Filesystems.resolve` says where Spark will look, and the sink refuses a location that is
+not on the local filesystem instead of reading a different folder than Spark writes.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
+from dataclasses import dataclass
+
+LOCAL_SCHEME = "file"
+LOCAL_DEFAULT_FS = "file:///"        # Hadoop's fs.defaultFS when nothing sets it
+# Hadoop's Path: a scheme is what comes before the first ':' when no '/' comes earlier.
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+class NotLocal(ValueError):
+    """A location resolves to a filesystem other than the local one (HDFS, an object store),
+    which the WAL cannot read. ``uri`` is where Spark will use it."""
+
+    def __init__(self, location: str, uri: str):
+        super().__init__(location, uri)
+        self.location, self.uri = location, uri
+
+    def __str__(self) -> str:
+        return (f"{self.location!r} is {self.uri}, not on the local filesystem: only local or "
+                f"shared (mounted) paths are supported for now")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A location as Spark qualifies it: ``uri`` (``file:/data/cp``, ``hdfs://nn:8020/cp``)
+    and, on the local filesystem, the plain path the WAL reads (else None)."""
+
+    uri: str
+    local: str | None
+
+
+def _split(uri: str) -> tuple[str | None, str, str]:
+    """(scheme or None, authority, path) as Hadoop's Path parses a string."""
+    match = _SCHEME.match(uri)
+    if match is None or len(match.group(1)) == 1:    # no scheme (or a Windows drive letter)
+        return None, "", uri
+    rest = uri[match.end():]
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        return match.group(1).lower(), authority, slash + path
+    return match.group(1).lower(), "", rest
+
+
+@dataclass(frozen=True)
+class Filesystems:
+    """What Spark resolves a location against: the session's ``fs.defaultFS`` and the driver
+    JVM's working directory (relative local paths; None: this process's). Picklable: the
+    registered data source carries one to the worker that prepares a write."""
+
+    default_fs: str = LOCAL_DEFAULT_FS
+    working_dir: str | None = None
+
+    @classmethod
+    def of_session(cls, spark) -> "Filesystems":
+        """The filesystems a query of ``spark`` resolves its checkpoint against (in the driver,
+        where there is a JVM): the session's Hadoop configuration, as Spark builds it for a
+        query (``sessionState.newHadoopConf()``: the context's plus the session's settings)."""
+        jsession = spark._jsparkSession
+        default_fs = jsession.sessionState().newHadoopConf().get("fs.defaultFS")
+        working_dir = spark._jvm.java.lang.System.getProperty("user.dir")
+        return cls(default_fs or LOCAL_DEFAULT_FS, working_dir)
+
+    def resolve(self, location: str) -> Location:
+        """``location`` qualified as Spark qualifies it, and its local path if it has one."""
+        scheme, authority, path = _split(location.strip())
+        if scheme is None or (scheme == _split(self.default_fs)[0] and not authority):
+            default_scheme, default_authority, _ = _split(self.default_fs)
+            scheme = scheme or default_scheme or LOCAL_SCHEME
+            authority = default_authority
+        if scheme == LOCAL_SCHEME:
+            if not path.startswith("/"):
+                path = os.path.join(self.working_dir or os.getcwd(), path)
+            path = os.path.normpath(path)
+            return Location(f"{LOCAL_SCHEME}:{path}", path)
+        if not path.startswith("/"):
+            # Hadoop's remote filesystems (HDFS, S3A, ...) start in /user/<user name>.
+            user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+            path = f"/user/{user}/{path}"
+        return Location(f"{scheme}://{authority}{os.path.normpath(path)}", None)
+
+    def local_path(self, location: str) -> str:
+        """The local path of ``location``; :class:`NotLocal` if Spark would not use one."""
+        resolved = self.resolve(location)
+        if resolved.local is None:
+            raise NotLocal(location, resolved.uri)
+        return resolved.local
+
+
+LOCAL = Filesystems()
 
 
 def local_path(location: str) -> str:
-    """``file:/x`` and ``file:///x`` -> ``/x``. Other schemes are not supported yet."""
-    if location.startswith("file://"):
-        return location[len("file://"):]
-    if location.startswith("file:"):
-        return location[len("file:"):]
-    if "://" in location:
-        raise ValueError(f"checkpointLocation {location!r}: only local or shared (mounted) "
-                         f"paths are supported for now")
-    return location
+    """``file:/x``, ``file:///x`` and ``/x`` -> ``/x`` (relative: under the working directory);
+    :class:`NotLocal` for other schemes. ``location`` is a URI Spark resolved (the listener's
+    ``resolvedCheckpointRoot``) or one an operator typed: local unless it names a scheme."""
+    return LOCAL.local_path(location)
 
 
 def is_committed(checkpoint: str, batch: int) -> bool:
@@ -25,6 +118,15 @@ def is_committed(checkpoint: str, batch: int) -> bool:
 
 def exists(checkpoint: str) -> bool:
     return os.path.isdir(local_path(checkpoint))
+
+
+def written_by_spark(checkpoint: str) -> bool:
+    """Spark has run a query on this checkpoint: it writes ``metadata`` when the query starts
+    and ``offsets/N`` before batch N runs, so a folder holding neither (nor ``commits/``) has
+    never seen a batch, whatever a WAL says was sealed for it."""
+    folder = local_path(checkpoint)
+    return any(os.path.exists(os.path.join(folder, name))
+               for name in ("metadata", "offsets", "commits"))
 
 
 def committed_batches(checkpoint: str) -> list[int]:

@@ -1,0 +1,182 @@
+"""Where a checkpoint is (wal/checkpoint.py: ``Filesystems``), as Spark resolves it, and the
+sink's refusal of one it cannot read (sinks/plan.py), before anything is staged.
+
+Issue 17, item 5: with HDFS as Spark's default filesystem, a checkpoint given without a
+scheme is ``hdfs://...`` to Spark; the sink used it as a local folder, so nothing was ever
+flushed and ``cassandra-wal recover`` discarded the batches."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+
+import pytest
+
+from sinks.errors import OptionError
+from sinks.options import parse_options
+from sinks.plan import POINTER_FILE, prepare_write, read_pointer, resolve_wal_root
+from tests.helpers.walfactory import WalFactory
+from wal import checkpoint as ckpt
+from wal.checkpoint import Filesystems, NotLocal
+from wal.cli.main import main
+from wal.seal import COMMIT_POINT_CHECKPOINT
+
+pytestmark = pytest.mark.unit
+
+HDFS = Filesystems("hdfs://nn:8020", working_dir="/home/etl")
+LOCAL = Filesystems("file:///", working_dir="/home/etl")
+
+
+# -- resolution ----------------------------------------------------------------------------
+
+def test_no_scheme_on_a_hdfs_default_is_hdfs():
+    loc = HDFS.resolve("/data/cp")
+    assert (loc.uri, loc.local) == ("hdfs://nn:8020/data/cp", None)
+    with pytest.raises(NotLocal) as info:
+        HDFS.local_path("/data/cp")
+    assert info.value.uri == "hdfs://nn:8020/data/cp"
+
+
+def test_no_scheme_on_the_local_default_is_local():
+    assert LOCAL.resolve("/data/cp") == ckpt.Location("file:/data/cp", "/data/cp")
+    assert Filesystems("file:/").local_path("/data/cp/") == "/data/cp"
+
+
+@pytest.mark.parametrize("uri", ["file:///data/cp", "file:/data/cp", "FILE:///data/cp",
+                                 "file://localhost/data/cp"])
+def test_explicit_file_uris_are_local_whatever_the_default(uri):
+    assert HDFS.resolve(uri) == ckpt.Location("file:/data/cp", "/data/cp")
+
+
+@pytest.mark.parametrize("uri,spark_uri", [
+    ("hdfs://other:9000/cp", "hdfs://other:9000/cp"),
+    ("s3a://bucket/cp", "s3a://bucket/cp"),
+    ("hdfs:/cp", "hdfs://nn:8020/cp"),        # Hadoop takes the default's authority
+])
+def test_explicit_remote_uris_are_not_local(uri, spark_uri):
+    assert HDFS.resolve(uri) == ckpt.Location(spark_uri, None)
+    with pytest.raises(NotLocal):
+        HDFS.local_path(uri)
+
+
+def test_a_relative_path_is_under_the_working_directory_of_its_filesystem(monkeypatch):
+    assert LOCAL.resolve("cp/q1") == ckpt.Location("file:/home/etl/cp/q1", "/home/etl/cp/q1")
+    # Hadoop's remote filesystems start in /user/<user>, as Spark's URI then says.
+    monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
+    assert HDFS.resolve("cp/q1").uri == f"hdfs://nn:8020/user/{getpass.getuser()}/cp/q1"
+    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    assert HDFS.resolve("cp/q1").uri == "hdfs://nn:8020/user/etl/cp/q1"
+
+
+def test_without_a_working_directory_this_process_is_used(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Filesystems().local_path("cp") == str(tmp_path / "cp")
+
+
+def test_the_module_local_path_keeps_reading_what_spark_resolved():
+    assert ckpt.local_path("file:/data/cp") == "/data/cp"      # resolvedCheckpointRoot
+    with pytest.raises(NotLocal):
+        ckpt.local_path("hdfs://nn:8020/data/cp")
+
+
+# -- the sink refuses before anything is staged --------------------------------------------
+
+def _config(**options):
+    return parse_options(dict({"keyspace": "ks", "table": "t"}, **options), {})
+
+
+def test_a_stream_checkpoint_on_hdfs_is_refused_naming_the_uri_and_the_remedy():
+    with pytest.raises(OptionError) as info:
+        resolve_wal_root(_config(checkpointLocation="/data/cp"), True, HDFS)
+    err = info.value
+    assert err.option == "checkpointLocation" and err.value == "/data/cp"
+    text = str(err)
+    assert "hdfs://nn:8020/data/cp" in text and "fs.defaultFS" in text
+    assert "file:///" in text and "not supported yet" in text
+
+
+def test_a_checkpoint_is_refused_even_when_wal_path_is_local():
+    with pytest.raises(OptionError) as info:
+        resolve_wal_root(_config(checkpointLocation="/data/cp", **{"wal.path": "file:///w"}),
+                         True, HDFS)
+    assert info.value.option == "checkpointLocation"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_wal_path_on_hdfs_is_refused(streaming):
+    with pytest.raises(OptionError) as info:
+        resolve_wal_root(_config(checkpointLocation="file:///data/cp",
+                                 **{"wal.path": "/data/wal"}), streaming, HDFS, None)
+    assert info.value.option == "wal.path"
+    assert "hdfs://nn:8020/data/wal" in str(info.value)
+
+
+def test_local_locations_resolve_as_before(tmp_path):
+    cp = str(tmp_path / "cp")
+    assert resolve_wal_root(_config(checkpointLocation=cp), True, Filesystems()) == \
+        os.path.join(cp, "cassandra_wal")
+    assert resolve_wal_root(_config(checkpointLocation="file://" + cp), True, HDFS) == \
+        os.path.join(cp, "cassandra_wal")
+    assert resolve_wal_root(_config(**{"wal.path": "file://" + cp}), False, HDFS, "j1") == \
+        os.path.join(cp, "jobs", "j1")
+
+
+def test_prepare_write_refuses_before_creating_anything(tmp_path):
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    schema = StructType([StructField("id", IntegerType())])
+    cp = tmp_path / "cp"
+    with pytest.raises(OptionError, match="checkpointLocation"):
+        prepare_write({"keyspace": "ks", "table": "t", "checkpointlocation": str(cp)}, {},
+                      schema, streaming=True, filesystems=Filesystems("hdfs://127.0.0.1:1"))
+    assert os.listdir(tmp_path) == []     # no WAL, no pointer: nothing staged anywhere
+
+
+def test_the_listener_finds_no_wal_for_a_checkpoint_on_another_filesystem(tmp_path):
+    """Queries of other sinks may checkpoint on HDFS: not ours, and nothing to say."""
+    assert read_pointer("hdfs://nn:8020/data/cp") is None
+    (tmp_path / POINTER_FILE).write_text(json.dumps({"wal_path": "/w"}))
+    assert read_pointer("file:" + str(tmp_path)) == "/w"
+
+
+# -- cassandra-wal recover: a usage error, never "discard" ---------------------------------
+
+def _recover(capsys, *argv):
+    capsys.readouterr()
+    code = main(["recover", *map(str, argv)])
+    return code, capsys.readouterr().err
+
+
+def _stream_wal(tmp_path, checkpoint_location):
+    factory = WalFactory(tmp_path / "wal", target={"checkpoint_location": checkpoint_location})
+    factory.sealed(0, committed=None, commit_point=COMMIT_POINT_CHECKPOINT)
+    return factory.wal
+
+
+@pytest.mark.parametrize("given", ["hdfs://nn:8020/data/cp", "s3a://bucket/cp"])
+def test_recover_with_a_remote_checkpoint_option_is_a_usage_error(tmp_path, capsys, given):
+    wal = _stream_wal(tmp_path, None)
+    code, err = _recover(capsys, wal.root, "--checkpoint", given)
+    assert code == 2, err
+    assert given in err and "not on the local filesystem" in err and "nothing was changed" in err
+    assert wal.sealed_batch_ids() == [0]
+
+
+def test_recover_with_a_remote_recorded_checkpoint_is_a_usage_error(tmp_path, capsys):
+    wal = _stream_wal(tmp_path, "hdfs://nn:8020/data/cp")
+    code, err = _recover(capsys, wal.root, "--dry-run")
+    assert code == 2 and "target.json" in err and "hdfs://nn:8020/data/cp" in err
+
+
+def test_recover_refuses_a_local_folder_spark_never_wrote(tmp_path, capsys):
+    """What the earlier release left when Spark's checkpoint was on HDFS: a local folder of
+    the same name holding only the sink's pointer. Its missing commits/ is no evidence that
+    Spark never committed the batches."""
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / POINTER_FILE).write_text(json.dumps({"wal_path": str(tmp_path / "wal")}))
+    wal = _stream_wal(tmp_path, str(cp))
+    code, err = _recover(capsys, wal.root)
+    assert code == 2 and "is not a Spark checkpoint" in err and "fs.defaultFS" in err
+    assert wal.sealed_batch_ids() == [0]
