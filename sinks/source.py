@@ -8,8 +8,10 @@ Who calls what, where (measured: ``../shared/docs/spark-facts.md``):
   goes to Cassandra from a task.
 * ``commit()``: Spark's commit worker on the driver host. Seals the batch durably before it
   returns; a stream's batch is flushed later, by the driver, once ``commits/N`` exists
-  (:mod:`sinks.driver`). A batch ``df.write`` job flushes right after its seal, in the commit.
-* ``abort()``: nothing to undo: unsealed segments are never flushed and are removed later.
+  (:mod:`sinks.driver`). A batch ``df.write`` job has a WAL of its own, and flushes right
+  after its seal, in the commit (:mod:`sinks.batch_jobs`).
+* ``abort()``: nothing to undo: unsealed segments are never flushed and are removed later (a
+  batch job removes its unsealed WAL at once).
 
 Nothing here keeps state between calls: Spark re-creates these objects for every batch.
 """
@@ -17,12 +19,13 @@ Nothing here keeps state between calls: Spark re-creates these objects for every
 from __future__ import annotations
 
 import logging
-import time
+import uuid
 
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,
                                     DataSourceStreamArrowWriter)
 
-from wal.seal import COMMIT_POINT_SEAL
+from wal import checkpoint as ckpt
+from wal.jobs import JOB_BATCH
 
 from .errors import OptionError
 from .plan import WritePlan, commit_batch, prepare_write, stage_partition
@@ -57,34 +60,42 @@ class CassandraWalStreamWriter(DataSourceStreamArrowWriter):
 
 
 class CassandraWalBatchWriter(DataSourceArrowWriter):
-    """``df.write``: the job is one WAL batch, its id a microsecond clock reading."""
+    """``df.write``: the job is the one batch (:data:`wal.jobs.JOB_BATCH`) of a WAL of its own
+    (``plan.wal_root``), so that jobs writing to one table at once never touch each other's
+    rows (:mod:`wal.jobs`)."""
 
-    def __init__(self, plan: WritePlan, batch_id: int):
-        self.plan, self.batch_id = plan, batch_id
+    def __init__(self, plan: WritePlan):
+        self.plan = plan
 
     def write(self, iterator):
         tc = _task()
-        return stage_partition(self.plan, iterator, self.batch_id, tc.partitionId(),
+        return stage_partition(self.plan, iterator, JOB_BATCH, tc.partitionId(),
                                tc.attemptNumber())
 
     def commit(self, messages):
-        from .driver import flush_now
+        # Imported here: the tasks, which import this module too, need no Cassandra driver.
+        from .batch_jobs import commit_job
 
-        commit_batch(self.plan, messages, self.batch_id, commit_point=COMMIT_POINT_SEAL)
-        flush_now(self.plan)
+        commit_job(self.plan, messages)
 
     def abort(self, messages):
+        from .batch_jobs import abort_job
+
         log.warning("write job aborted: its staged segments will never be flushed")
+        abort_job(self.plan)
 
 
 class CassandraWalDataSource(DataSource):
     """Registered by :func:`sinks.register`, which bakes the session's ``spark.cassandra.*``
     settings into a subclass (``session_conf``) since a data source sees only its options, and
     the path of the driver's credential channel (``credential_channel``,
-    :mod:`sinks.credentials`): how credentials given as options reach the driver's flusher."""
+    :mod:`sinks.credentials`): how credentials given as options reach the driver's flusher,
+    and what the session's queries resolve a checkpoint against (``filesystems``: the default
+    filesystem, :mod:`wal.checkpoint`), which only the driver's JVM knows."""
 
     session_conf: dict = {}
     credential_channel: str | None = None
+    filesystems: ckpt.Filesystems = ckpt.LOCAL    # what Spark resolves checkpoints against
 
     @classmethod
     def name(cls) -> str:
@@ -93,11 +104,14 @@ class CassandraWalDataSource(DataSource):
     def streamWriter(self, schema, overwrite):
         return CassandraWalStreamWriter(prepare_write(
             self.options, self.session_conf, schema, streaming=True,
-            credential_channel=self.credential_channel))
+            credential_channel=self.credential_channel, filesystems=self.filesystems))
 
     def writer(self, schema, overwrite):
         if overwrite:
             raise OptionError("mode", "overwrite", "overwrite would truncate the table; "
                               "this sink appends (upserts): use mode('append')")
-        plan = prepare_write(self.options, self.session_conf, schema, streaming=False)
-        return CassandraWalBatchWriter(plan, time.time_ns() // 1000)
+        # writer() runs once per job: the job's WAL is named here, and its tasks and commit
+        # get it through the plan.
+        plan = prepare_write(self.options, self.session_conf, schema, streaming=False,
+                             filesystems=self.filesystems, job_id=uuid.uuid4().hex)
+        return CassandraWalBatchWriter(plan)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import pytest
 
 from sinkutil import (assert_rows_equal, create_table, read_table, register, rows_by_key,
-                      sink_options, wal_files, error_text)
-from wal.layout import WalDir
-from wal.log import WalLog
-from wal.seal import COMMIT_POINT_SEAL, read_seal
-from wal.states import BatchState
+                      sink_options, error_text)
+from wal.jobs import TableFloor
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +30,8 @@ def test_batch_save_writes_exactly_the_rows_then_upserts(spark, cassandra_node, 
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
                                 "tags list<text>)")
-    wal = WalDir(str(tmp_path / "wal"))
-    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": wal.root})
+    root = tmp_path / "wal"
+    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
 
     first = _rows(range(0, 40), "first")
     spark.createDataFrame(first, SCHEMA).repartition(3).write.format("cassandra_wal") \
@@ -49,21 +50,15 @@ def test_batch_save_writes_exactly_the_rows_then_upserts(spark, cassandra_node, 
     assert len(actual) == 60
     assert_rows_equal(actual, expected, "after the second save")
 
-    # Both jobs went through the WAL as one batch each, sealed at their own commit point,
-    # and are flushed; their staged segments are gone.
-    segments, seals = wal_files(wal)
-    assert segments == []
-    log = WalLog.open_reader(wal)
-    try:
-        records = log.records()
-        assert [r.state for r in records] == [BatchState.FLUSHED, BatchState.FLUSHED]
-        assert [r.seal.rows for r in records] == [40, 30]
-        assert all(r.seal.commit_point == COMMIT_POINT_SEAL for r in records)
-        # The second job's timestamps are above the first's: it wins the overlapping keys.
-        assert records[1].seal.base_ts_us > records[0].seal.last_ts_us
-    finally:
-        log.close()
-    assert read_seal(wal, records[1].batch) is not None   # the newest seal is always kept
+    # Each job went through a WAL of its own, removed once its rows were written: nothing is
+    # left that a later job could misread. The table's floor holds the last timestamp used.
+    assert os.listdir(root / "jobs") == []
+    assert not (root / "WAL_FORMAT").exists()
+    stamps = {r.id: r.ts for r in cql.execute(
+        f"SELECT id, writetime(name) AS ts FROM {keyspace}.items")}
+    # The second job's timestamps are above the first's: it wins the overlapping keys.
+    assert min(stamps[i] for i in range(30, 60)) > max(stamps[i] for i in range(0, 30))
+    assert TableFloor(str(root)).read() == max(stamps.values())
 
 
 def test_batch_overwrite_mode_is_refused(spark, cassandra_node, cql, keyspace, tmp_path):
@@ -71,12 +66,126 @@ def test_batch_overwrite_mode_is_refused(spark, cassandra_node, cql, keyspace, t
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
                                 "tags list<text>)")
     cql.execute(f"INSERT INTO {keyspace}.items (id, name) VALUES (1, 'kept')")
-    wal = WalDir(str(tmp_path / "wal"))
-    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": wal.root})
+    root = tmp_path / "wal"
+    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
     with pytest.raises(Exception) as info:
         spark.createDataFrame(_rows([2], "x"), SCHEMA).write.format("cassandra_wal") \
             .mode("overwrite").options(**opts).save()
     text = error_text(info.value)
     assert "mode" in text and "overwrite" in text and "append" in text, text
     assert [r["id"] for r in read_table(cql, keyspace, "items")] == [1]
-    assert wal_files(wal) == ([], [])
+    assert not root.exists()    # refused before anything was staged
+
+
+def _save_in_thread(spark, rows, opts, partitions: int, errors: dict, key) -> None:
+    """A ``df.write`` from its own thread, as concurrent jobs of one application run.
+
+    PySpark looks a Python data source up in the JVM thread's active session, which a new
+    thread does not have (``DATA_SOURCE_NOT_FOUND``): set it first."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    try:
+        spark.createDataFrame(rows, SCHEMA).repartition(partitions).write \
+            .format("cassandra_wal").mode("append").options(**opts).save()
+    except Exception as exc:  # noqa: BLE001 - reported by the test thread, with every job's
+        errors[key] = exc
+
+
+def test_concurrent_jobs_to_one_table_each_land_every_row(spark, cassandra_node, cql, keyspace,
+                                                          tmp_path):
+    """Issue 17, item 2: jobs writing to one table at once share its WAL root. Each job must
+    be isolated (no job deletes, discards or writes another's rows) and its save() must
+    return only once its own rows are acknowledged."""
+    register(spark)
+    create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
+                                "tags list<text>)")
+    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(tmp_path / "wal")})
+    jobs, rows_per_job = 3, 120
+    expected: dict = {}
+    for round_ in range(3):
+        errors: dict = {}
+        batches = {k: _rows(range((round_ * jobs + k) * rows_per_job,
+                                  (round_ * jobs + k + 1) * rows_per_job), f"r{round_}j{k}")
+                   for k in range(jobs)}
+        threads = [threading.Thread(target=_save_in_thread,
+                                    args=(spark, batches[k], opts, 2, errors, k))
+                   for k in range(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        assert not any(t.is_alive() for t in threads), "a job did not finish in 10 minutes"
+        assert not errors, "\n\n".join(f"job {k}: {error_text(e)[:2000]}"
+                                       for k, e in sorted(errors.items()))
+        # Each save() returned: its rows are in Cassandra now, no waiting.
+        for rows in batches.values():
+            expected.update(_expected(rows))
+        assert_rows_equal(rows_by_key(read_table(cql, keyspace, "items"), "id"), expected,
+                          f"after round {round_}")
+
+
+def _writetimes(cql, keyspace: str) -> dict:
+    return {r.id: r.ts for r in cql.execute(
+        f"SELECT id, writetime(name) AS ts FROM {keyspace}.items")}
+
+
+def test_later_job_wins_when_its_clock_is_behind_the_earlier_jobs(spark, cassandra_node, cql,
+                                                                   keyspace, tmp_path):
+    """Issue 17, item 2: jobs no longer share a WAL whose chain of seals ordered their
+    timestamps; the table's floor must. The first job writes with timestamps an hour ahead of
+    the clock (as a job on a machine whose clock is ahead, or before the clock stepped back:
+    the floor it finds, ``last_ts``, is an hour ahead); the second job's clock is then behind
+    the first job's timestamps, and its rows must still win the keys both write."""
+    register(spark)
+    create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
+                                "tags list<text>)")
+    root = tmp_path / "wal"
+    root.mkdir(mode=0o700)
+    ahead = time.time_ns() // 1000 + 3600 * 1_000_000
+    (root / "last_ts").write_text(f"{ahead}\n")
+    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
+
+    first = _rows(range(0, 50), "first")
+    spark.createDataFrame(first, SCHEMA).repartition(2).write.format("cassandra_wal") \
+        .mode("append").options(**opts).save()
+    stamps = _writetimes(cql, keyspace)
+    assert min(stamps.values()) > ahead          # the first job's rows: an hour ahead
+    second = _rows(range(25, 75), "second")      # its clock now is an hour behind them
+    spark.createDataFrame(second, SCHEMA).repartition(2).write.format("cassandra_wal") \
+        .mode("append").options(**opts).save()
+
+    expected = _expected(first[:25])
+    expected.update(_expected(second))
+    assert_rows_equal(rows_by_key(read_table(cql, keyspace, "items"), "id"), expected,
+                      "after the second job")
+    later = _writetimes(cql, keyspace)
+    assert min(later[i] for i in range(25, 75)) > max(stamps.values())
+
+
+def test_a_sealed_job_left_behind_is_written_by_the_next_job(spark, cassandra_node, cql,
+                                                             keyspace, tmp_path):
+    """A job whose commit sealed its rows and did not write them (here ``wal.flush=false``:
+    the state a job that died after its seal leaves, with its lock released) is completed by
+    the next job to the table, with the options it recorded; both WALs are then removed."""
+    register(spark)
+    create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
+                                "tags list<text>)")
+    root = tmp_path / "wal"
+    opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
+    left = _rows(range(0, 30), "left")
+    spark.createDataFrame(left, SCHEMA).repartition(2).write.format("cassandra_wal") \
+        .mode("append").options(**opts, **{"wal.flush": "false"}).save()
+    assert read_table(cql, keyspace, "items") == []
+    assert len(os.listdir(root / "jobs")) == 1
+
+    # The next job writes with TTL 3600: the orphan must keep its own options (no TTL).
+    after = _rows(range(30, 40), "after")
+    spark.createDataFrame(after, SCHEMA).write.format("cassandra_wal").mode("append") \
+        .options(**opts, **{"spark.cassandra.output.ttl": "3600"}).save()
+    expected = _expected(left)
+    expected.update(_expected(after))
+    assert_rows_equal(rows_by_key(read_table(cql, keyspace, "items"), "id"), expected,
+                      "after the next job")
+    ttls = {r.id: r.t for r in cql.execute(f"SELECT id, ttl(name) AS t FROM {keyspace}.items")}
+    assert all(ttls[i] is None for i in range(0, 30)), "the orphan was written with TTL"
+    assert all(ttls[i] is not None for i in range(30, 40))
+    assert os.listdir(root / "jobs") == []

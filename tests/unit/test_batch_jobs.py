@@ -1,0 +1,222 @@
+"""Batch jobs' WALs (wal/jobs.py, sinks/batch_jobs.py): the table's timestamp floor under a
+clock that steps back, and which job WALs a job completes, leaves alone, or removes.
+
+The flush itself (Cassandra) is replaced by a recorder here; the end-to-end tests in
+tests/integration/test_sink_batch.py write through the real node and real Spark."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from recovery.replay import ReplayReport
+from sinks import batch_jobs
+from sinks.errors import SinkError
+from tests.helpers.walfactory import WalFactory
+from wal import seal as seal_mod
+from wal.jobs import JOB_BATCH, TableFloor, TableJobs
+from wal.layout import WalDir
+from wal.seal import COMMIT_POINT_SEAL, read_seal, seal_batch
+from wal.segment import SegmentRef
+
+pytestmark = pytest.mark.unit
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _ref(rows: int) -> SegmentRef:
+    return SegmentRef("00000000000000000000/00000-000-000000000000.seg", 0, 0, rows, chunks=1,
+                      bytes=100, crc32=1)
+
+
+# -- the floor -----------------------------------------------------------------------------
+
+def test_a_later_job_with_a_clock_stepped_back_seals_above_the_earlier_job(tmp_path,
+                                                                           monkeypatch):
+    jobs = TableJobs(str(tmp_path / "table"))
+    clock = iter([5_000_000, 1_000_000])      # the second job's clock is 4 s behind
+    monkeypatch.setattr(seal_mod, "now_us", lambda: next(clock))
+    first_wal = WalDir(jobs.job_root("a")).create()
+    second_wal = WalDir(jobs.job_root("b")).create()
+
+    first = seal_batch(first_wal, JOB_BATCH, [_ref(10)], commit_point=COMMIT_POINT_SEAL,
+                       floor=jobs.floor)
+    second = seal_batch(second_wal, JOB_BATCH, [_ref(3)], commit_point=COMMIT_POINT_SEAL,
+                        floor=jobs.floor)
+
+    assert first.base_ts_us == 5_000_000 and first.last_ts_us == 5_000_009
+    assert second.base_ts_us == 5_000_010          # not 1_000_000: above every earlier row
+    assert jobs.floor.read() == second.last_ts_us == 5_000_012
+    assert read_seal(second_wal, JOB_BATCH).base_ts_us == 5_000_010
+
+
+def test_the_clock_wins_when_it_is_ahead_of_the_floor(tmp_path):
+    floor = TableFloor(str(tmp_path))
+    assert floor.claim(1_000, rows=5) == 1_000
+    assert floor.claim(9_000, rows=1) == 9_000
+    assert floor.read() == 9_000
+
+
+def test_a_job_of_no_rows_still_moves_the_floor_past_its_timestamp(tmp_path):
+    floor = TableFloor(str(tmp_path))
+    assert floor.claim(100, rows=0) == 100
+    assert floor.claim(50, rows=0) == 101
+
+
+def test_concurrent_claims_get_disjoint_timestamp_ranges(tmp_path):
+    floor = TableFloor(str(tmp_path))
+    ranges, lock = [], threading.Lock()
+
+    def claim():
+        base = floor.claim(1_000, rows=7)
+        with lock:
+            ranges.append((base, base + 6))
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ranges.sort()
+    assert all(prev[1] < nxt[0] for prev, nxt in zip(ranges, ranges[1:])), ranges
+    assert floor.read() == ranges[-1][1]
+
+
+# -- orphans -------------------------------------------------------------------------------
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """``batch_jobs._flush`` replaced: records which WALs were written, with which target."""
+    flushed: list[str] = []
+
+    def fake_flush(wal, target):
+        flushed.append(wal.root)
+        return ReplayReport(replayed=[JOB_BATCH], rows_written=5)
+
+    monkeypatch.setattr(batch_jobs, "_flush", fake_flush)
+    monkeypatch.setattr(batch_jobs, "_recorded_target", lambda wal, plan: wal.read_target())
+    return flushed
+
+
+def _job(jobs: TableJobs, name: str, sealed: bool, locked_file: bool = True) -> str:
+    root = jobs.job_root(name)
+    factory = WalFactory(root, target={"keyspace": "ks", "table": "t", "job": name})
+    if sealed:
+        factory.sealed(JOB_BATCH, committed=None, commit_point=COMMIT_POINT_SEAL)
+        with jobs.holding(root):   # its commit ran (and ended: the lock file stays, free)
+            pass
+    else:
+        factory.staged(JOB_BATCH)
+    return root
+
+
+def _plan(job_root: str):
+    return SimpleNamespace(wal_root=job_root)
+
+
+def test_a_sealed_job_wal_whose_lock_is_free_is_completed_and_removed(tmp_path, recorder):
+    jobs = TableJobs(str(tmp_path / "table"))
+    orphan = _job(jobs, "dead", sealed=True)
+    own = _job(jobs, "own", sealed=False)
+    batch_jobs.complete_orphans(jobs, _plan(own))
+    assert recorder == [orphan]
+    assert not os.path.exists(orphan)
+    assert os.listdir(jobs.jobs) == ["own"]
+
+
+def test_an_unsealed_job_wal_is_never_touched(tmp_path, recorder):
+    """It may be staging right now: its tasks write into it until its commit starts."""
+    jobs = TableJobs(str(tmp_path / "table"))
+    staging = _job(jobs, "staging", sealed=False)
+    before = sorted(os.listdir(WalDir(staging).batch_segments(JOB_BATCH)))
+    batch_jobs.complete_orphans(jobs, _plan(_job(jobs, "own", sealed=False)))
+    assert recorder == []
+    assert sorted(os.listdir(WalDir(staging).batch_segments(JOB_BATCH))) == before
+
+
+def test_a_job_wal_whose_job_is_committing_is_never_touched(tmp_path, recorder):
+    """A live job holds its lock from its commit's start to its end (here another process,
+    as a concurrent job's commit worker is)."""
+    jobs = TableJobs(str(tmp_path / "table"))
+    live = _job(jobs, "live", sealed=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; sys.path.insert(0, sys.argv[1]); from wal.jobs import TableJobs\n"
+         "with TableJobs.of_job(sys.argv[2]).holding(sys.argv[2]):\n"
+         "    print('held', flush=True); sys.stdin.read()",
+         REPO, live], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        batch_jobs.complete_orphans(jobs, _plan(_job(jobs, "own", sealed=False)))
+        assert recorder == [] and os.path.isdir(live)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    # Its process gone (as if it died after its seal), the next job completes it.
+    batch_jobs.complete_orphans(jobs, _plan(jobs.job_root("own")))
+    assert recorder == [live] and not os.path.exists(live)
+
+
+def test_an_orphan_that_cannot_be_written_is_logged_and_kept_for_the_next_job(
+        tmp_path, monkeypatch, caplog):
+    jobs = TableJobs(str(tmp_path / "table"))
+    orphan = _job(jobs, "dead", sealed=True)
+    monkeypatch.setattr(batch_jobs, "_recorded_target", lambda wal, plan: None)
+
+    def failing(wal, target):
+        raise SinkError("Cassandra refused it")
+
+    monkeypatch.setattr(batch_jobs, "_flush", failing)
+    batch_jobs.complete_orphans(jobs, _plan(_job(jobs, "own", sealed=False)))
+    assert os.path.isdir(orphan) and WalDir(orphan).sealed_batch_ids() == [JOB_BATCH]
+    assert any(r.levelname == "ERROR" and orphan in r.getMessage()
+               and "cassandra-wal recover" in r.getMessage() for r in caplog.records)
+
+
+def test_abort_removes_an_unsealed_job_wal_and_keeps_a_sealed_one(tmp_path):
+    jobs = TableJobs(str(tmp_path / "table"))
+    unsealed, sealed = _job(jobs, "u", sealed=False), _job(jobs, "s", sealed=True)
+    batch_jobs.abort_job(SimpleNamespace(wal_root=unsealed, wal=WalDir(unsealed)))
+    batch_jobs.abort_job(SimpleNamespace(wal_root=sealed, wal=WalDir(sealed)))
+    assert not os.path.exists(unsealed)
+    assert WalDir(sealed).sealed_batch_ids() == [JOB_BATCH]
+
+
+def test_leftovers_of_a_crash_while_removing_a_flushed_job_wal_are_deleted(tmp_path):
+    jobs = TableJobs(str(tmp_path / "table"))
+    done = os.path.join(jobs.root, "done", "x")
+    os.makedirs(os.path.join(done, "log"))
+    jobs.remove_done()
+    assert os.listdir(os.path.join(jobs.root, "done")) == []
+
+
+# -- the earlier, shared layout ------------------------------------------------------------
+
+def test_a_shared_layout_wal_is_flushed_its_timestamps_carried_and_removed(tmp_path, recorder):
+    root = str(tmp_path / "table")
+    legacy = WalFactory(root, target={"keyspace": "ks", "table": "t"})
+    built = legacy.sealed(7, committed=None, commit_point=COMMIT_POINT_SEAL)
+    jobs = TableJobs(root)
+    batch_jobs.flush_shared_wal(jobs, _plan(jobs.job_root("own")))
+    assert recorder == [root]
+    assert jobs.shared_wal() is None
+    assert sorted(os.listdir(root)) == ["last_ts", "lock"]
+    assert jobs.floor.read() == built.seal.last_ts_us     # the next job seals above it
+
+
+def test_a_shared_layout_wal_that_waits_for_a_checkpoint_is_kept_and_the_job_fails(
+        tmp_path, monkeypatch):
+    root = str(tmp_path / "table")
+    WalFactory(root, target={"keyspace": "ks", "table": "t"}).sealed(3, committed=None)
+    monkeypatch.setattr(batch_jobs, "_recorded_target", lambda wal, plan: None)
+    monkeypatch.setattr(batch_jobs, "_flush",
+                        lambda wal, target: ReplayReport(waiting_at=3))
+    jobs = TableJobs(root)
+    with pytest.raises(SinkError, match="batch 3 waits for a Spark checkpoint"):
+        batch_jobs.flush_shared_wal(jobs, _plan(jobs.job_root("own")))
+    assert jobs.shared_wal() is not None and WalDir(root).sealed_batch_ids() == [3]
