@@ -44,7 +44,7 @@ _NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
 _SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _WRITE_CONSISTENCIES = tuple(
-    n for n in ConsistencyLevel.name_to_value if n not in ("SERIAL", "LOCAL_SERIAL")
+    n for n in ConsistencyLevel.name_to_value if n not in ("ANY", "SERIAL", "LOCAL_SERIAL")
 )
 
 
@@ -216,6 +216,11 @@ def _consistency(raw: str) -> str:
     name = raw.strip().upper()
     if name in ("SERIAL", "LOCAL_SERIAL"):
         raise ValueError(f"{name} applies only to lightweight transactions, which this sink never sends")
+    if name == "ANY":
+        raise ValueError(
+            "ANY acknowledges a write that may exist only as a hint on the coordinator, so the "
+            "WAL would mark the batch flushed and delete rows it cannot know are stored; use "
+            "ONE or stronger (LOCAL_QUORUM, the default)")
     if name not in _WRITE_CONSISTENCIES:
         raise ValueError(f"expected one of {', '.join(_WRITE_CONSISTENCIES)}")
     return name
@@ -457,8 +462,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.output.consistency.level", "LOCAL_QUORUM", _consistency,
-        "Write consistency level (any `cassandra.ConsistencyLevel` name except SERIAL and "
-        "LOCAL_SERIAL).",
+        "Write consistency level: any `cassandra.ConsistencyLevel` name but SERIAL and "
+        "LOCAL_SERIAL (for lightweight transactions only) and ANY (a write acknowledged as a "
+        "hint may not be stored, yet its batch would be marked flushed and deleted from the "
+        "WAL).",
         target="connection.consistency",
     ),
     _spec(

@@ -265,6 +265,16 @@ def test_malformed_value_names_option_and_value(name, value):
     assert repr(name) in str(info.value) and repr(value) in str(info.value)
 
 
+@pytest.mark.parametrize("value", ["ANY", "any"])
+def test_consistency_any_is_refused_with_why_and_what_instead(value):
+    # "Flushed means acknowledged": ANY acknowledges a hint, which is no proof the row is stored.
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, "spark.cassandra.output.consistency.level": value})
+    assert info.value.option == "spark.cassandra.output.consistency.level"
+    assert "hint" in info.value.reason and "ONE or stronger" in info.value.reason
+    assert "LOCAL_QUORUM" in info.value.reason
+
+
 def test_every_parsed_option_has_a_malformed_case():
     no_bad_value = {"keyspace", "table", "path", "spark.cassandra.auth.username",
                     "spark.cassandra.auth.password", "spark.cassandra.connection.ssl.keyStore.password"}
