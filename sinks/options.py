@@ -46,6 +46,7 @@ _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _WRITE_CONSISTENCIES = tuple(
     n for n in ConsistencyLevel.name_to_value if n not in ("ANY", "SERIAL", "LOCAL_SERIAL")
 )
+_MAX_BIGINT = 2**63 - 1  # a write timestamp is sent as a signed 64-bit integer
 
 
 # ---------------------------------------------------------------- configs
@@ -278,7 +279,7 @@ def _per_row(constant: Callable[[str], int | None]) -> Callable[[str], PerRow]:
 
 
 def _writetime_constant(raw: str) -> int:
-    value = _int_in(0)(raw)
+    value = _int_in(0, _MAX_BIGINT)(raw)
     if value < _MIN_PLAUSIBLE_MICROS:
         raise ValueError(
             "looks like seconds or milliseconds; writetime is microseconds since the epoch "

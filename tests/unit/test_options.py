@@ -231,6 +231,7 @@ MALFORMED = [
     ("ttl", " "),
     ("writetime", "1700000000000"),  # milliseconds
     ("writetime", "-1"),
+    ("writetime", str(2**63)),  # would not fit the protocol's 64-bit timestamp at flush time
     ("writetime", ""),
     ("checkpointLocation", ""),
     ("wal.path", " "),
@@ -273,6 +274,10 @@ def test_consistency_any_is_refused_with_why_and_what_instead(value):
     assert info.value.option == "spark.cassandra.output.consistency.level"
     assert "hint" in info.value.reason and "ONE or stronger" in info.value.reason
     assert "LOCAL_QUORUM" in info.value.reason
+
+
+def test_largest_writetime_constant_is_accepted():
+    assert parse_one("writetime", str(2**63 - 1)).write.writetime_micros == 2**63 - 1
 
 
 def test_every_parsed_option_has_a_malformed_case():
