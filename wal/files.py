@@ -22,7 +22,8 @@ def fsync_dir(path: str) -> None:
 
 
 def make_private_dirs(path: str) -> None:
-    """Create ``path`` (and parents) with mode 0700 where they are created here."""
+    """Create ``path`` (and parents) with mode 0700 where they are created here, each new
+    entry made durable by an fsync of its parent folder."""
     # Not os.makedirs(mode=...): since Python 3.7 it creates intermediate folders with the
     # default mode (0777 & ~umask), so a task creating WAL_DIR/segments/<batch> would leave
     # WAL_DIR and segments/ readable by others.
@@ -36,6 +37,11 @@ def make_private_dirs(path: str) -> None:
     except FileExistsError:   # created meanwhile by a concurrent task
         if not os.path.isdir(path):
             raise
+    # Why: a segment's rename and its folder's fsync make the file durable inside
+    # segments/<batch>, but not <batch> itself inside segments/: without this, a crash after
+    # the seal could lose the whole batch folder. Also after a concurrent mkdir: its creator
+    # may not have synced the entry yet when our segment is sealed.
+    fsync_dir(parent or ".")
 
 
 def atomic_write(path: str, data: bytes) -> None:
