@@ -20,6 +20,9 @@ DISCARD = "discard"          # never committed by Spark: drop it, Spark re-runs 
 WAIT = "wait"                # sealed, commit not decided yet (a running query), or no checkpoint known
 BROKEN = "error"             # cannot proceed (seal missing or corrupted): see detail
 
+#: Detail of segments left by a task attempt that finished after its batch was done.
+LATE_ATTEMPT = "leftover of a late task attempt of a finished batch"
+
 
 @dataclass(frozen=True)
 class BatchView:
@@ -50,24 +53,39 @@ def _seal_or_error(wal: WalDir, batch: int) -> tuple[Seal | None, str]:
         return None, str(exc)
 
 
+def committed_through(log: WalLog | None, checkpoint: str | None) -> tuple[int, list[int] | None]:
+    """The highest batch id known to be committed, and the ``commits/N`` ids the checkpoint
+    lists (None: the checkpoint was not read).
+
+    Spark commits strictly in order and purges old ``commits/N`` files (it keeps
+    ``spark.sql.streaming.minBatchesToRetain`` of them), so a batch at or below the highest
+    ``commits/N`` is committed whether its own file is still there or not. The log keeps the
+    highest it has seen (:meth:`~wal.log.WalLog.note_committed`), for when the checkpoint is not
+    at hand. A checkpoint folder that does not exist (a mistyped path) is not read: it must not
+    make committed batches look uncommitted.
+    """
+    recorded = log.committed_through() if log else -1
+    if not checkpoint or not ckpt.exists(checkpoint):
+        return recorded, None
+    listed = ckpt.committed_batches(checkpoint)
+    return max(max(listed, default=-1), recorded), listed
+
+
 def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
              query_running: bool = False) -> list[BatchView]:
     """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait."""
     records = {r.batch: r for r in (log.records() if log else [])}
     flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
     staged_ids = set(wal.staged_batch_ids())
-    ids = set(records) | set(wal.sealed_batch_ids()) | staged_ids
-    # None: commits unknown. A checkpoint folder that does not exist (a mistyped path) must not
-    # make committed batches look uncommitted.
-    committed = (set(ckpt.committed_batches(checkpoint))
-                 if checkpoint and ckpt.exists(checkpoint) else None)
-    if committed is not None and ids:
+    sealed_ids = set(wal.sealed_batch_ids())
+    ids = set(records) | sealed_ids | staged_ids
+    highest, listed = committed_through(log, checkpoint)
+    if listed and ids:
         # A committed batch the WAL should hold but does not. Batches below the first one the
         # WAL knows were written before this WAL existed (or by another sink): not ours.
-        ids |= {b for b in committed if b > flushed_through and b >= min(ids)}
+        ids |= {b for b in listed if b > flushed_through and b >= min(ids)}
     now = now_us()
     views = []
-    sealed_ids = set(wal.sealed_batch_ids())
     for batch in sorted(ids):
         record = records.get(batch)
         if record is not None and record.state is BatchState.DISCARDED and batch in sealed_ids:
@@ -76,7 +94,8 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             # short by a crash, never committed). Decide from it as for a batch the log has
             # not seen: replay once committed (DISCARDED -> SEALED), else wait or discard.
             record = None
-        is_committed = (batch in committed) if committed is not None else None
+        # None: not known (no checkpoint given, and beyond what the log saw committed).
+        is_committed = True if batch <= highest else (False if listed is not None else None)
         seal, seal_error = (record.seal, "") if record and record.seal else _seal_or_error(wal, batch)
         if seal is not None and seal.commit_point == COMMIT_POINT_SEAL:
             is_committed = True
@@ -111,6 +130,11 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             else:
                 action, detail = DISCARD, "Spark never committed it; it re-runs the batch"
             views.append(BatchView(state="sealed", action=action, detail=detail, **base))
+        elif batch in staged_ids and batch <= flushed_through:
+            # Segments without a seal of a batch older than the newest flushed one: every such
+            # batch was flushed (or discarded) in order, so these are a late task attempt's
+            # (a zombie or speculative task finishing after its batch was done): garbage.
+            views.append(BatchView(state="staged", action=NOTHING, detail=LATE_ATTEMPT, **base))
         elif batch in staged_ids:
             if is_committed:
                 views.append(BatchView(state="staged", action=BROKEN,

@@ -27,6 +27,7 @@ from .segment import SegmentReader
 from .states import BatchState, check_transition
 
 KEY_FLUSHED_THROUGH = b"m/flushed_through"
+KEY_COMMITTED_THROUGH = b"m/committed_through"
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,11 @@ class WalLog:
         raw = self._db.get(KEY_FLUSHED_THROUGH)
         return int(raw) if raw is not None else -1
 
+    def committed_through(self) -> int:
+        """Highest batch id the log has seen Spark commit (-1 if none): see :meth:`note_committed`."""
+        raw = self._db.get(KEY_COMMITTED_THROUGH)
+        return int(raw) if raw is not None else -1
+
     def chunks(self, batch: int, segment: int = 0, chunk: int = 0) -> Iterator[LogChunk]:
         """Sealed rows of ``batch`` in flush order, from (segment, chunk) on, verified."""
         record = self.get(batch)
@@ -283,6 +289,17 @@ class WalLog:
         record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
         self._put(record)   # synced: makes the row writes above durable too
         return record
+
+    def note_committed(self, batch: int) -> None:
+        """Record that Spark committed every batch up to ``batch`` (it commits strictly in order).
+
+        Spark purges old ``commits/N`` files (it keeps ``spark.sql.streaming.minBatchesToRetain``
+        of them), so the checkpoint alone cannot say a batch was committed once its file is gone;
+        this record can. Synced: a restart must never take a committed batch for an uncommitted
+        one and discard it.
+        """
+        if batch > self.committed_through():
+            self._db.put(KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
 
     def begin_flush(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHING)

@@ -89,7 +89,10 @@ def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[i
                  and (now - record.updated_at_us) / 1e6 < policy.keep_seconds)
         if i < policy.keep_batches or young:
             continue
-        remove_batch_files(wal, record.batch, keep_seal=record.batch == newest_flushed)
+        if record.state == BatchState.FLUSHED:
+            remove_batch_files(wal, record.batch, keep_seal=record.batch == newest_flushed)
+        # A DISCARDED batch's files went with the discard; any there now are Spark's re-run of
+        # that batch (same id), staging or sealed and not yet ingested: never ours to delete.
         log.forget(record.batch)
         removed.append(record.batch)
     # Seals kept only for their timestamps become redundant once a newer batch is flushed.

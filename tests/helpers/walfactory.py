@@ -308,21 +308,23 @@ class WalFactory:
         return built
 
     # -- every state at once -------------------------------------------------------------
-    def every_state(self) -> dict[str, int]:
-        """Batches 0..6, one per state; returns state -> batch id. Needs a checkpoint.
+    def every_state(self, uncommitted_from: int = 5) -> dict[str, int]:
+        """One batch per state; returns state -> batch id. Needs a checkpoint.
 
         0 flushed (segments removed), 1 discarded (files removed), 2 flushing (2 partitions x
         5 chunks of 2 rows, 4 rows done), 3 ingested (sealed in the log), 4 sealed and
-        committed (not ingested yet), 5 sealed, not committed, 6 staged (plus a losing
-        attempt and a ``.tmp`` leftover).
+        committed (not ingested yet); then, from ``uncommitted_from`` on (Spark commits in
+        order: every committed batch a test adds must come below them), sealed and not
+        committed, and staged (plus a losing attempt and a ``.tmp`` leftover).
         """
+        sealed, staged = uncommitted_from, uncommitted_from + 1
         self.flushed(0)
         self.discarded(1)
         self.flushing(2, rows=(10, 10), chunk_rows=2, progress_rows=4)
         self.ingested(3, rows=(4, 1, 2))
         self.sealed(4, committed=True)
-        self.sealed(5, committed=False)
-        self.staged(6, losing_attempts=1)
-        self.leftover_tmp(6)
+        self.sealed(sealed, committed=False)
+        self.staged(staged, losing_attempts=1)
+        self.leftover_tmp(staged)
         return {"flushed": 0, "discarded": 1, "flushing": 2, "ingested": 3,
-                "sealed_committed": 4, "sealed_uncommitted": 5, "staged": 6}
+                "sealed_committed": 4, "sealed_uncommitted": sealed, "staged": staged}

@@ -10,7 +10,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from wal.catalog import BROKEN, DISCARD, NOTHING, REPLAY, WAIT, describe
+from wal.catalog import BROKEN, DISCARD, LATE_ATTEMPT, NOTHING, REPLAY, WAIT, describe
 from wal.layout import WalDir
 from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
 from wal.seal import COMMIT_POINT_SEAL, seal_batch
@@ -274,17 +274,70 @@ def test_empty_wal_reports_nothing_even_with_commits(wal, log, checkpoint):
 # -- the listing as a whole ---------------------------------------------------------------
 
 def test_every_case_at_once_in_batch_order(wal, log, checkpoint):
+    # Spark commits in order, so every committed batch is below every uncommitted one (a
+    # committed batch missing from the WAL has a test of its own above).
     log.ingest(seal(wal, 1))
     log.begin_flush(1)
     log.mark_flushed(1)              # flushed
+    stage(wal, 0)                    # a late task attempt's segments of a finished batch
     log.ingest(seal(wal, 2))         # ingested
     seal(wal, 3)                     # sealed, committed
     seal(wal, 4)                     # sealed, not committed
     stage(wal, 5)                    # staged only
-    commit(checkpoint, 1, 2, 3, 6)   # 6: committed, missing
+    commit(checkpoint, 1, 2, 3)
     got = [(v.batch, v.state, v.action) for v in describe(wal, log, checkpoint)]
-    assert got == [(1, "flushed", NOTHING), (2, "sealed", REPLAY), (3, "sealed", REPLAY),
-                   (4, "sealed", DISCARD), (5, "staged", DISCARD), (6, "missing", BROKEN)]
+    assert got == [(0, "staged", NOTHING), (1, "flushed", NOTHING), (2, "sealed", REPLAY),
+                   (3, "sealed", REPLAY), (4, "sealed", DISCARD), (5, "staged", DISCARD)]
+
+
+# -- what Spark and operators do ----------------------------------------------------------
+
+def purge(checkpoint, *batches):
+    """Spark's purge of old ``commits/N`` (it keeps ``minBatchesToRetain`` of them)."""
+    for b in batches:
+        os.unlink(os.path.join(checkpoint, "commits", str(b)))
+
+
+@pytest.mark.parametrize("query_running", [True, False], ids=["running", "restart"])
+def test_committed_batches_whose_commit_files_spark_purged_are_replayed(
+        wal, log, checkpoint, query_running):
+    # An outage longer than minBatchesToRetain batches: Spark purged commits/3 and commits/4
+    # while the WAL still held them. Spark commits in order, so they are committed: the live
+    # flusher must not wait on them forever, nor a restart discard them.
+    for b in (3, 4, 5):
+        seal(wal, b)
+    commit(checkpoint, 3, 4, 5)
+    purge(checkpoint, 3, 4)
+    views = describe(wal, log, checkpoint, query_running=query_running)
+    assert [(v.batch, v.action, v.committed) for v in views] == \
+        [(3, REPLAY, True), (4, REPLAY, True), (5, REPLAY, True)]
+
+
+def test_the_log_remembers_what_spark_committed(wal, log, checkpoint):
+    # Seen committed once, a batch stays committed for the catalog even when the checkpoint
+    # is not at hand (cassandra-wal without --checkpoint) or lists nothing older.
+    seal(wal, 4)
+    seal(wal, 5)
+    log.note_committed(4)
+    assert [(v.batch, v.action) for v in describe(wal, log, None)] == [(4, REPLAY), (5, WAIT)]
+    log.note_committed(2)    # never lowered
+    assert log.committed_through() == 4
+
+
+def test_late_attempt_segments_of_a_flushed_and_forgotten_batch_are_garbage(
+        wal, log, checkpoint):
+    # A zombie or speculative task of batch 1 finishes after batch 1 was flushed and forgotten
+    # by retention: its segments must not make the committed batch look broken.
+    for b in (1, 2):
+        log.ingest(seal(wal, b))
+        log.begin_flush(b)
+        log.mark_flushed(b)
+    log.forget(1)
+    remove_batch_files(wal, 1)
+    commit(checkpoint, 1, 2)
+    stage(wal, 1)
+    v = view(wal, log, checkpoint, 1)
+    assert (v.state, v.action, v.detail) == ("staged", NOTHING, LATE_ATTEMPT)
 
 
 def test_describe_without_a_log(wal, checkpoint):

@@ -130,9 +130,10 @@ class Every:
         return str(dest / "wal")
 
 
-TYPED = 7           # typed rows, sealed and committed: read from its segments
-TYPED_LOG = 8       # the same rows, ingested: read from the log
-GARBAGE = 9         # sealed, with a losing task attempt beside the winners
+TYPED = 5           # typed rows, sealed and committed: read from its segments
+TYPED_LOG = 6       # the same rows, ingested: read from the log
+GARBAGE = 7         # sealed, with a losing task attempt beside the winners
+UNCOMMITTED = 8     # every_state's uncommitted batches: above every committed one
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +142,10 @@ def every(tmp_path_factory) -> Every:
     root = tmp_path_factory.mktemp("every")
     typed = [typed_rows(4), typed_rows(3, start=1)]
     with WalFactory(root / "wal", checkpoint=root / "cp") as f:
-        ids = f.every_state()
         f.sealed(TYPED, rows=typed, chunk_rows=2, committed=True)
         f.ingested(TYPED_LOG, rows=typed, chunk_rows=2)
         f.sealed(GARBAGE, committed=True, losing_attempts=1)
+        ids = f.every_state(uncommitted_from=UNCOMMITTED)
     return Every(root, str(root / "wal"), str(root / "cp"), ids)
 
 

@@ -171,6 +171,21 @@ def test_age_counts_from_when_the_batch_finished_not_when_it_was_sealed(wal, log
 
 # -- what is never removed ----------------------------------------------------------------
 
+def test_forgetting_a_discarded_batch_leaves_the_files_of_sparks_rerun(wal, log, clock):
+    # Recovery discarded batch 1 (never committed) and removed its files; Spark re-ran it
+    # with the same id, staged and sealed, not ingested yet. Forgetting the old DISCARDED
+    # record must not delete the re-run's files: they are a committed batch's only copy.
+    flush(wal, log, 0)
+    seal(wal, 1)
+    log.discard(1, "never committed")
+    remove_batch_files(wal, 1)
+    rerun = seal(wal, 1)
+    clock.advance(100)
+    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == [0, 1]
+    assert has_files(wal, 1) == (True, True)
+    assert read_seal(wal, 1).seal_id == rerun.seal_id
+
+
 def test_unfinished_batches_are_never_removed(wal, log, clock):
     log.ingest(seal(wal, 0))
     log.ingest(seal(wal, 1))
@@ -217,6 +232,7 @@ def test_newest_flushed_seal_is_kept_when_a_newer_seal_was_discarded(wal, log, c
         flush(wal, log, b)
     seal(wal, 3)                       # sealed, then Spark never committed it
     log.discard(3, "never committed")
+    remove_batch_files(wal, 3)         # as recovery's discard does
     assert apply_retention(wal, log, RetentionPolicy(keep_batches=0)) == [0, 1, 2, 3]
     assert wal.sealed_batch_ids() == [2]
     assert next_base_timestamp(wal, 3, clock_us=0) == read_seal(wal, 2).last_ts_us + 1
