@@ -8,23 +8,36 @@ port and data (``tests/helpers/node.py: RestartableNode``):
   with the timestamps of its seal, nothing lost and nothing twice;
 * back-pressure at ``wal.maxBytes``: ``block`` holds the commit (the query waits, nothing is
   sealed) until the flusher has drained the backlog; ``fail`` fails the query with
-  ``WalFull`` naming the cap, and a restart loses nothing.
+  ``WalFull`` naming the cap, and a restart loses nothing;
+* an outage with the flush in worker processes never blocks the sink (``blocked.json`` is
+  sampled all along, the node's restart included);
+* Spark purging old ``commits/N`` (``spark.sql.streaming.minBatchesToRetain=2``) while the
+  backlog is longer than that: the running query, and a restart after ``kill -9``, still
+  write every committed row;
+* a script that calls ``query.stop()`` and exits leaves no committed row unwritten.
 
 Input: one JSON file per micro-batch (``maxFilesPerTrigger=1``), so batch k is file k.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from sinkutil import (cassandra_wal, committed_batches, error_text, flushed_through, register, running,
-                      sink_options, stream_wal, wait_all_flushed, wait_for, write_json_files)
-from tests.helpers.node import RestartableNode
+import sinks
+from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, error_text, flushed_through,
+                      register, running, sink_options, stream_wal, wait_all_flushed, wait_for,
+                      write_json_files)
+from tests.crash.harness import CrashHarness
+from tests.helpers.node import RestartableNode, java_home_env
 from wal.log import WalLog
 from wal.seal import read_seal
 from wal.states import BatchState
@@ -63,6 +76,52 @@ def start_stream(spark, node, keyspace: str, src: Path, cp: Path, **extra: str):
     return (stream.writeStream.format("cassandra_wal")
             .options(**sink_options(node, keyspace, "events", cp, **extra))
             .trigger(processingTime="500 milliseconds").start())
+
+
+class BlockedSampler(threading.Thread):
+    """Looks for ``blocked.json`` every 50 ms until stopped; keeps what it found."""
+
+    def __init__(self, cp: Path):
+        super().__init__(name="blocked-sampler", daemon=True)
+        self.path = os.path.join(stream_wal(cp).root, "blocked.json")
+        self.seen: list[str] = []
+        self.samples = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.05):
+            self.samples += 1
+            try:
+                with open(self.path) as f:
+                    self.seen.append(f.read())
+            except FileNotFoundError:
+                continue
+
+    def stop(self) -> list[str]:
+        self.done.set()
+        self.join(10)
+        return self.seen
+
+
+@pytest.fixture
+def retain_two_batches(spark):
+    """``spark.sql.streaming.minBatchesToRetain=2`` for the queries started meanwhile (Spark
+    reads it when a query starts); the session's setting is restored afterwards."""
+    key = "spark.sql.streaming.minBatchesToRetain"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "2")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def count_rows(node, keyspace: str, table: str = "events") -> int:
+    with node.session() as cql:
+        return cql.execute(f"SELECT COUNT(*) FROM {keyspace}.{table}").one()[0]
 
 
 def inspect_json(cp: Path) -> dict:
@@ -187,3 +246,131 @@ def test_fail_stops_the_query_naming_the_cap_and_a_restart_loses_nothing(
         wait_all_flushed(cp, at_least=2)
         assert query.exception() is None
     assert_table_holds(node, keyspace, cp, files=3)
+
+
+def test_an_outage_with_the_flush_in_worker_processes_never_blocks_the_sink(spark, node, keyspace,
+                                                                         tmp_path):
+    """``wal.flush.mode=processes``: the workers meet the outage (no host, then, while the node
+    starts, connections and ``prepare`` that fail) and return their errors to the driver; none
+    of them may block the sink."""
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [file_rows(0)])
+    query = start_stream(spark, node, keyspace, src, cp, **{"wal.flush.mode": "processes",
+                                                            "wal.flush.processes": "2"})
+    sampler = BlockedSampler(cp)
+    with running(query):
+        wait_all_flushed(cp, at_least=0)
+        sampler.start()
+        node.stop()
+        write_json_files(src, [file_rows(k) for k in range(1, 5)], first_index=1)
+        wait_for(lambda: committed_batches(cp)[-1] >= 4, timeout=120,
+                 what="batches 1..4 to be committed during the outage")
+        time.sleep(5)        # a few more failed drains while the node is away
+        assert query.isActive and query.exception() is None
+        node.start()
+        sinks.wait_flushed(query, timeout=120)
+        assert query.exception() is None
+    seen = sampler.stop()
+    assert sampler.samples > 100 and seen == [], f"the sink was blocked by the outage: {seen[:3]}"
+    assert_table_holds(node, keyspace, cp, files=5)
+
+
+def test_commits_spark_purged_during_an_outage_are_still_written_by_the_running_query(
+        spark, node, keyspace, tmp_path, retain_two_batches):
+    """Spark keeps 2 entries of ``commits/``: once the node is back, the backlog's batches have
+    lost their commit files, and the running query must still write every row."""
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    files = 12
+    write_json_files(src, [file_rows(0)])
+    query = start_stream(spark, node, keyspace, src, cp, **{"wal.retention.batches": "100"})
+    with running(query):
+        wait_all_flushed(cp, at_least=0)
+        node.stop()
+        write_json_files(src, [file_rows(k) for k in range(1, files)], first_index=1)
+        wait_for(lambda: committed_batches(cp)[-1] >= files - 1, timeout=120,
+                 what=f"batches 1..{files - 1} to be committed during the outage")
+        assert committed_batches(cp)[0] > 1, (
+            f"Spark kept commits {committed_batches(cp)}: minBatchesToRetain was not applied")
+        node.start()
+        expected = files * ROWS_PER_FILE
+        wait_for(lambda: count_rows(node, keyspace) == expected, timeout=90, interval=2,
+                 what=f"all {expected} rows of the {files} committed batches in Cassandra")
+        sinks.wait_flushed(query, timeout=60)
+        assert query.exception() is None
+    assert_table_holds(node, keyspace, cp, files=files)
+
+
+def test_commits_spark_purged_during_an_outage_survive_kill_9_and_a_restart(
+        node, keyspace, tmp_path, monkeypatch):
+    """The crash tests' driver program (``tests/crash/driver_program.py``) with
+    ``minBatchesToRetain=2``: a first run writes file 0; with the node down a second run
+    commits the 11 other files and is killed with its whole process group; once the node is
+    back a third run on the same checkpoint must write every row, exactly once."""
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS",
+                       "--conf spark.sql.streaming.minBatchesToRetain=2 pyspark-shell")
+    files = 12
+    sessions = contextlib.ExitStack()
+    harness = CrashHarness(sessions.enter_context(node.session()), node.host, node.port,
+                           keyspace, tmp_path / "crash", files=files, rows_per_file=100,
+                           table="crash_events", run_deadline_s=240).prepare()
+    try:
+        held = tmp_path / "held"      # the program runs until every file it saw is written
+        held.mkdir()
+        later = sorted(p for p in harness.input.iterdir() if p.name != "part-00000.json")
+        for path in later:
+            path.rename(held / path.name)  # a rename keeps the modification time (the order)
+        first = harness.finish()           # batch 0, written; the table is validated
+        assert first.returncode == 0, first.tail()
+        node.stop()
+        for path in later:
+            (held / path.name).rename(harness.input / path.name)
+        phase, proc, token = harness._launch("kill-9-after-the-outage-commits", {})
+        started = time.monotonic()
+        try:
+            wait_for(lambda: committed_batches(harness.checkpoint)[-1] >= files - 1,
+                     timeout=180, what=f"batches 1..{files - 1} to be committed in the outage")
+            assert committed_batches(harness.checkpoint)[0] > 1, (
+                f"Spark kept commits {committed_batches(harness.checkpoint)}: "
+                "minBatchesToRetain was not applied")
+            phase.fired = True
+        finally:
+            harness._reap(phase, proc, token, started)
+        node.start()
+        harness.cql = sessions.enter_context(node.session())   # not one still reconnecting
+        finish = harness.finish()
+        assert finish.returncode == 0, finish.tail()
+        rows = harness.final_rows()
+        missing = sorted(set(harness.expected) - set(rows))
+        assert not missing, (f"{len(missing)} of {len(harness.expected)} rows missing after the "
+                             f"restart, of files {sorted({harness.expected[i]['batch_tag'] for i in missing})}")
+        assert all(rows[i][:3] == (e["batch_tag"], e["payload"], e["amount"])
+                   for i, e in harness.expected.items())
+        assert harness.sampler.violations == []
+        report = json.loads(cassandra_wal("inspect", harness.wal_dir().root, "--checkpoint",
+                                          harness.checkpoint, "--json").stdout)
+        assert [b["batch"] for b in report["batches"] if b["state"] == "discarded"] == []
+        assert report["totals"]["rows_pending"] == 0
+    finally:
+        harness.close()
+        sessions.close()
+
+
+def test_a_script_that_stops_its_query_and_exits_leaves_no_committed_row_unwritten(
+        node, keyspace, tmp_path):
+    """No restart: the rows of every committed batch are in Cassandra when the process is
+    gone. The batches are large enough that the last ones are still being flushed when the
+    script calls ``query.stop()``."""
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    rows_per_file = 20_000
+    write_json_files(src, [[{"id": k * 100_000 + i, "file": k, "name": f"row {i}"}
+                            for i in range(rows_per_file)] for k in range(3)])
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT), **java_home_env())
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("stop_and_exit_program.py")),
+         "--input", str(src), "--checkpoint", str(cp), "--keyspace", keyspace,
+         "--table", "events", "--host", node.host, "--port", str(node.port)],
+        capture_output=True, text=True, timeout=300, cwd=str(REPO_ROOT), env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    committed = committed_batches(cp)
+    assert committed and committed[-1] == 2, f"Spark committed {committed}"
+    assert count_rows(node, keyspace) == 3 * rows_per_file

@@ -1,0 +1,56 @@
+"""A streaming script that ends as users write them: read everything, ``query.stop()``, exit.
+
+Run by ``tests/integration/test_outage.py`` in a process of its own::
+
+    python tests/integration/stop_and_exit_program.py --input DIR --checkpoint DIR \
+        --keyspace ks --table events --host 127.0.0.1 --port 9042
+
+It streams the JSON files of ``--input`` (``id INT, file INT, name STRING``, one file per
+micro-batch) into the table, waits until Spark has committed every file
+(``processAllAvailable``), stops the query and returns at once: no ``wait_flushed``, no
+``spark.stop()``. Whatever Spark committed must be in Cassandra when the process has exited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for name in ("input", "checkpoint", "keyspace", "table", "host", "port"):
+        p.add_argument(f"--{name}", required=True)
+    args = p.parse_args(argv)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+
+    from pyspark.sql import SparkSession
+
+    import sinks
+
+    spark = (SparkSession.builder.master("local[2]").appName("cassandra-wal-stop-and-exit")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sinks.register(spark)
+    query = (spark.readStream.schema("id INT, file INT, name STRING")
+             .option("maxFilesPerTrigger", 1).json(args.input)
+             .writeStream.format("cassandra_wal")
+             .option("keyspace", args.keyspace).option("table", args.table)
+             .option("checkpointLocation", args.checkpoint)
+             .option("spark.cassandra.connection.host", args.host)
+             .option("spark.cassandra.connection.port", args.port)
+             .start())
+    query.processAllAvailable()
+    query.stop()
+    print("[stop-and-exit] query stopped; exiting", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
