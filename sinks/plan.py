@@ -35,7 +35,7 @@ from .errors import OptionError, SinkError
 from .options import SinkConfig, parse_options
 from .table import fetch_table_schema
 from .validation import (check_partition_key_not_empty, check_primary_key_not_null,
-                         validate_schema)
+                         check_ttl_and_writetime, validate_schema)
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,7 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
                 continue
             rb = _select(rb, plan.stored_columns)
             check_primary_key_not_null(rb, key_columns)
+            check_ttl_and_writetime(rb, plan.config.write)
             if single_partition_key is not None:
                 check_partition_key_not_empty(rb, single_partition_key)
             values.validate(rb)

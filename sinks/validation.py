@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 
 from sinks.convert import CqlType, parse_cql_type
 from sinks.errors import CounterTableError, InvalidValueError, NullPrimaryKeyError, SchemaError
-from sinks.options import WriteConfig
+from sinks.options import MAX_TTL_SECONDS, WriteConfig
 from sinks.table import TableSchema
 
 _INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
@@ -168,3 +168,42 @@ def check_partition_key_not_empty(record_batch: pa.RecordBatch, column: str) -> 
         raise InvalidValueError(column, f"row {first} of {record_batch.num_rows}",
                                 "empty value in the partition key: Cassandra refuses an empty "
                                 "single-column partition key")
+
+
+def check_ttl_and_writetime(record_batch: pa.RecordBatch, write: WriteConfig) -> None:
+    """Refuse a row whose TTL or write timestamp Cassandra would refuse when it is written.
+
+    Found at flush time, such a row would leave a sealed batch that can never be written,
+    blocking every later batch of the WAL. A TTL must be 0 to ``MAX_TTL_SECONDS`` (this also
+    refuses 2**31 and more, which would wrap when sent as the protocol's 32-bit int); a null
+    TTL is allowed: it means the table's default. A write timestamp must be present and not
+    negative (before 1970: a sign or unit mistake, and Cassandra refuses the smallest long).
+    """
+    rows = record_batch.num_rows
+    if write.ttl_column is not None:
+        ttl = record_batch.column(write.ttl_column)
+        bad = pc.fill_null(pc.or_(pc.less(ttl, 0), pc.greater(ttl, MAX_TTL_SECONDS)), False)
+        if pc.any(bad).as_py():
+            first = pc.index(bad, True).as_py()
+            raise InvalidValueError(
+                write.ttl_column, f"row {first} of {rows}",
+                f"TTL {ttl[first].as_py()} is out of range: Cassandra takes 0 to "
+                f"{MAX_TTL_SECONDS} seconds (20 years); fix or filter such rows, or set the TTL "
+                "to null for the table's default")
+    if write.writetime_column is not None:
+        stamps = record_batch.column(write.writetime_column)
+        if stamps.null_count:
+            first = pc.index(pc.is_null(stamps), True).as_py()
+            raise InvalidValueError(
+                write.writetime_column, f"row {first} of {rows}",
+                "write timestamp is null: every row needs one; fill it (e.g. with "
+                "current_timestamp()) or filter such rows")
+        # Negative in any unit: no need to convert a timestamp to microseconds to know.
+        ints = stamps.cast(pa.int64()) if pa.types.is_timestamp(stamps.type) else stamps
+        negative = pc.less(ints, 0)
+        if pc.any(negative).as_py():
+            first = pc.index(negative, True).as_py()
+            raise InvalidValueError(
+                write.writetime_column, f"row {first} of {rows}",
+                f"write timestamp {stamps[first].as_py()} is negative (before 1970); it must "
+                "be microseconds since the epoch, or a timestamp after 1970")

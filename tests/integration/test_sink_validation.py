@@ -14,7 +14,7 @@ import os
 import pytest
 
 from sinkutil import (create_table, error_text, read_table, register, running, sink_error_line,
-                      sink_options, stream_wal, wal_files, write_json_files)
+                      sink_options, stream_wal, wait_all_flushed, wal_files, write_json_files)
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.integration
@@ -206,3 +206,40 @@ def test_invalid_value_is_refused_while_staging_and_does_not_block_the_wal(
     ).save()
     rows = read_table(cql, people, "refs")
     assert [(r["id"], str(r["ref"])) for r in rows] == [(1, good_uuid)]
+
+
+@pytest.mark.parametrize("option,column,bad,needle", [
+    ("ttl", "ttl", -5, "TTL -5 is out of range"),
+    ("ttl", "ttl", 2**31, "TTL 2147483648 is out of range"),   # would wrap to -2**31 when sent
+    ("writetime", "wt", None, "write timestamp is null"),
+], ids=["negative-ttl", "ttl-2^31", "null-writetime"])
+def test_bad_ttl_or_writetime_in_a_stream_fails_the_batch_without_blocking_the_wal(
+        spark, cql, cassandra_node, people, tmp_path, option, column, bad, needle):
+    """Cassandra refuses such a row only when it is written: staged and sealed, it would fail
+    every flush and block the WAL for good. It must fail its task instead, naming column and
+    row, with nothing of its batch staged, while the earlier batch is written in full."""
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    good = 1_700_000_000_000_000 if option == "writetime" else 3600
+    write_json_files(src, [[{"id": 1, "name": "ada", "age": 36, column: good},
+                            {"id": 2, "name": "alan", "age": 41, column: good}]])
+    stream = (spark.readStream.schema(f"{SCHEMA}, {column} BIGINT")
+              .option("maxFilesPerTrigger", 1).json(str(src)))
+    query = (stream.writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, people, "people", cp, **{option: column}))
+             .trigger(processingTime="500 milliseconds").start())
+    with running(query):
+        wait_all_flushed(cp, at_least=0)
+        write_json_files(src, [[{"id": 3, "name": "grace", "age": 85, column: good},
+                                {"id": 4, "name": "bad", "age": 0, column: bad}]], first_index=1)
+        with pytest.raises(Exception) as info:
+            query.awaitTermination(180)
+    line = sink_error_line(info.value)
+    assert line.startswith(f"sinks.errors.InvalidValueError: column '{column}': {needle}"), line
+    assert "row 1 of 2" in line, line
+    wal = stream_wal(cp)
+    assert not os.path.exists(cp / "commits" / "1")
+    segments, seals = wal_files(wal)
+    assert [s for s in segments if s.startswith("1/")] == [], segments
+    assert not os.path.exists(wal.seal_path(1)), seals
+    assert not os.path.exists(os.path.join(wal.root, "blocked.json"))
+    assert [r["id"] for r in read_table(cql, people, "people")] == [1, 2]

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 from sinks.errors import (
     ConnectionFailed,
     CounterTableError,
+    InvalidValueError,
     NullPrimaryKeyError,
     SchemaError,
     UnknownKeyspaceError,
@@ -21,7 +22,7 @@ from sinks.errors import (
 )
 from sinks.options import WriteConfig
 from sinks.table import TableSchema, fetch_table_schema
-from sinks.validation import check_primary_key_not_null, validate_schema
+from sinks.validation import check_primary_key_not_null, check_ttl_and_writetime, validate_schema
 
 pytestmark = pytest.mark.unit
 
@@ -345,8 +346,71 @@ def test_null_primary_key_names_column_and_row():
     assert "'seq'" in str(info.value) and "row 1 of 3" in str(info.value)
 
 
+# ---------------------------------------------------------------- ttl and writetime values
+# Cassandra refuses these only when the row is written: staged, they would block the WAL.
+TTL_WRITE = WriteConfig(ttl_column="ttl")
+WT_WRITE = WriteConfig(writetime_column="wt")
+
+
+@pytest.mark.parametrize("arrow_type,largest", [(pa.int8(), 127), (pa.int16(), 32_767),
+                                                 (pa.int32(), 630_720_000),
+                                                 (pa.int64(), 630_720_000)])
+def test_ttls_in_range_and_null_ttls_pass(arrow_type, largest):
+    values = [0, 1, None, largest]
+    check_ttl_and_writetime(pa.record_batch({"ttl": pa.array(values, arrow_type)}), TTL_WRITE)
+
+
+@pytest.mark.parametrize("bad", [-1, 630_720_001, 2**31, 2**32 + 5])
+def test_ttl_out_of_range_names_column_row_and_value(bad):
+    batch = pa.record_batch({"id": [1, 2, 3], "ttl": pa.array([10, None, bad], pa.int64())})
+    with pytest.raises(InvalidValueError) as info:
+        check_ttl_and_writetime(batch, TTL_WRITE)
+    assert info.value.column == "ttl" and info.value.row_hint == "row 2 of 3"
+    message = str(info.value)
+    assert f"TTL {bad} is out of range" in message and "630720000" in message
+    assert "null for the table's default" in message
+
+
+def test_negative_ttl_in_a_narrow_column():
+    batch = pa.record_batch({"ttl": pa.array([5, -3], pa.int8())})
+    with pytest.raises(InvalidValueError, match=r"TTL -3 is out of range.*row 1 of 2"):
+        check_ttl_and_writetime(batch, TTL_WRITE)
+
+
+@pytest.mark.parametrize("values,arrow_type", [
+    ([1_700_000_000_000_000, 0], pa.int64()),
+    ([1_700_000_000_000_000, 0], pa.timestamp("us", tz="UTC")),
+    ([1_700_000_000_000_000, 0], pa.timestamp("us")),
+])
+def test_writetimes_not_negative_pass(values, arrow_type):
+    check_ttl_and_writetime(pa.record_batch({"wt": pa.array(values, arrow_type)}), WT_WRITE)
+
+
+@pytest.mark.parametrize("arrow_type", [pa.int64(), pa.timestamp("us", tz="UTC")])
+def test_null_writetime_is_refused(arrow_type):
+    batch = pa.record_batch({"wt": pa.array([1_700_000_000_000_000, None], arrow_type)})
+    with pytest.raises(InvalidValueError) as info:
+        check_ttl_and_writetime(batch, WT_WRITE)
+    assert info.value.column == "wt" and info.value.row_hint == "row 1 of 2"
+    assert "write timestamp is null" in str(info.value)
+
+
+@pytest.mark.parametrize("arrow_type", [pa.int64(), pa.timestamp("us", tz="UTC")])
+def test_negative_writetime_is_refused(arrow_type):
+    batch = pa.record_batch({"wt": pa.array([1, 2, -1_000_000], arrow_type)})
+    with pytest.raises(InvalidValueError) as info:
+        check_ttl_and_writetime(batch, WT_WRITE)
+    assert info.value.column == "wt" and info.value.row_hint == "row 2 of 3"
+    assert "is negative" in str(info.value)
+
+
+def test_without_ttl_or_writetime_columns_nothing_is_read():
+    check_ttl_and_writetime(pa.record_batch({"ttl": [-1], "wt": [None]}), WriteConfig())
+
+
 def test_schema_errors_pickle():
     for err in (SchemaError("c", "bad"), NullPrimaryKeyError("k", "row 2 of 5"),
+                InvalidValueError("ttl", "row 0 of 1", "TTL -1 is out of range"),
                 CounterTableError("ks", "t"), UnknownTableError("ks", "t"), UnknownKeyspaceError("ks")):
         again = pickle.loads(pickle.dumps(err))
         assert type(again) is type(err) and str(again) == str(err)
