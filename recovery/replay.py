@@ -102,34 +102,35 @@ class RowWriter(Protocol):
 
 
 class DriverWriter:
-    """``wal.flush.mode=driver``: the log's chunks, in order, through one
-    :class:`~recovery.upsert.Upserter` in this process (made on first use)."""
+    """``wal.flush.mode=driver``: the log's chunks, in order, through an
+    :class:`~recovery.upsert.Upserter` in this process. ``upserter_factory(seal)`` gives the
+    Upserter that writes the way ``seal`` recorded (columns, TTL, write time, nulls); the
+    factory keeps the session and its Upserters (``recovery.output.CassandraOutput``)."""
 
-    def __init__(self, upserter_factory: Callable[[], object] | None):
-        self._factory, self._upserter = upserter_factory, None
+    def __init__(self, upserter_factory: Callable[[Seal], object] | None):
+        self._factory = upserter_factory
 
     def reset(self) -> None:
-        self._upserter = None
+        """Nothing of its own to forget: the factory's owner closed the session."""
 
     def write(self, log: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
         chunks = iter(log.chunks(seal.batch, record.next_segment, record.next_chunk))
         first = next(chunks, None)
         if first is None:
             return
-        if self._upserter is None:   # connect only when there is a row to write
-            self._upserter = self._factory()
+        upserter = self._factory(seal)   # connect only when there is a row to write
         tagged = ((decode_chunk(chunk.payload), seal.base_ts_us + chunk.first_row,
                    Acknowledged(chunk.segment_index, chunk.chunk_index + 1, chunk.rows))
                   for chunk in itertools.chain([first], chunks))
         # The next chunk is read, checked and decoded while this one's rows are in flight.
-        yield from self._upserter.write_chunks(tagged, seal.batch)
+        yield from upserter.write_chunks(tagged, seal.batch, sealed_at_us=seal.sealed_at_us)
 
 
 class Replayer:
     """Executes recovery's plan with one WAL writer; rows go through a :class:`RowWriter`
     (by default a :class:`DriverWriter` over ``upserter_factory``)."""
 
-    def __init__(self, wal: WalDir, log_: WalLog, upserter_factory: Callable[[], object] | None,
+    def __init__(self, wal: WalDir, log_: WalLog, upserter_factory: Callable[[Seal], object] | None,
                  checkpoint: str | None, retention: RetentionPolicy | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
                  crash_prefix: str = "flush", writer: RowWriter | None = None):
@@ -150,17 +151,20 @@ class Replayer:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
         report, started = ReplayReport(), time.monotonic()
+        self.note_committed()
         staged = set(self.wal.staged_batch_ids())
         for view in self.plan(query_running):
             if view.action == catalog.NOTHING:
-                if view.state == BatchState.FLUSHED.value and view.batch in staged:
+                if view.batch in staged and (view.state == BatchState.FLUSHED.value
+                                             or view.detail == catalog.LATE_ATTEMPT):
                     # A crash between marking the batch and removing its files (the last
-                    # step of flush): finish that step, or its segments stay forever and
-                    # count against wal.maxBytes. Spark never re-runs a committed batch, so
-                    # no new attempt can be staging into this folder.
+                    # step of flush), or a task attempt that staged after its batch was done:
+                    # remove them, or they stay forever and count against wal.maxBytes. Spark
+                    # never re-runs a committed batch, so no attempt that matters can be
+                    # staging into this folder.
                     remove_batch_files(self.wal, view.batch, keep_seal=True)
-                    log.info("removed the staged files of batch %d (flushed before a crash "
-                             "removed them)", view.batch)
+                    log.info("removed the staged files of batch %d (%s)", view.batch,
+                             view.detail or "flushed before a crash removed them")
                 continue
             if view.action == catalog.WAIT:
                 report.waiting_at = view.batch
@@ -177,6 +181,13 @@ class Replayer:
             report.removed_by_retention = apply_retention(self.wal, self.log, self.retention)
         report.seconds = time.monotonic() - started
         return report
+
+    def note_committed(self) -> None:
+        """Record in the log the highest batch Spark's checkpoint shows committed, before Spark
+        purges its ``commits/N`` (``catalog.committed_through``)."""
+        highest, listed = catalog.committed_through(self.log, self.checkpoint)
+        if listed:
+            self.log.note_committed(highest)
 
     def discard(self, view: BatchView) -> None:
         self.log.discard(view.batch, "never committed by Spark")

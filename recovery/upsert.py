@@ -105,13 +105,17 @@ class Upserter:
 
     def __init__(self, session, table: TableSchema, columns: Sequence[str], write: WriteConfig,
                  consistency_level: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock_us: Callable[[], int] = lambda: time.time_ns() // 1000):
         self.session, self.table, self.columns, self.write = session, table, list(columns), write
         self.table_columns = [table.resolve_column(c) or c for c in self.columns]
         cols = ", ".join(quote(c) for c in self.table_columns)
         marks = ", ".join("?" for _ in self.columns)
         using = "USING TIMESTAMP ?"
-        if write.ttl_column or write.ttl_seconds:
+        # A TTL is always sent when a row may have one (the table's default too): it counts from
+        # the seal, not from each write (:meth:`_expiring`).
+        self._ttl = bool(write.ttl_column or write.ttl_seconds or table.default_ttl)
+        if self._ttl:
             using += " AND TTL ?"
         cql = (f"INSERT INTO {quote(table.keyspace)}.{quote(table.table)} ({cols}) "
                f"VALUES ({marks}) {using}")
@@ -134,7 +138,7 @@ class Upserter:
         self._batch_bytes = write.batch_size_bytes or self.limits.warn_bytes
         self._max_partitions = self.limits.partitions
         self._metadata = session.cluster.metadata if self._by_replicas else None
-        self._sleep = sleep
+        self._sleep, self._clock_us = sleep, clock_us
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
 
     # -- building statements -------------------------------------------------------------
@@ -148,19 +152,22 @@ class Upserter:
         :meth:`statements`, with the rows' sizes counted while encoding)."""
         return self.group_requests([(batch, first_ts)])
 
-    def group_requests(self, chunks: Sequence[tuple[pa.RecordBatch, int]]) -> list[tuple]:
+    def group_requests(self, chunks: Sequence[tuple[pa.RecordBatch, int]],
+                       sealed_at_us: int | None = None) -> list[tuple]:
         """The requests writing every row of these ``(chunk, first write timestamp)`` pairs
-        together: a partition's rows from several chunks share requests."""
+        together: a partition's rows from several chunks share requests. ``sealed_at_us``:
+        when the batch was sealed, which TTLs count from (None: from now)."""
         rows: list[tuple] = []
         sizes: list[int] | None = [] if self._by_replicas else None
         for batch, first_ts in chunks:
-            chunk_rows, weighted_bytes = self._encoded(batch, first_ts)
+            chunk_rows, weighted_bytes = self._encoded(batch, first_ts, sealed_at_us)
             rows.extend(chunk_rows)
             if sizes is not None:   # only replica-set batches are sized
                 sizes.extend((weighted_bytes + self._row_overhead).tolist())
         return self.statements(rows, sizes)
 
-    def _encoded(self, batch: pa.RecordBatch, first_ts: int) -> tuple[list[tuple], np.ndarray | None]:
+    def _encoded(self, batch: pa.RecordBatch, first_ts: int,
+                 sealed_at_us: int | None = None) -> tuple[list[tuple], np.ndarray | None]:
         n = batch.num_rows
         weights = self._weights if self._by_replicas else None
         columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
@@ -171,12 +178,40 @@ class Upserter:
             columns.append([_BIGINT.pack(self.write.writetime_micros)] * n)
         else:
             columns.append(fixed_width(np.arange(first_ts, first_ts + n, dtype=np.int64), ">i8"))
+        if not self._ttl:
+            return list(zip(*columns)), value_bytes
+        ttls, alive = self._expiring(batch, sealed_at_us)
+        columns.append(fixed_width(ttls, ">i4"))
+        rows = list(zip(*columns))
+        if alive is None:
+            return rows, value_bytes
+        return ([row for row, keep in zip(rows, alive) if keep],
+                value_bytes[alive] if value_bytes is not None else None)
+
+    def _expiring(self, batch: pa.RecordBatch,
+                  sealed_at_us: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Each row's TTL to send, and which rows are still alive (None: all of them).
+
+        A row's TTL (its ``ttl`` column, else the ``ttl`` option, else the table's
+        ``default_time_to_live``; a null in the column means the table's default) counts from
+        when its batch was sealed, so every write of it, the first and any replay, expires it at
+        the same second: a replay after a long outage neither extends its life nor revives it.
+        A row whose TTL has run out by now is not written (it would already have expired).
+        ``0`` means no expiry, as in CQL.
+        """
         if self.write.ttl_column:
-            ttls = batch.column(self.write.ttl_column).cast(pa.int64()).fill_null(0).to_numpy()
-            columns.append(fixed_width(ttls, ">i4"))
-        elif self.write.ttl_seconds:
-            columns.append([_INT.pack(self.write.ttl_seconds)] * n)
-        return list(zip(*columns)), value_bytes
+            column = batch.column(self.write.ttl_column).cast(pa.int64())
+            ttls = column.fill_null(self.table.default_ttl).to_numpy()
+        else:
+            ttls = np.full(batch.num_rows, self.write.ttl_seconds or self.table.default_ttl,
+                           dtype=np.int64)
+        if sealed_at_us is None:
+            return ttls, None
+        elapsed = max(0, (self._clock_us() - sealed_at_us) // 1_000_000)
+        expiring = ttls > 0
+        ttls = np.where(expiring, ttls - elapsed, 0)
+        alive = ~expiring | (ttls > 0)
+        return ttls, (None if alive.all() else alive)
 
     def bound(self, values: tuple) -> BoundStatement:
         """A bound statement of already serialized values (what ``bind`` would produce)."""
@@ -270,7 +305,7 @@ class Upserter:
         return batch.num_rows
 
     def write_chunks(self, chunks: Iterable[tuple[pa.RecordBatch, int, T]],
-                     batch_id: int) -> Iterator[T]:
+                     batch_id: int, sealed_at_us: int | None = None) -> Iterator[T]:
         """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
         Cassandra acknowledged every row of its chunk.
 
@@ -284,7 +319,8 @@ class Upserter:
         flying: _InFlight | None = None
         try:
             for group in self._groups(chunks):
-                pending = self.group_requests([(batch, ts) for batch, ts, _ in group])
+                pending = self.group_requests([(batch, ts) for batch, ts, _ in group],
+                                              sealed_at_us)
                 done = self._settle(flying, batch_id) if flying is not None else None
                 flying = _InFlight(pending, self._launch(pending), [tag for _, _, tag in group],
                                    sum(batch.nbytes for batch, _, _ in group))

@@ -56,11 +56,15 @@ def register(spark):
     """Register the ``cassandra_wal`` data source and the driver-side flusher with ``spark``.
 
     Call it once per SparkSession, after setting any ``spark.cassandra.*`` session conf you
-    want as defaults. Returns the session's :class:`sinks.driver.FlushRegistry`.
+    want as defaults (and after changing ``fs.defaultFS``, against which Spark resolves a
+    checkpoint location without a scheme). Returns the session's
+    :class:`sinks.driver.FlushRegistry`.
 
     It also starts this process's credential channel (:mod:`sinks.credentials`), through which
     credentials given as write options reach the driver's flusher, in memory only.
     """
+    from wal.checkpoint import Filesystems
+
     from . import credentials
     from .driver import FlushRegistry
     from .source import CassandraWalDataSource
@@ -69,7 +73,8 @@ def register(spark):
     conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
     channel = credentials.ensure_server().path
     source = type("CassandraWalDataSource", (CassandraWalDataSource,),
-                  {"session_conf": conf, "credential_channel": channel, "__module__": __name__,
+                  {"session_conf": conf, "credential_channel": channel,
+                   "filesystems": Filesystems.of_session(spark), "__module__": __name__,
                    "__qualname__": "CassandraWalDataSource<registered>"})
     spark.dataSource.register(source)
     registry = _registries.get(id(spark))

@@ -96,6 +96,7 @@ class SegmentJob:
     target: Target
     crash_env: tuple[tuple[str, str], ...] = ()
     open_upserter: Callable[[Target], ContextManager] | None = None
+    sealed_at_us: int | None = None   # when the batch was sealed: its rows' TTLs count from it
 
 
 def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[SegmentTask]:
@@ -138,7 +139,7 @@ def write_segment(job: SegmentJob, task: SegmentTask, upserter) -> int:
             first_row += chunk.rows
 
     # The next chunk is read and decoded while this one's rows are in flight.
-    return sum(upserter.write_chunks(unwritten(), job.batch))
+    return sum(upserter.write_chunks(unwritten(), job.batch, sealed_at_us=job.sealed_at_us))
 
 
 def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:
@@ -252,8 +253,10 @@ class ExecutorsWriter:
         tasks = segment_tasks(seal, record.next_segment, record.next_chunk)
         if not tasks:
             return
-        job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us, self._target(),
-                         _crash_env(), self._open_upserter)
+        # The target writing the way the batch was sealed (columns, TTL, write time, nulls).
+        job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us,
+                         self._target().as_sealed(seal.write),
+                         _crash_env(), self._open_upserter, seal.sealed_at_us)
         if len(pickle.dumps(job)) > CLOSURE_LIMIT:
             raise SinkError(f"batch {seal.batch}: the flush job's closure is over "
                             f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "

@@ -22,9 +22,11 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from recovery.target import Target
 from wal import checkpoint as ckpt
+from wal.binding import bind
 from wal.crashpoints import crash_point
-from wal.errors import WalError, WalFull
+from wal.errors import WalBoundElsewhere, WalError, WalFull
 from wal.files import atomic_write, others_can_write, tree_size
+from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
@@ -71,39 +73,77 @@ def _fingerprint(config: SinkConfig, schema_json: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def resolve_wal_root(config: SinkConfig, streaming: bool) -> str:
-    if config.wal.path:
-        return os.path.abspath(ckpt.local_path(config.wal.path))
+def local_dir(option: str, location: str, filesystems: ckpt.Filesystems = ckpt.LOCAL) -> str:
+    """The local folder ``location`` is, resolved as Spark resolves it (a location without a
+    scheme is on the session's default filesystem); an OptionError naming ``option`` if it is
+    on another filesystem: the sink would read and write a different folder than Spark."""
+    try:
+        return filesystems.local_path(location)
+    except ckpt.NotLocal as exc:
+        raise OptionError(
+            option, location,
+            f"Spark uses it as {exc.uri} (the session's fs.defaultFS is "
+            f"{filesystems.default_fs}), which this sink cannot read: give a file:///... path "
+            f"on a filesystem every node mounts (HDFS and object stores are not supported yet)"
+        ) from None
+
+
+def resolve_wal_root(config: SinkConfig, streaming: bool,
+                     filesystems: ckpt.Filesystems = ckpt.LOCAL, job_id: str | None = None) -> str:
+    """The WAL of a stream (``wal.path``, else ``<checkpointLocation>/cassandra_wal``), or of
+    batch job ``job_id`` (under the table's root: ``wal.path``, else
+    ``~/.cassandra_wal/<keyspace>.<table>``; see :mod:`wal.jobs`). Touches nothing on disk,
+    and refuses a checkpoint or ``wal.path`` that is not local before anything is staged."""
+    checkpoint = None
     if streaming:
         if not config.checkpoint_location:
+            # Also with wal.path: the driver's flusher finds a query's WAL through its
+            # checkpoint, so without one nothing would ever be flushed.
             raise OptionError("checkpointLocation", None,
                               "required: the sink flushes a batch only once Spark's checkpoint "
                               "has committed it")
-        return os.path.join(os.path.abspath(ckpt.local_path(config.checkpoint_location)),
-                            DEFAULT_STREAM_WAL)
-    return os.path.join(os.path.expanduser("~"), ".cassandra_wal",
-                        f"{config.keyspace}.{config.table}")
+        checkpoint = local_dir("checkpointLocation", config.checkpoint_location, filesystems)
+    if config.wal.path:
+        root = local_dir("wal.path", config.wal.path, filesystems)
+    elif streaming:
+        root = os.path.join(checkpoint, DEFAULT_STREAM_WAL)
+    else:
+        root = os.path.join(os.path.expanduser("~"), ".cassandra_wal",
+                            f"{config.keyspace}.{config.table}")
+    return root if job_id is None else TableJobs(root).job_root(job_id)
 
 
 def open_wal_dir(root: str) -> WalDir:
     wal = WalDir(root).create()
-    if others_can_write(root):
-        raise OptionError("wal.path", root, "the WAL directory is writable by group or others; "
-                          "it holds rows in plain form: chmod 700 it or choose another path")
+    _check_private(root)
     wal.check()
     return wal
 
 
+def _check_private(root: str) -> None:
+    if others_can_write(root):
+        raise OptionError("wal.path", root, "the WAL directory is writable by group or others; "
+                          "it holds rows in plain form: chmod 700 it or choose another path")
+
+
 def prepare_write(options, session_conf, spark_schema, streaming: bool,
-                  credential_channel: str | None = None) -> WritePlan:
+                  credential_channel: str | None = None,
+                  filesystems: ckpt.Filesystems = ckpt.LOCAL,
+                  job_id: str | None = None) -> WritePlan:
     """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
 
     A stream whose *options* carry credentials hands them to the driver's flusher over
     ``credential_channel`` (:mod:`sinks.credentials`; in memory only, never in the WAL).
+    ``filesystems``: what Spark resolves the checkpoint against (the session's default
+    filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
     """
     options = dict(options)
     config = parse_options(options, session_conf)
-    wal = open_wal_dir(resolve_wal_root(config, streaming))
+    wal = open_wal_dir(resolve_wal_root(config, streaming, filesystems, job_id))
+    if job_id is not None:
+        _check_private(TableJobs.of_job(wal.root).root)
+    if streaming and config.checkpoint_location:
+        _check_bound(wal, filesystems.local_path(config.checkpoint_location))
     fingerprint = _fingerprint(config, spark_schema.json())
     recorded = wal.read_target()
     if recorded and recorded.get("fingerprint") == fingerprint:
@@ -125,13 +165,22 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
     if streaming and config.checkpoint_location:
-        _write_pointer(config.checkpoint_location, wal.root)
+        _write_pointer(filesystems.local_path(config.checkpoint_location), wal.root)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra)
 
 
-def _write_pointer(checkpoint: str, wal_root: str) -> None:
-    cp = ckpt.local_path(checkpoint)
+def _check_bound(wal: WalDir, checkpoint: str) -> None:
+    """The stream's WAL is its own (:mod:`wal.binding`), before anything is recorded in it."""
+    try:
+        bind(wal, checkpoint)
+    except WalBoundElsewhere as exc:
+        raise OptionError("wal.path", wal.root, str(exc)) from None
+
+
+def _write_pointer(cp: str, wal_root: str) -> None:
+    """Tell the driver's listener where the WAL of the query checkpointed at ``cp`` (a local
+    folder, resolved) is."""
     os.makedirs(cp, exist_ok=True)
     path = os.path.join(cp, POINTER_FILE)
     body = json.dumps({"wal_path": wal_root}).encode()
@@ -145,8 +194,15 @@ def _write_pointer(checkpoint: str, wal_root: str) -> None:
 
 
 def read_pointer(checkpoint: str) -> str | None:
+    """The WAL of the query checkpointed at ``checkpoint`` (Spark's resolved URI); None if the
+    query does not write through this sink. A checkpoint on another filesystem (HDFS) is never
+    this sink's: ``prepare_write`` refuses one before a batch is staged."""
     try:
-        with open(os.path.join(ckpt.local_path(checkpoint), POINTER_FILE), "rb") as f:
+        cp = ckpt.local_path(checkpoint)
+    except ckpt.NotLocal:
+        return None
+    try:
+        with open(os.path.join(cp, POINTER_FILE), "rb") as f:
             return json.loads(f.read())["wal_path"]
     except FileNotFoundError:
         return None
@@ -268,8 +324,10 @@ def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
 
 
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
-                 commit_point: str = COMMIT_POINT_CHECKPOINT) -> Seal:
-    """Seal the batch: the winning segments and the write timestamps, durably, before return."""
+                 commit_point: str = COMMIT_POINT_CHECKPOINT,
+                 floor: TableFloor | None = None) -> Seal:
+    """Seal the batch: the winning segments and the write timestamps, durably, before return.
+    ``floor``: a batch job's table floor (:func:`wal.seal.seal_batch`)."""
     messages = [m for m in messages if m is not None]
     refs = [SegmentRef.from_dict(m.segment) for m in messages if m.segment]
     query_id = next((m.query_id for m in messages if m.query_id), "")
@@ -277,7 +335,8 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
     check_segments_visible(plan.wal, refs, batch_id)
     wait_for_room(plan, batch_id)
     crash_point("commit.before_seal")
-    seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point)
+    seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point,
+                      write=plan.target.write_record(), floor=floor)
     crash_point("commit.after_seal")
     return seal
 

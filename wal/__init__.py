@@ -22,7 +22,8 @@ Offline, ``cassandra-wal`` (``wal/cli``) inspects, dumps and verifies without ta
 """
 
 from .errors import (IllegalTransition, NotAWal, SealMissing, SegmentTruncated,
-                     UnsupportedFormat, WalCorrupted, WalError, WalFull, WalLocked)
+                     UnsupportedFormat, WalBoundElsewhere, WalCorrupted, WalError, WalFull,
+                     WalLocked)
 from .layout import WalDir
 from .log import BatchRecord, LogChunk, WalLog
 from .seal import Seal, read_seal, seal_batch
@@ -32,6 +33,7 @@ from .states import BatchState
 __all__ = [
     "BatchRecord", "BatchState", "IllegalTransition", "LogChunk", "NotAWal", "Seal",
     "SealMissing", "SegmentReader", "SegmentRef", "SegmentTruncated", "SegmentWriter",
-    "UnsupportedFormat", "WalCorrupted", "WalDir", "WalError", "WalFull", "WalLocked", "WalLog",
+    "UnsupportedFormat", "WalBoundElsewhere", "WalCorrupted", "WalDir", "WalError", "WalFull",
+    "WalLocked", "WalLog",
     "read_seal", "seal_batch",
 ]

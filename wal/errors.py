@@ -110,6 +110,26 @@ class WalFull(WalError):
                 f"batch was not committed and Spark re-runs it when the query restarts")
 
 
+class WalBoundElsewhere(WalError):
+    """A stream's WAL belongs to another query (``wal/binding.py``): two queries share one
+    ``wal.path``, or the query's checkpoint was reset while its WAL was kept."""
+
+    def __init__(self, path: str, bound, given):
+        super().__init__(path, bound, given)
+        self.path, self.bound, self.given = path, bound, given
+
+    def __str__(self) -> str:
+        return (f"the WAL at {self.path} belongs to the query checkpointed at "
+                f"{self.bound.checkpoint} (query id {self.bound.query_id or 'unknown'}), not to "
+                f"this one, checkpointed at {self.given.checkpoint} (query id "
+                f"{self.given.query_id or 'unknown'}). Batch ids start again in every checkpoint, "
+                f"so sharing a WAL would make this query's batches look already written. Give "
+                f"this query a wal.path of its own (or leave wal.path unset: the WAL then lives "
+                f"in the checkpoint). If the other query is gone for good, check with "
+                f"'cassandra-wal inspect {self.path}' that nothing is pending, then delete "
+                f"{self.path}")
+
+
 class SealMissing(WalError):
     """Spark committed a batch (``commits/N`` exists) but the WAL has no seal for it."""
 

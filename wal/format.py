@@ -13,6 +13,7 @@ FORMAT_VERSION = 1
 MARKER_FILE = "WAL_FORMAT"
 TARGET_FILE = "target.json"
 FLUSHED_THROUGH_FILE = "flushed_through"   # highest flushed batch id, ASCII (shared copy)
+BINDING_FILE = "query.json"                # the query a stream's WAL belongs to (wal/binding.py)
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"
 LOG_DIR = "log"

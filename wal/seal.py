@@ -13,11 +13,15 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
 from .segment import SegmentRef
+
+if TYPE_CHECKING:
+    from .jobs import TableFloor
 
 COMMIT_POINT_CHECKPOINT = "spark-checkpoint"   # streaming: final once commits/N exists
 COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: final when sealed
@@ -36,6 +40,11 @@ class Seal:
     commit_point: str = COMMIT_POINT_CHECKPOINT
     seal_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     sealed_at_us: int = field(default_factory=now_us)
+    #: How the rows are written (columns, TTL, write time, nulls), fixed when the batch is
+    #: sealed so that a restart with other options writes the same cells; never a secret.
+    #: Opaque here: its owner is ``recovery.target``. None in seals of format 1's first
+    #: releases: written with the options of the query as it runs.
+    write: dict | None = None
 
     @property
     def rows(self) -> int:
@@ -63,7 +72,7 @@ class Seal:
             "batch": self.batch, "query_id": self.query_id, "seal_id": self.seal_id,
             "commit_point": self.commit_point, "base_ts_us": self.base_ts_us,
             "sealed_at_us": self.sealed_at_us, "rows": self.rows,
-            "segments": [s.to_dict() for s in self.segments],
+            "segments": [s.to_dict() for s in self.segments], "write": self.write,
         }
 
     @classmethod
@@ -71,7 +80,7 @@ class Seal:
         return cls(batch=d["batch"], segments=tuple(SegmentRef.from_dict(s) for s in d["segments"]),
                    base_ts_us=d["base_ts_us"], query_id=d.get("query_id", ""),
                    commit_point=d["commit_point"], seal_id=d["seal_id"],
-                   sealed_at_us=d["sealed_at_us"])
+                   sealed_at_us=d["sealed_at_us"], write=d.get("write"))
 
 
 def encode_seal(seal: Seal) -> bytes:
@@ -129,10 +138,18 @@ def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) ->
 
 
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
-               commit_point: str = COMMIT_POINT_CHECKPOINT) -> Seal:
-    """Choose the winning segments' order, fix the timestamps, and write the seal."""
+               commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
+               floor: TableFloor | None = None) -> Seal:
+    """Choose the winning segments' order, fix the timestamps, and write the seal.
+
+    ``floor``: a batch job's table floor (:class:`wal.jobs.TableFloor`). Each job has a WAL of
+    its own, so its seals alone say nothing of other jobs' timestamps; the floor does, and is
+    raised (durably) before the seal is written."""
     ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))
-    seal = Seal(batch=batch, segments=ordered, base_ts_us=next_base_timestamp(wal, batch),
-                query_id=query_id, commit_point=commit_point)
+    base_ts_us = next_base_timestamp(wal, batch)
+    if floor is not None:
+        base_ts_us = floor.claim(base_ts_us, sum(s.rows for s in ordered))
+    seal = Seal(batch=batch, segments=ordered, base_ts_us=base_ts_us,
+                query_id=query_id, commit_point=commit_point, write=write)
     write_seal(wal, seal)
     return seal

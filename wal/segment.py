@@ -117,7 +117,12 @@ class SegmentWriter:
         os.close(self._fd)
         self._fd = None
         os.replace(self._tmp, self._final)
-        fsync_dir(os.path.dirname(self._final))
+        folder = os.path.dirname(self._final)
+        fsync_dir(folder)
+        # And the batch folder's own entry in segments/: the task that created it may have
+        # died between its mkdir and its fsync (make_private_dirs), and this segment is about
+        # to be named in a seal.
+        fsync_dir(os.path.dirname(folder))
         return SegmentRef(self.name, self.partition, self.attempt, self.rows, self.chunks,
                           self._bytes, crc)
 

@@ -112,6 +112,14 @@ def test_a_wal_path_on_hdfs_is_refused(streaming):
     assert "hdfs://nn:8020/data/wal" in str(info.value)
 
 
+def test_a_stream_needs_a_checkpoint_location_even_with_a_wal_path():
+    # The driver's flusher finds a query's WAL through its checkpoint: a stream with wal.path
+    # and no checkpointLocation option staged and sealed batches that were never flushed.
+    with pytest.raises(OptionError) as info:
+        resolve_wal_root(_config(**{"wal.path": "/w"}), True, Filesystems())
+    assert info.value.option == "checkpointLocation"
+
+
 def test_local_locations_resolve_as_before(tmp_path):
     cp = str(tmp_path / "cp")
     assert resolve_wal_root(_config(checkpointLocation=cp), True, Filesystems()) == \

@@ -59,7 +59,7 @@ def test_encoding_is_one_sorted_json_line_then_a_crc_line():
     d = json.loads(body)
     assert list(d) == sorted(d)
     assert set(d) == {"batch", "query_id", "seal_id", "commit_point", "base_ts_us",
-                      "sealed_at_us", "rows", "segments"}
+                      "sealed_at_us", "rows", "segments", "write"}
     assert set(d["segments"][0]) == {"name", "partition", "attempt", "rows", "chunks", "bytes",
                                      "crc32"}
     assert d["rows"] == 7

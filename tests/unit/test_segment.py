@@ -464,3 +464,16 @@ def test_folders_are_private_when_a_task_creates_them(tmp_path):
     for folder in (fresh.root, fresh.segments, fresh.batch_segments(7)):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
 
+
+
+def test_finish_syncs_the_segment_and_its_batch_folders_entry(tmp_path, monkeypatch):
+    # The task that created segments/<batch> may have died between its mkdir and the fsync of
+    # segments/; the segment about to be sealed must not depend on that fsync.
+    wal = WalDir(str(tmp_path / "wal")).create()
+    synced = []
+    monkeypatch.setattr("wal.segment.fsync_dir", synced.append)
+    with SegmentWriter(wal, 7, 0, 0) as writer:
+        writer.append(pa.record_batch({"id": pa.array([1, 2], pa.int64())}))
+        ref = writer.finish()
+    assert os.path.exists(wal.segment_path(ref.name))
+    assert synced == [wal.batch_segments(7), wal.segments]

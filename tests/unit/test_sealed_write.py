@@ -1,0 +1,146 @@
+"""A batch is written the way it was sealed (issue 17, items 8 and 9).
+
+* Item 8: the seal records the batch's columns and the options that decide its cells (TTL,
+  write time, nulls); a flusher whose query restarted with other options still writes a sealed
+  batch with the recorded ones, so a replay writes identical cells.
+* Item 9: a row's TTL counts from its seal, not from each write: the first write and any replay
+  expire it at the same second, a replay never revives a row whose TTL ran out, and a null in
+  the ``ttl`` column means the table's ``default_time_to_live`` (not "no expiry").
+
+No Cassandra: the Upserter's requests are read back from a session whose ``prepare`` gives the
+driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import pyarrow as pa
+import pytest
+
+from recovery.target import SEALED_WRITE_OPTIONS, Target
+from recovery.upsert import Upserter
+from sinks import driver
+from sinks.options import SinkConfig, WriteConfig
+from wal.seal import Seal
+
+from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk
+
+pytestmark = pytest.mark.unit
+
+SECOND = 1_000_000
+SEALED_AT = 1_800_000_000 * SECOND
+COLUMN_NAMES = [name for name, _ in COLUMNS]
+
+
+def target(columns=COLUMN_NAMES, **write) -> Target:
+    config = SinkConfig(keyspace="ks", table="flights", write=WriteConfig(**write))
+    return Target(config, TABLE, tuple(columns))
+
+
+def sealed(t: Target) -> Seal:
+    return Seal(batch=3, segments=(), base_ts_us=SEALED_AT, sealed_at_us=SEALED_AT,
+                write=t.write_record())
+
+
+# -- item 8: the options a batch was sealed with ------------------------------------------
+
+def test_the_seal_records_the_columns_and_the_cell_deciding_options_and_no_secret():
+    t = target(ttl_column="ttl", writetime_micros=None, ignore_nulls=True)
+    record = t.write_record()
+    assert set(record) == set(SEALED_WRITE_OPTIONS) | {"columns"}
+    assert record["columns"] == COLUMN_NAMES and record["ttl_column"] == "ttl"
+    assert record["ignore_nulls"] is True
+    assert "password" not in repr(record)
+
+
+@pytest.mark.parametrize("now", [
+    dict(ttl_seconds=60),                                 # a TTL added
+    dict(ignore_nulls=True),                              # nulls no longer written
+    dict(columns=COLUMN_NAMES[:5]),                       # fewer columns
+    dict(writetime_micros=1_700_000_000 * SECOND),        # a constant write time
+], ids=["ttl", "ignore-nulls", "columns", "writetime"])
+def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatch, now):
+    then = target()
+    seal = sealed(then)
+    session = PreparingSession()
+    monkeypatch.setattr(driver, "connect", lambda connection: (FakeCluster(), session))
+    output = driver.CassandraOutput(target(**now))        # the restarted query's options
+    as_sealed = output.upserter(seal)
+    assert as_sealed.columns == COLUMN_NAMES
+    assert as_sealed.write == then.config.write
+    assert "TTL" not in as_sealed.statement.query_string
+    rows = chunk(20)
+    assert as_sealed.parameters(rows, 100) == reference(then).parameters(rows, 100)
+    # A batch sealed by the restarted query is written with its own options, on one session.
+    assert output.upserter(sealed(target(**now))).write == target(**now).config.write
+    assert output.upserter(seal) is as_sealed
+    output.close()
+
+
+def test_a_seal_that_recorded_nothing_is_written_with_the_current_options(monkeypatch):
+    monkeypatch.setattr(driver, "connect", lambda connection: (FakeCluster(), PreparingSession()))
+    output = driver.CassandraOutput(target(ttl_seconds=60))
+    old = dataclasses.replace(sealed(target()), write=None)
+    assert output.upserter(old).write.ttl_seconds == 60
+    output.close()
+
+
+class FakeCluster:
+    def shutdown(self):
+        pass
+
+
+def reference(t: Target) -> Upserter:
+    return Upserter(PreparingSession(), t.table, t.columns, t.config.write)
+
+
+# -- item 9: TTLs count from the seal ---------------------------------------------------------
+
+def ttl_rows(ttls) -> pa.RecordBatch:
+    rows = chunk(len(ttls))
+    return rows.set_column(rows.schema.get_field_index("ttl"), "ttl", pa.array(ttls, pa.int32()))
+
+
+def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int]:
+    """Row position (from its write timestamp) -> the TTL its request carries."""
+    params = upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT)
+    out = {}
+    for statement, _ in params:
+        for values in getattr(statement, "_statements_and_parameters", None) or [(None, None, statement.values)]:
+            values = values[2]
+            position = struct.unpack(">q", values[-2])[0]
+            out[position] = struct.unpack(">i", values[-1])[0]
+    return out
+
+
+def upserter_at(seconds_after_seal: float, table=TABLE, **write) -> Upserter:
+    clock = lambda: SEALED_AT + int(seconds_after_seal * SECOND)  # noqa: E731
+    return Upserter(PreparingSession(), table, COLUMN_NAMES, WriteConfig(**write), clock_us=clock)
+
+
+def test_a_ttl_counts_from_the_seal_so_every_write_expires_the_row_at_the_same_second():
+    rows = ttl_rows([100, 100, 3600])
+    first = sent(upserter_at(2, ttl_column="ttl"), rows)          # the flush, soon after the seal
+    replay = sent(upserter_at(40, ttl_column="ttl"), rows)        # a replay after an outage
+    assert first == {0: 98, 1: 98, 2: 3598}
+    assert replay == {0: 60, 1: 60, 2: 3560}
+    assert {p: 2 + t for p, t in first.items()} == {p: 40 + t for p, t in replay.items()}
+
+
+def test_a_row_whose_ttl_ran_out_before_its_replay_is_not_written_again():
+    rows = ttl_rows([30, 100, 0])
+    assert sent(upserter_at(45, ttl_column="ttl"), rows) == {1: 55, 2: 0}   # 0: no expiry
+
+
+def test_a_null_ttl_means_the_tables_default_counted_from_the_seal():
+    table = dataclasses.replace(TABLE, default_ttl=500)
+    rows = ttl_rows([None, 100, None])
+    assert sent(upserter_at(10, table=table, ttl_column="ttl"), rows) == {0: 490, 1: 90, 2: 490}
+    # Without a ttl option the table's default still counts from the seal.
+    assert set(sent(upserter_at(10, table=table), rows).values()) == {490}
+
+
+def test_a_constant_ttl_counts_from_the_seal_too():
+    assert set(sent(upserter_at(7, ttl_seconds=600), ttl_rows([1, 2])).values()) == {593}
