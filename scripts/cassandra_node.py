@@ -51,7 +51,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 CASSANDRA_VERSION = "5.0.8"
 HOST = "127.0.0.1"
@@ -678,13 +678,17 @@ def _kill(pid: int, node_dir: Path, timeout: float = STOP_TIMEOUT) -> None:
         time.sleep(0.1)
 
 
-def _wait_ready(info: NodeInfo, timeout: float) -> Optional[str]:
+def _wait_ready(info: NodeInfo, timeout: float,
+                alive: Optional[Callable[[], bool]] = None) -> Optional[str]:
     """Wait until the node answers CQL (and, with --auth, the probe login works); returns its
-    release_version, None if the JVM died."""
+    release_version, None if the JVM died. ``alive``: whether the JVM still runs (default: its
+    pid is still our node's process)."""
     node_dir = Path(info.node_dir)
+    if alive is None:
+        alive = lambda: bool(info.pid) and is_our_process(info.pid, node_dir)  # noqa: E731
     deadline = time.monotonic() + timeout
     while True:
-        if not info.pid or not is_our_process(info.pid, node_dir):
+        if not alive():
             return None
         version = info.probe()
         if version is not None:
@@ -823,7 +827,9 @@ def wait_started(info: NodeInfo, timeout: float = DEFAULT_TIMEOUT, *,
                      tls_keystore=info.tls_keystore)
     t0 = info.started_at or time.time()
     try:
-        version = _wait_ready(info, timeout)
+        # Our own child: ask it, not /proc. A JVM that is still starting (or exiting) may
+        # not look like our node there yet, and was taken for dead with no exit code or log.
+        version = _wait_ready(info, timeout, alive=lambda: proc.poll() is None)
     except TimeoutError:
         version = None
         reason = f"did not answer CQL within {timeout:.0f}s"
