@@ -43,7 +43,7 @@ from recovery.upsert import Upserter
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.binding import bind
-from wal.errors import WalCorrupted, WalError, WalLocked
+from wal.errors import WalBoundElsewhere, WalCorrupted, WalError, WalLocked
 from wal.files import atomic_write
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -144,6 +144,17 @@ def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
 def retention_of(target: Target) -> RetentionPolicy:
     wal = target.config.wal
     return RetentionPolicy(keep_batches=wal.retention_batches, keep_seconds=wal.retention_seconds)
+
+
+def set_blocked(wal: WalDir, reason: str | None) -> None:
+    """Write (or, with None, remove) ``blocked.json``: the next commit of the query fails with
+    ``reason`` (``plan.check_not_blocked``)."""
+    path = os.path.join(wal.root, BLOCKED_FILE)
+    if reason is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
 
 
 class QueryFlusher:
@@ -276,13 +287,9 @@ class QueryFlusher:
             self._executors_writer.reset()
 
     def _set_blocked(self, reason: str | None) -> None:
-        path = os.path.join(self.wal.root, BLOCKED_FILE)
         if reason is None:
             self._blocked_reason = None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return
-        atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
+        set_blocked(self.wal, reason)
 
     def recover(self) -> None:
         """At query start, before any batch: replay committed, discard uncommitted. Always from
@@ -386,7 +393,22 @@ class FlushRegistry:
         wal_root = read_pointer(checkpoint)
         if wal_root is None:
             return None     # not our sink, or its first batch is not committed yet
-        flusher = QueryFlusher(wal_root, checkpoint, self.session_conf, spark=self.spark)
+        try:
+            flusher = QueryFlusher(wal_root, checkpoint, self.session_conf, spark=self.spark)
+        except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
+            # The listener cannot fail the query, but the query's next commit can: a flusher
+            # that cannot start for a reason no retry cures (the WAL is another query's, its
+            # target.json is unreadable) blocks the WAL; the first flusher that starts (on the
+            # next event, or the next run) clears it with its first good drain.
+            if is_transient(exc):   # e.g. the WAL's lock still held by `cassandra-wal recover`
+                log.warning("cassandra_wal: %s: the flusher cannot start yet, tried again at "
+                            "the next batch: %s: %s", wal_root, type(exc).__name__, exc)
+                return None
+            reason = f"{type(exc).__name__}: {exc}"
+            log.error("cassandra_wal: %s: the flusher cannot start: %s", wal_root, reason)
+            if not isinstance(exc, WalBoundElsewhere):   # that WAL's own query is not at fault
+                set_blocked(WalDir(wal_root), f"the flusher cannot start: {reason}")
+            return None
         with self._lock:
             self.flushers[run_id] = flusher
         return flusher

@@ -1,8 +1,10 @@
 """The StreamingQueryListener that drives :class:`sinks.driver.FlushRegistry`.
 
 Listener callbacks run in the driver's Python process. An exception here must never reach
-Spark's listener bus, so every callback logs and swallows; the consequences are handled by the
-flusher (a blocked WAL fails the next commit with its reason).
+Spark's listener bus (it would be dropped there), so failures are handled below it: a flusher
+that cannot start or flush for a reason no retry cures blocks the WAL (``blocked.json``), and
+the query's next commit fails with the reason. What still reaches this module is logged with
+its traceback.
 """
 
 from __future__ import annotations

@@ -153,3 +153,46 @@ def test_exit_stops_running_flushers_and_waits_for_finishing_ones(registry):
     registry.finish(5)
     assert a.calls[-1] == "stop" and a.finish_within == [5]
     assert b.stopped.is_set() and registry.flushers == {}
+
+
+# -- a flusher that cannot start is never silent (issue 17, item 5) -------------------------
+
+def failing_flusher(error):
+    def make(wal_root, checkpoint, session_conf, spark=None):
+        raise error
+    return make
+
+
+def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
+        registry, monkeypatch, tmp_path):
+    from sinks.errors import SinkError
+    from sinks.plan import check_not_blocked
+    from wal.layout import WalDir
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: wal.root)
+    monkeypatch.setattr(driver, "QueryFlusher",
+                        failing_flusher(SinkError(f"{wal.root} has no target.json")))
+    registry.started("q", "run-1")          # the listener swallows nothing silently
+    with pytest.raises(SinkError) as info:
+        check_not_blocked(wal)
+    assert "the flusher cannot start" in str(info.value) and "no target.json" in str(info.value)
+    # Once the cause is gone, the next event's flusher starts (and its first drain clears it).
+    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
+    registry.progressed("q", "run-1")
+    assert FakeFlusher.made[-1].calls == ["start", "kick"]
+
+
+def test_a_flusher_that_cannot_start_yet_is_tried_again_without_blocking(
+        registry, monkeypatch, tmp_path):
+    from wal.errors import WalLocked
+    from wal.layout import WalDir
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: wal.root)
+    monkeypatch.setattr(driver, "QueryFlusher", failing_flusher(WalLocked(wal.log, "held")))
+    registry.started("q", "run-1")
+    assert not (tmp_path / "wal" / "blocked.json").exists()
+    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
+    registry.progressed("q", "run-1")
+    assert FakeFlusher.made[-1].calls == ["start", "kick"]
