@@ -1,0 +1,248 @@
+"""A simulated Cassandra node: the driver's side of the wire, in process, on the sim's clock.
+
+``SimSession.prepare`` returns a real driver ``PreparedStatement``; ``execute_async`` takes the
+``BoundStatement`` or UNLOGGED ``BatchStatement`` the sink's ``Upserter`` builds, deserializes
+each bound value with its column's driver type, and applies it to an in-memory table with
+Cassandra's reconciliation: per (primary key, column) the cell with the highest write timestamp
+wins; on a tie a tombstone or expiring cell beats a plain live one, a tombstone an expiring
+one, then the later local deletion time, then the larger value bytes (Cassandra 4.0+
+``Cells.resolveRegular``, CASSANDRA-14592). A TTL expires on the simulated clock.
+
+Faults come from the world's seeded RNG, so a seed replays them exactly: ``down`` (every
+request, ``prepare`` and new connections fail: ``Unavailable``, ``NoHostAvailable``,
+``ConnectionFailed``; nothing is applied) and ``flaky`` (each request may time out, with the
+write applied or not: the client cannot tell which).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cassandra import OperationTimedOut, Unavailable, WriteTimeout, cqltypes
+from cassandra.cluster import NoHostAvailable
+from cassandra.protocol import ColumnMetadata
+from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
+
+from sinks.errors import ConnectionFailed
+from sinks.table import TableSchema
+
+PROTOCOL = 5
+DRIVER_TYPES = {"int": cqltypes.Int32Type, "text": cqltypes.UTF8Type, "bigint": cqltypes.LongType}
+UP, DOWN, FLAKY = "up", "down", "flaky"
+NO_DELETION = float("inf")   # a live, non-expiring cell
+
+
+@dataclass(frozen=True)
+class Cell:
+    ts: int
+    raw: bytes | None          # None: a tombstone
+    ttl: int | None
+    local_deletion: float      # seconds: expiry (TTL), deletion time (tombstone), or NO_DELETION
+
+    @property
+    def tombstone(self) -> bool:
+        return self.raw is None
+
+
+def resolve(old: Cell | None, new: Cell) -> Cell:
+    """The cell Cassandra keeps of two writes to one (row, column)."""
+    if old is None or new.ts != old.ts:
+        return new if old is None or new.ts > old.ts else old
+    old_marked, new_marked = old.local_deletion != NO_DELETION, new.local_deletion != NO_DELETION
+    if old_marked or new_marked:
+        if old_marked != new_marked:
+            return old if old_marked else new
+        if old.tombstone != new.tombstone:
+            return old if old.tombstone else new
+        if old.local_deletion != new.local_deletion:
+            return old if old.local_deletion > new.local_deletion else new
+    return old if (old.raw or b"") >= (new.raw or b"") else new
+
+
+@dataclass(frozen=True)
+class Write:
+    """One row of one request, as applied: what the invariants compare with the oracle."""
+
+    table: str
+    key: tuple
+    ts: int
+    ttl: int | None
+    cells: tuple                # ((column, decoded value or None for a tombstone), ...)
+    step: int
+    at_s: float                 # when it was applied (the simulated clock, seconds)
+
+
+class Answer:
+    """The driver's ResponseFuture as ``execute_concurrent`` uses it: answered at once."""
+
+    _col_names = _col_types = None
+
+    def __init__(self, error: Exception | None):
+        self.error = error
+
+    def add_callbacks(self, callback, errback, callback_args=(), callback_kwargs=None,
+                      errback_args=(), errback_kwargs=None):
+        if self.error is None:
+            callback([], *callback_args)
+        else:
+            errback(self.error, *errback_args)
+
+    def clear_callbacks(self):
+        pass
+
+
+@dataclass
+class SimCassandra:
+    tables: dict[str, TableSchema]
+    rng: random.Random
+    clock_us: Callable[[], int]
+    step: int = 0
+    mode: str = UP
+    faults: int = 0                                   # failures injected so far
+    rows: dict = field(default_factory=dict)          # (table, key) -> {column: Cell}
+    writes: list[Write] = field(default_factory=list)
+    prepared: dict = field(default_factory=dict)      # query id -> PreparedStatement
+    sessions_opened: int = 0
+
+    # -- the driver's entry points ----------------------------------------------------------
+    def connect(self, _connection=None):
+        """``sinks.connection.connect``: (cluster, session), or ConnectionFailed when down."""
+        if self.mode == DOWN:
+            self.faults += 1
+            raise ConnectionFailed(["sim-node"], "NoHostAvailable: the simulated node is down")
+        self.sessions_opened += 1
+        session = SimSession(self)
+        return session.cluster, session
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        if self.mode == DOWN or (self.mode == FLAKY and self.rng.random() < 0.2):
+            self.faults += 1
+            raise (NoHostAvailable("simulated node down", {"sim-node": "down"})
+                   if self.mode == DOWN else OperationTimedOut(last_host="sim-node"))
+        table, names, ttl = parse_insert(cql)
+        schema = self.tables[table]
+        meta = [ColumnMetadata(schema.keyspace, table, n, DRIVER_TYPES[schema.column_type(n)])
+                for n in names]
+        meta.append(ColumnMetadata(schema.keyspace, table, "[timestamp]", cqltypes.LongType))
+        if ttl:
+            meta.append(ColumnMetadata(schema.keyspace, table, "[ttl]", cqltypes.Int32Type))
+        query_id = hashlib.sha1(cql.encode()).digest()
+        keys = [names.index(k) for k in schema.partition_key]
+        statement = PreparedStatement(meta, query_id, keys, cql, schema.keyspace, PROTOCOL,
+                                      None, None)
+        self.prepared[query_id] = statement
+        return statement
+
+    def execute(self, statement) -> Exception | None:
+        """Run one request; the error the client sees, or None."""
+        outcome = "ok"
+        if self.mode == DOWN:
+            outcome = "refused"
+        elif self.mode == FLAKY:
+            r = self.rng.random()
+            outcome = "lost" if r < 0.25 else "applied-timeout" if r < 0.45 else "ok"
+        if outcome != "refused" and outcome != "lost":
+            self.apply(statement)
+        if outcome == "ok":
+            return None
+        self.faults += 1
+        if outcome == "refused":
+            return (Unavailable("simulated node down", consistency=1, required_replicas=1,
+                                alive_replicas=0)
+                    if self.rng.random() < 0.5 else
+                    NoHostAvailable("simulated node down", {"sim-node": "down"}))
+        if self.rng.random() < 0.5:
+            return WriteTimeout("simulated timeout", consistency=1, required_responses=1,
+                                received_responses=0, write_type=0)
+        return OperationTimedOut(last_host="sim-node")
+
+    # -- applying ---------------------------------------------------------------------------
+    def apply(self, statement) -> None:
+        if isinstance(statement, BatchStatement):
+            for _prepared, query_id, values in statement._statements_and_parameters:
+                self._apply_row(self.prepared[query_id], values)
+        elif isinstance(statement, BoundStatement):
+            self._apply_row(statement.prepared_statement, statement.values)
+        else:
+            raise AssertionError(f"the sink sent a {type(statement).__name__}")
+
+    def _apply_row(self, prepared: PreparedStatement, values) -> None:
+        meta = prepared.column_metadata
+        table = meta[0].table_name
+        schema = self.tables[table]
+        decoded = {}
+        for column, raw in zip(meta, values):
+            if raw is UNSET_VALUE:
+                continue
+            decoded[column.name] = (raw, None if raw is None else
+                                    column.type.deserialize(raw, PROTOCOL))
+        ts = decoded.pop("[timestamp]")[1]
+        ttl = decoded.pop("[ttl]", (None, None))[1] or None
+        key = tuple(decoded.pop(k)[1] for k in schema.primary_key)
+        assert None not in key, "a row without its key reached Cassandra"
+        now_s = self.clock_us() / 1e6
+        row = self.rows.setdefault((table, key), {})
+        for name, (raw, _value) in decoded.items():
+            if raw is None:
+                cell = Cell(ts, None, None, now_s)
+            else:
+                cell = Cell(ts, bytes(raw), ttl, now_s + ttl if ttl else NO_DELETION)
+            row[name] = resolve(row.get(name), cell)
+        self.writes.append(Write(table, key, ts, ttl,
+                                 tuple(sorted((n, v) for n, (_r, v) in decoded.items())),
+                                 self.step, now_s))
+
+    # -- reading ----------------------------------------------------------------------------
+    def decode(self, table: str, column: str, raw: bytes):
+        return DRIVER_TYPES[self.tables[table].column_type(column)].deserialize(raw, PROTOCOL)
+
+    def visible(self, table: str) -> dict:
+        """What a SELECT would show now: key -> {column: value} (expired cells hidden)."""
+        now_s = self.clock_us() / 1e6
+        out = {}
+        for (name, key), cells in self.rows.items():
+            if name != table:
+                continue
+            live = {c: self.decode(table, c, cell.raw) for c, cell in cells.items()
+                    if not cell.tombstone and cell.local_deletion > now_s}
+            if live:
+                out[key] = live
+        return out
+
+
+def parse_insert(cql: str) -> tuple[str, list[str], bool]:
+    """``INSERT INTO "ks"."t" ("k", "v") VALUES (?, ?) USING TIMESTAMP ? [AND TTL ?]`` ->
+    (table, columns, has ttl)."""
+    head, _, rest = cql.partition("(")
+    table = head.split(".")[-1].strip().strip('"')
+    names = [n.strip().strip('"') for n in rest.split(")", 1)[0].split(",")]
+    return table, names, "TTL" in cql
+
+
+class SimCluster:
+    def __init__(self):
+        self.metadata = None
+
+    def shutdown(self):
+        pass
+
+
+class SimSession:
+    """Enough of a driver Session for the Upserter and ``execute_concurrent``."""
+
+    def __init__(self, node: SimCassandra):
+        self.node = node
+        self.cluster = SimCluster()
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        return self.node.prepare(cql)
+
+    def execute_async(self, statement, parameters=None, execution_profile=None, **_):
+        assert parameters is None, "requests are bound already"
+        return Answer(self.node.execute(statement))
+
+    def shutdown(self):
+        pass

@@ -1,0 +1,154 @@
+"""The protocol's invariants, checked after every step of a schedule and at its end.
+
+* Every write Cassandra received is exactly a row of a *committed* execution, with the cells,
+  timestamp and TTL its seal gives it: nothing of an uncommitted batch is ever written, a
+  replay writes identical cells, pending batches keep the options they were sealed with.
+* The sink never blocks (``blocked.json``) where a retry could proceed: the simulation injects
+  no corruption, so any block is wrong.
+* The staged segments and the seal of a batch still being executed are never removed under
+  it (by another job's flush, by retention, by another query's recovery).
+* A drain or recovery that met no fault, with the node up, leaves every batch Spark committed
+  written (so a flusher never waits forever, and after an outage a drain makes progress).
+* At the end, after recovery with the node up, every committed execution is written, and the
+  table holds, per cell, the newest expected write (last write wins).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .oracle import fmt
+
+
+class Violation(Exception):
+    def __init__(self, invariant: str, detail: str):
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant, self.detail = invariant, detail
+
+
+def absorb_writes(world) -> None:
+    """Judge every write the node applied since the last look."""
+    oracle, writes = world.oracle, world.node.writes
+    start = getattr(world, "writes_seen", 0)
+    for i, w in enumerate(writes[start:], start):
+        why, expected = oracle.judge(w)
+        if why is not None:
+            world.writes_seen = i + 1
+            raise Violation("every write is a committed batch's row, as sealed",
+                            f"{why}: Cassandra got {fmt(w)} at {w.at_s:.3f}s")
+        oracle.first.setdefault((w.table, w.key, w.ts), w)
+        oracle.applied.add(expected)
+    world.writes_seen = len(writes)
+
+
+def check_step(world) -> None:
+    absorb_writes(world)
+    from sinks.plan import BLOCKED_FILE
+
+    for root in sorted(world.wal_roots):
+        path = os.path.join(root, BLOCKED_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                reason = f.read()
+            raise Violation("the sink never blocks where a retry could proceed",
+                            f"{path}: {reason}")
+    for owner, inflight in _live(world):
+        wal = _wal_of(inflight.plan)
+        for message in inflight.winners.values():
+            if message is not None and message.segment and \
+                    not os.path.exists(wal.segment_path(message.segment["name"])):
+                raise Violation("a batch's staged rows stay until it is committed",
+                                f"{inflight.execution.label}: the winning segment "
+                                f"{message.segment['name']} of {owner} was deleted before "
+                                f"its commit")
+        if inflight.sealed and not os.path.exists(wal.seal_path(inflight.execution.batch)):
+            raise Violation("a batch's staged rows stay until it is committed",
+                            f"{inflight.execution.label}: its seal was deleted before Spark "
+                            f"committed it")
+
+
+def _live(world):
+    for q in world.queries:
+        if q.run is not None and q.run.inflight is not None:
+            yield q.owner, q.run.inflight
+    for job in world.jobs:
+        yield job.name, job.inflight
+
+
+def _wal_of(plan):
+    plan = getattr(plan, "plan", plan)      # a batch job's writer carries its WritePlan
+    return plan.wal
+
+
+def exempt_owners(world) -> set[str]:
+    """Streams refused with a clear error (an invalid WAL reuse): what Spark committed for
+    them before the error cannot be expected in Cassandra."""
+    return {q.owner for q in world.queries if q.refused is not None}
+
+
+def _unwritten(world, owners=None) -> list[tuple]:
+    absorb_writes(world)
+    exempt = exempt_owners(world)
+    now_s = world.clock_us / 1e6
+    out = []
+    for e in world.oracle.executions:
+        if not e.committed or e.owner in exempt or (owners is not None and e.owner not in owners):
+            continue
+        missing = world.oracle.missing(e, now_s)
+        if missing:
+            out.append((e, missing))
+    return out
+
+
+def check_live(world, q, what: str) -> None:
+    """After a fault-free drain/recovery of ``q`` with the node up."""
+    unwritten = _unwritten(world, {q.owner})
+    if unwritten:
+        e, missing = unwritten[0]
+        raise Violation("a drain with Cassandra up writes every batch Spark committed",
+                        f"after {q.owner}'s {what}, {e.label} is committed but "
+                        f"{len(missing)} of {len(e.expected)} rows never reached Cassandra "
+                        f"(e.g. {fmt(missing[0])})")
+
+
+def check_written(world) -> None:
+    check_step(world)
+    unwritten = _unwritten(world)
+    if unwritten:
+        e, missing = unwritten[0]
+        raise Violation("every committed batch is written once recovery runs",
+                        f"{e.label} is committed but {len(missing)} of {len(e.expected)} "
+                        f"rows never reached Cassandra (e.g. {fmt(missing[0])})"
+                        + (f"; {len(unwritten) - 1} more batches likewise"
+                           if len(unwritten) > 1 else ""))
+
+
+def check_table(world) -> None:
+    """What a SELECT shows against last-write-wins over every committed execution's writes.
+    Called once every TTL has run out (the world's clock is moved past them), so expiry
+    rounding cannot matter: an expiring winner shows nothing, and neither does a tombstone.
+    A row whose TTL ran out before its first write may be left out (docs/guarantees.md,
+    "What is not guaranteed"): only the writes that landed count, and the completeness check
+    has already made sure that nothing else is missing."""
+    want: dict[tuple, tuple] = {}
+    for e in world.oracle.executions:
+        if not e.committed:
+            continue
+        for w in e.expected:
+            if w not in world.oracle.applied:
+                continue
+            for column, value in w.cells:
+                cell = (w.table, w.key, column)
+                if cell not in want or w.ts > want[cell][0]:
+                    want[cell] = (w.ts, value, w.ttl)
+    shown = {}
+    for (table, key, column), (_ts, value, ttl) in want.items():
+        if value is not None and not ttl:
+            shown.setdefault((table, key), {})[column] = value
+    have = {(table, key): cells for table in world.tables
+            for key, cells in world.node.visible(table).items()}
+    if have != shown:
+        keys = sorted(set(have) | set(shown), key=repr)
+        diff = [(k, have.get(k), shown.get(k)) for k in keys if have.get(k) != shown.get(k)][:3]
+        raise Violation("the table ends as last write wins over the committed batches",
+                        "rows differ (key, SELECT shows, expected): " + "; ".join(map(str, diff)))

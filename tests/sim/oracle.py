@@ -1,0 +1,233 @@
+"""What the sink must write: every execution of every batch, and the cells it must become.
+
+An *execution* is one run of batch N by one owner (a stream, or a batch ``df.write`` job):
+the rows Spark gave each partition, and the options in force when it was sealed. Once sealed,
+its rows are known as the writes Cassandra must receive once it is committed: row *i* of the
+seal (segments in seal order) at ``base_ts_us + i`` (or at its ``writetime`` column), with the
+sealed TTL, and a cell per written column (a tombstone for a null, nothing with
+``ignoreNulls``). A write seen by the simulated node is legal only if it is exactly one of the
+expected writes of a committed execution; that is how "nothing uncommitted is visible" and
+"replays write identical cells" are checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from pyspark.sql import types as T
+
+KEYSPACE = "ks"
+# Table -> (columns with CQL types, primary key). "tc" is the clustering variant.
+TABLES = {
+    "t": ((("k", "int"), ("v", "text"), ("w", "int")), ("k",), ()),
+    "tc": ((("k", "int"), ("c", "int"), ("v", "text"), ("w", "int")), ("k",), ("c",)),
+}
+SPARK_TYPES = {"int": T.IntegerType(), "text": T.StringType()}
+WRITETIME_COLUMN = "wt"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The write options of one run of a query, or of one batch job: what the user set."""
+
+    table: str
+    with_w: bool                       # the column list: (k, [c,] v, w) or (k, [c,] v)
+    ttl: int | None
+    writetime: bool                    # option writetime = "wt", a bigint column of the rows
+    ignore_nulls: bool
+    retention_batches: int
+    retention_seconds: float | None
+    group_rows: int
+    retry_count: int
+    grouping: str
+    wal_path: str | None
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return TABLES[self.table][1] + TABLES[self.table][2]
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """The table columns written, in table order."""
+        return tuple(c for c, _ in TABLES[self.table][0] if self.with_w or c != "w")
+
+    def spark_schema(self) -> T.StructType:
+        types = dict(TABLES[self.table][0])
+        fields = [T.StructField(c, SPARK_TYPES[types[c]]) for c in self.written]
+        if self.writetime:
+            fields.append(T.StructField(WRITETIME_COLUMN, T.LongType()))
+        return T.StructType(fields)
+
+    def spark_options(self, checkpoint: str | None) -> dict[str, str]:
+        out = {"keyspace": KEYSPACE, "table": self.table,
+               "spark.cassandra.output.batch.grouping.key": self.grouping,
+               "spark.cassandra.query.retry.count": str(self.retry_count),
+               "spark.cassandra.output.ignoreNulls": str(self.ignore_nulls).lower(),
+               "wal.retention.batches": str(self.retention_batches),
+               "wal.flush.groupRows": str(self.group_rows)}
+        if checkpoint is not None:
+            out["checkpointLocation"] = checkpoint
+        if self.ttl is not None:
+            out["ttl"] = str(self.ttl)
+        if self.writetime:
+            out["writetime"] = WRITETIME_COLUMN
+        if self.retention_seconds is not None:
+            out["wal.retention.seconds"] = str(self.retention_seconds)
+        if self.wal_path is not None:
+            out["wal.path"] = self.wal_path
+        return out
+
+    def describe(self) -> str:
+        parts = [f"table={self.table}", "cols=" + ",".join(self.written)]
+        if self.ttl is not None:
+            parts.append(f"ttl={self.ttl}")
+        if self.writetime:
+            parts.append("writetime=wt")
+        if self.ignore_nulls:
+            parts.append("ignoreNulls")
+        parts.append(f"retention={self.retention_batches}"
+                     + (f"/{self.retention_seconds}s" if self.retention_seconds else ""))
+        parts.append(f"groupRows={self.group_rows} retries={self.retry_count} {self.grouping}")
+        if self.wal_path:
+            parts.append(f"wal.path={self.wal_path.rsplit('/', 1)[-1]}")
+        return " ".join(parts)
+
+
+class Expected(NamedTuple):
+    """One row write: the shape of :class:`tests.sim.cassandra.Write` without its step."""
+
+    table: str
+    key: tuple
+    ts: int
+    ttl: int | None
+    cells: tuple
+
+
+@dataclass(eq=False)
+class Execution:
+    owner: str
+    batch: int
+    number: int                        # the n-th execution of this batch by this owner
+    rows: dict[int, list[dict]]        # partition -> Spark's rows for it
+    options: RunOptions
+    query_id: str | None               # a stream's (Spark's checkpoint id); None: a batch job
+    seal: object | None = None
+    committed: bool = False
+    expected: tuple[Expected, ...] = ()
+    segments: dict[str, int] = field(default_factory=dict)   # winning segment name -> partition
+
+    @property
+    def label(self) -> str:
+        if self.batch < 0:          # a batch job of a WAL of its own: no batch id to show
+            return f"{self.owner}'s batch"
+        return f"{self.owner} batch {self.batch} (execution {self.number})"
+
+    def row_count(self) -> int:
+        return sum(len(r) for r in self.rows.values())
+
+
+def expected_writes(execution: Execution, seal) -> tuple[Expected, ...]:
+    """The writes of a sealed execution: its rows in seal order at the sealed timestamps, with
+    the options in force when it was sealed."""
+    o = execution.options
+    out, position = [], 0
+    for ref in seal.segments:
+        rows = execution.rows[ref.partition]
+        assert len(rows) == ref.rows, f"{execution.label}: seal counts {ref.rows} rows for " \
+                                      f"partition {ref.partition}, Spark gave it {len(rows)}"
+        for row in rows:
+            ts = row[WRITETIME_COLUMN] if o.writetime else seal.base_ts_us + position
+            cells = tuple(sorted((c, row[c]) for c in o.written
+                                 if c not in o.key and not (o.ignore_nulls and row[c] is None)))
+            out.append(Expected(o.table, tuple(row[c] for c in o.key), ts, o.ttl or None, cells))
+            position += 1
+    return tuple(out)
+
+
+def ttl_fits(sent: int | None, sealed: int | None) -> bool:
+    """A TTL counts from the seal, so a later write may send less of it, never more; a row
+    sealed without one gets none."""
+    if sealed is None:
+        return sent is None
+    return sent is not None and 0 < sent <= sealed
+
+
+class Oracle:
+    """Every execution, and an index of their expected writes by (table, key, timestamp)."""
+
+    def __init__(self):
+        self.executions: list[Execution] = []
+        self.by_stamp: dict[tuple, list[tuple[Execution, Expected]]] = {}
+        self.applied: set[Expected] = set()
+        self.first: dict[tuple, object] = {}        # (table, key, ts) -> the first write seen
+
+    def add(self, execution: Execution) -> Execution:
+        self.executions.append(execution)
+        return execution
+
+    def sealed(self, execution: Execution, seal) -> None:
+        execution.seal = seal
+        execution.expected = expected_writes(execution, seal)
+        for e in execution.expected:
+            self.by_stamp.setdefault(e[:3], []).append((execution, e))
+
+    def missing(self, execution: Execution, now_s: float | None = None) -> list[Expected]:
+        """Expected writes of ``execution`` Cassandra has not received; with ``now_s``, not
+        counting rows whose TTL (from the seal) has run out: they may be skipped."""
+        out = [e for e in execution.expected if e not in self.applied]
+        if now_s is not None and out:
+            sealed_s = execution.seal.sealed_at_us / 1e6
+            out = [e for e in out if not (e.ttl and sealed_s + e.ttl <= now_s)]
+        return out
+
+    def judge(self, write) -> tuple[str | None, Expected | None]:
+        """(why ``write`` is illegal, None) or (None, the committed row it writes)."""
+        stamp = (write.table, write.key, write.ts)
+        candidates = self.by_stamp.get(stamp, [])
+        exact = [(x, e) for x, e in candidates if e.cells == write.cells and ttl_fits(write.ttl, e.ttl)]
+        committed = [(x, e) for x, e in exact if x.committed]
+        first = self.first.get(stamp)
+        if committed:
+            if first is not None and first.ttl and write.ttl and \
+                    abs((first.at_s + first.ttl) - (write.at_s + write.ttl)) > 1.5:
+                return (f"a replay of the row of {committed[0][0].label} expires at another "
+                        f"time than its first write (first {fmt(first)} written at "
+                        f"{first.at_s:.3f}s)"), None
+            return None, committed[0][1]
+        if exact:
+            return (f"a row of {exact[0][0].label}, which Spark never committed, reached "
+                    f"Cassandra"), None
+        if first is not None and (first.cells, first.ttl) != (write.cells, write.ttl):
+            return (f"a replay wrote other cells at the same timestamp than the first write "
+                    f"(first {fmt(first)})"), None
+        if candidates:
+            x, e = candidates[0]
+            return (f"the row of {x.label} was written with other cells or TTL than sealed "
+                    f"(sealed {fmt(e)})"), None
+        same = [(x, e) for x in self.executions if x.committed for e in x.expected
+                if e.table == write.table and e.key == write.key and e.cells == write.cells]
+        if same:
+            x, e = same[0]
+            return (f"the row of {x.label} was written at a timestamp its seal does not give "
+                    f"it (sealed {fmt(e)})"), None
+        alike = [(x, e) for x in self.executions for e in x.expected
+                 if e.table == write.table and e.key == write.key and _agree(e.cells, write.cells)]
+        if alike:
+            x, e = alike[-1]
+            return (f"looks like the row of {x.label} written with other options (sealed "
+                    f"{fmt(e)})"), None
+        return "a write that no sealed row explains", None
+
+
+def _agree(a: tuple, b: tuple) -> bool:
+    """Cells that hold the same values wherever both name a value (a null, written as a
+    tombstone or left out with ignoreNulls, and a missing column agree with anything)."""
+    x, y = dict(a), dict(b)
+    return all(x[c] == y[c] for c in x.keys() & y.keys() if x[c] is not None and y[c] is not None)
+
+
+def fmt(write) -> str:
+    cells = ", ".join(f"{c}={v!r}" for c, v in write.cells)
+    ttl = f" ttl={write.ttl}" if write.ttl else ""
+    return f"{write.table}{list(write.key)} @{write.ts}{ttl} {{{cells}}}"

@@ -1,0 +1,181 @@
+"""The seams where the simulation replaces what lies outside the sink's process.
+
+Only the world is faked: the table lookup and the Cassandra connection (``fetch_table_schema``,
+``connect``), Spark's ``TaskContext``, the clock and sleeps (the sink's modules and tenacity see
+the simulated clock, so retention ages, seal timestamps and retry back-offs follow the seed),
+and the named crash points (a crash point armed by the world raises :class:`SimCrash`, which
+no ``except Exception`` in the sink catches, so the "process" dies right there). Everything
+else is the real code. Patches go in once per test and delegate to the current world.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import time as real_time
+
+SINK_PACKAGES = ("wal", "sinks", "recovery")
+# Imported before patching, so every module of the sink that the simulation reaches is seen.
+MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoint",
+           "recovery.replay", "recovery.upsert", "recovery.cli", "sinks.plan", "sinks.driver",
+           "sinks.source", "sinks.connection", "sinks.distributed_flush", "sinks.batch_jobs")
+
+
+class SimCrash(BaseException):
+    """The simulated driver process dies at this point (a BaseException: nothing catches it)."""
+
+
+class Current:
+    """The world the patched functions act on (one schedule at a time per process)."""
+
+    world = None
+
+
+class SimTime:
+    """The ``time`` module as the sink sees it: wall clock and monotonic clock are the world's
+    clock, and a sleep moves that clock instead of waiting."""
+
+    def time_ns(self) -> int:
+        return Current.world.clock_us * 1000
+
+    def time(self) -> float:
+        return Current.world.clock_us / 1e6
+
+    def monotonic(self) -> float:
+        return Current.world.clock_us / 1e6
+
+    def sleep(self, seconds: float) -> None:
+        Current.world.clock_us += max(0, int(seconds * 1e6))
+
+    def __getattr__(self, name):
+        return getattr(real_time, name)
+
+
+SIM_TIME = SimTime()
+_REAL_TO_SIM = {real_time.sleep: SIM_TIME.sleep, real_time.monotonic: SIM_TIME.monotonic,
+                real_time.time: SIM_TIME.time, real_time.time_ns: SIM_TIME.time_ns}
+
+
+def _crash_point(name: str) -> None:
+    Current.world.crash_point(name)
+
+
+def _task():
+    return Current.world.task_context
+
+
+def _spy_write_seal(real):
+    """``wal.seal.write_seal``, telling the world every seal written: a batch job's commit
+    returns nothing, and a crash right after the seal leaves a seal its caller never saw."""
+    def write_seal(wal, seal, *args, **kwargs):
+        result = real(wal, seal, *args, **kwargs)
+        Current.world.seals_written.append(seal)
+        return result
+    return write_seal
+
+
+def _no_wait(_seconds):
+    import tenacity
+
+    return tenacity.stop_after_attempt(1)
+
+
+def _fetch_table_schema(_cluster, keyspace: str, table: str):
+    return Current.world.tables[table]
+
+
+def _connect(connection=None):
+    return Current.world.node.connect(connection)
+
+
+class Patches:
+    """Install every seam; ``undo`` restores the modules."""
+
+    def __init__(self):
+        self._undo: list[tuple[object, str, object]] = []
+
+    def _set(self, owner, name: str, value) -> None:
+        self._undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def install(self) -> "Patches":
+        import tenacity
+        import tenacity.nap
+
+        for name in MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError:   # a module the code under test does not have
+                pass
+        import sinks.connection
+        import sinks.driver
+        import sinks.plan
+        import sinks.source
+
+        self._set(sinks.plan, "fetch_table_schema", _fetch_table_schema)
+        self._set(sinks.connection, "connect", _connect)
+        self._set(sinks.driver, "connect", _connect)
+        self._set(sinks.source, "_task", _task)
+        import wal.seal
+
+        self._set(wal.seal, "write_seal", _spy_write_seal(wal.seal.write_seal))
+        for module in (tenacity, tenacity.nap):
+            self._set(module, "time", SIM_TIME)
+        for module in self._sink_modules():
+            if getattr(module, "time", None) is real_time:
+                self._set(module, "time", SIM_TIME)
+            if getattr(module, "crash_point", None) is not None and module.__name__ != "wal.crashpoints":
+                self._set(module, "crash_point", _crash_point)
+            if getattr(module, "stop_after_delay", None) is tenacity.stop_after_delay:
+                # Waiting for a lock (a WAL's writer, a job's) is pointless here: the world
+                # is sequential, nothing lets go meanwhile; the last attempt's answer comes now.
+                self._set(module, "stop_after_delay", _no_wait)
+            self._patch_defaults(module)
+        return self
+
+    @staticmethod
+    def _sink_modules():
+        return [m for n, m in sorted(sys.modules.items())
+                if m is not None and n.split(".")[0] in SINK_PACKAGES]
+
+    def _patch_defaults(self, module) -> None:
+        """Functions (and methods) whose default arguments are the real ``time.sleep`` or
+        clocks (``sleep=time.sleep``): the simulated ones instead, or a wait would be real."""
+        def functions():
+            for obj in vars(module).values():
+                if inspect.isfunction(obj) and obj.__module__ == module.__name__:
+                    yield obj
+                elif inspect.isclass(obj) and obj.__module__ == module.__name__:
+                    for member in vars(obj).values():
+                        if inspect.isfunction(member):
+                            yield member
+
+        for fn in functions():
+            defaults = fn.__defaults__
+            if defaults and any(_is_real_clock(d) for d in defaults):
+                self._undo.append((fn, "__defaults__", defaults))
+                fn.__defaults__ = tuple(_REAL_TO_SIM.get(d, d) if _is_real_clock(d) else d
+                                        for d in defaults)
+            kw = fn.__kwdefaults__
+            if kw and any(_is_real_clock(d) for d in kw.values()):
+                self._undo.append((fn, "__kwdefaults__", dict(kw)))
+                fn.__kwdefaults__ = {k: _REAL_TO_SIM.get(d, d) if _is_real_clock(d) else d
+                                     for k, d in kw.items()}
+        for obj in vars(module).values():   # dataclass fields holding a clock (RateLimiter)
+            if inspect.isclass(obj) and obj.__module__ == module.__name__:
+                for name, value in list(vars(obj).items()):
+                    if _is_real_clock(value):
+                        self._set(obj, name, _REAL_TO_SIM[value])
+
+    def undo(self) -> None:
+        while self._undo:
+            owner, name, value = self._undo.pop()
+            setattr(owner, name, value)
+
+
+def _is_real_clock(value) -> bool:
+    try:
+        return value in _REAL_TO_SIM
+    except TypeError:   # unhashable default
+        return False

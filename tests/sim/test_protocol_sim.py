@@ -1,0 +1,67 @@
+"""Model-based test of the sink's protocol: thousands of seeded schedules of a simulated Spark
+and Cassandra driving the real ``wal``, catalog, replayer, retention and commit path.
+
+Each seed is one schedule (``tests/sim/runner.py``): streams with task retries, speculative
+and zombie attempts, crashes at any step, restarts with other options, purged checkpoints,
+checkpoint resets and shared WALs; concurrent batch jobs; Cassandra outages and timeouts that
+did or did not apply the write. The invariants (``tests/sim/invariants.py``) are checked after
+every step. 10,000 schedules by default, in blocks so progress shows, 10x more with
+``CASSANDRA_WAL_FULL_MATRIX=1`` (``scripts/test --full-matrix``). ``CASSANDRA_WAL_SIM_SEED=<n>``
+replays one seed, printing its schedule step by step (run with ``-s``). Schedules run on
+``CASSANDRA_WAL_SIM_WORKERS`` processes (default: 2, or 1 on a one-core machine).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from . import runner
+
+pytestmark = [pytest.mark.unit, pytest.mark.sim]
+
+FULL = os.environ.get("CASSANDRA_WAL_FULL_MATRIX") == "1"
+SCHEDULES = 100_000 if FULL else 10_000
+BLOCK = 500
+REPLAY = os.environ.get(runner.ENV_SEED)
+
+
+def _blocks() -> list[range]:
+    return [range(start, start + BLOCK) for start in range(0, SCHEDULES, BLOCK)]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    workers = int(os.environ.get("CASSANDRA_WAL_SIM_WORKERS", min(2, os.cpu_count() or 1)))
+    if workers <= 1:
+        runner.installed()
+        yield None
+        return
+    # spawn, not fork: the parent holds the driver's and Arrow's threads and locks.
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=runner.installed) as p:
+        yield p
+
+
+@pytest.mark.skipif(REPLAY is not None, reason=f"{runner.ENV_SEED} replays one seed")
+@pytest.mark.parametrize("seeds", _blocks(), ids=lambda r: f"seeds-{r.start}-{r.stop - 1}")
+def test_schedules_keep_the_invariants(seeds, pool):
+    started = time.perf_counter()
+    if pool is None:
+        outcomes = [runner.run_quiet(seed) for seed in seeds]
+    else:
+        outcomes = pool.map(runner.run_quiet, seeds, chunksize=10)
+    seconds = time.perf_counter() - started
+    print(f"{len(seeds)} schedules in {seconds:.1f} s ({len(seeds) / seconds:.0f}/s)")
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        pytest.fail(runner.summary(failed, len(seeds)), pytrace=False)
+
+
+@pytest.mark.skipif(REPLAY is None, reason=f"set {runner.ENV_SEED}=<seed> to replay one")
+def test_replay_one_seed():
+    runner.installed()
+    outcome = runner.run_seed(int(REPLAY), verbose=True)
+    assert outcome.ok, runner.failure_text(outcome)
