@@ -16,6 +16,7 @@ from recovery.replay import Replayer
 from sinks.driver import CassandraOutput, load_target
 from sinkutil import (create_table, register, running, sink_options, stream_wal,
                       wait_all_flushed, wait_log_released, wait_query_done, write_json_files)
+from wal.jobs import TableJobs
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.segment import decode_chunk
@@ -113,13 +114,15 @@ def test_replayer_on_a_fresh_copy_of_a_sealed_batch_writes_the_same_cells(
     register(spark)
     create_table(cql, keyspace, TABLE)
     rows = [(i, f"r{i}", i * 0.5, i % 3 == 0) for i in range(25)]
-    wal = WalDir(str(tmp_path / "wal"))
+    table_root = str(tmp_path / "wal")
     (spark.createDataFrame(rows, "id INT, name STRING, score DOUBLE, flag BOOLEAN").repartition(2)
      .write.format("cassandra_wal").mode("append")
      .options(**sink_options(cassandra_node, keyspace, "cells",
-                             **{"wal.path": wal.root, "wal.flush": "false"}))
+                             **{"wal.path": table_root, "wal.flush": "false"}))
      .save())
     assert _snapshot(cql, keyspace) == {}, "wal.flush=false must stage and seal only"
+    [job_root] = TableJobs(table_root).other_jobs("")     # the job's own WAL (wal/jobs.py)
+    wal = WalDir(job_root)
     [batch] = wal.sealed_batch_ids()
     copy = WalDir(str(tmp_path / "wal-copy"))
     shutil.copytree(wal.root, copy.root)
