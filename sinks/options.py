@@ -383,7 +383,9 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "ttl", None, _per_row(_ttl_seconds),
         "Per-write TTL: a whole number of seconds (constant, overrides "
         "`spark.cassandra.output.ttl`) or the name of an integer DataFrame column holding "
-        "each row's TTL (that column is not written).",
+        "each row's TTL (that column is not written; a null there means the table's "
+        "`default_time_to_live`). A TTL counts from the batch's seal, not from each write "
+        "(docs/guarantees.md).",
         section=_T, target="write.ttl_per_row",
     ),
     _spec(
@@ -504,7 +506,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.output.ttl", "0", _ttl_seconds,
-        "TTL in seconds for every written cell; 0 means none.",
+        "TTL in seconds for every written cell, counted from the batch's seal; 0 means none "
+        "(then the table's `default_time_to_live` applies, also counted from the seal).",
         target="write.ttl_seconds",
     ),
     _spec(
