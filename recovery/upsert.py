@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 import pyarrow as pa
 from cassandra.concurrent import execute_concurrent
-from cassandra.query import BatchStatement, BatchType, BoundStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt,
                       wait_exponential_jitter)
 
@@ -112,9 +112,8 @@ class Upserter:
         cols = ", ".join(quote(c) for c in self.table_columns)
         marks = ", ".join("?" for _ in self.columns)
         using = "USING TIMESTAMP ?"
-        # A TTL is always sent when a row may have one (the table's default too): it counts from
-        # the seal, not from each write (:meth:`_expiring`).
-        self._ttl = bool(write.ttl_column or write.ttl_seconds or table.default_ttl)
+        # A TTL counts from the seal, not from each write (:meth:`_expiring`).
+        self._ttl = bool(write.ttl_column or write.ttl_seconds)
         if self._ttl:
             using += " AND TTL ?"
         cql = (f"INSERT INTO {quote(table.keyspace)}.{quote(table.table)} ({cols}) "
@@ -181,7 +180,13 @@ class Upserter:
         if not self._ttl:
             return list(zip(*columns)), value_bytes
         ttls, alive = self._expiring(batch, sealed_at_us)
-        columns.append(fixed_width(ttls, ">i4"))
+        ttl_cells = fixed_width(ttls, ">i4")
+        if self.write.ttl_column:   # a null TTL: unset, so Cassandra applies the table's default
+            column = batch.column(self.write.ttl_column)
+            if column.null_count:
+                for i in np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist():
+                    ttl_cells[i] = UNSET_VALUE
+        columns.append(ttl_cells)
         rows = list(zip(*columns))
         if alive is None:
             return rows, value_bytes
@@ -192,22 +197,23 @@ class Upserter:
                   sealed_at_us: int | None) -> tuple[np.ndarray, np.ndarray | None]:
         """Each row's TTL to send, and which rows are still alive (None: all of them).
 
-        A row's TTL (its ``ttl`` column, else the ``ttl`` option, else the table's
-        ``default_time_to_live``; a null in the column means the table's default) counts from
-        when its batch was sealed, so every write of it, the first and any replay, expires it at
-        the same second: a replay after a long outage neither extends its life nor revives it.
-        A row whose TTL has run out by now is not written (it would already have expired).
-        ``0`` means no expiry, as in CQL.
+        A row's TTL (its ``ttl`` column, else the ``ttl`` option) counts from when its batch was
+        sealed: Cassandra expires a cell at the second it applies the write plus the TTL sent,
+        so every write sends the TTL less the whole seconds between the seal's second and now,
+        and every write of a row, the first and any replay, expires it at the same second (up
+        to the one a write may take to arrive, and the clocks' skew): a replay after a long
+        outage neither extends its life nor revives it. A row whose TTL has run out by now is
+        not written (it would already have expired). ``0`` means no expiry, as in CQL. (A null
+        in the column is sent unset: the table's ``default_time_to_live``, which Cassandra
+        counts from each write.)
         """
         if self.write.ttl_column:
-            column = batch.column(self.write.ttl_column).cast(pa.int64())
-            ttls = column.fill_null(self.table.default_ttl).to_numpy()
+            ttls = batch.column(self.write.ttl_column).cast(pa.int64()).fill_null(0).to_numpy()
         else:
-            ttls = np.full(batch.num_rows, self.write.ttl_seconds or self.table.default_ttl,
-                           dtype=np.int64)
+            ttls = np.full(batch.num_rows, self.write.ttl_seconds, dtype=np.int64)
         if sealed_at_us is None:
             return ttls, None
-        elapsed = max(0, (self._clock_us() - sealed_at_us) // 1_000_000)
+        elapsed = max(0, self._clock_us() // 1_000_000 - sealed_at_us // 1_000_000)
         expiring = ttls > 0
         ttls = np.where(expiring, ttls - elapsed, 0)
         alive = ~expiring | (ttls > 0)

@@ -30,7 +30,6 @@ class TableSchema:
     columns: tuple[tuple[str, str], ...]
     partition_key: tuple[str, ...]
     clustering_key: tuple[str, ...] = ()
-    default_ttl: int = 0            # the table's default_time_to_live, seconds (0: none)
 
     def __post_init__(self) -> None:
         names = {name for name, _ in self.columns}
@@ -81,7 +80,6 @@ class TableSchema:
             columns=tuple((name, str(col.cql_type)) for name, col in table_metadata.columns.items()),
             partition_key=tuple(col.name for col in table_metadata.partition_key),
             clustering_key=tuple(col.name for col in table_metadata.clustering_key),
-            default_ttl=int(table_metadata.options.get("default_time_to_live") or 0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +90,6 @@ class TableSchema:
             "columns": [[name, cql_type] for name, cql_type in self.columns],
             "partition_key": list(self.partition_key),
             "clustering_key": list(self.clustering_key),
-            "default_ttl": self.default_ttl,
             "is_counter": self.is_counter,
         }
 
@@ -104,7 +101,6 @@ class TableSchema:
             columns=tuple((str(name), str(cql_type)) for name, cql_type in data["columns"]),
             partition_key=tuple(data["partition_key"]),
             clustering_key=tuple(data.get("clustering_key", ())),
-            default_ttl=int(data.get("default_ttl", 0)),
         )
 
 

@@ -189,3 +189,23 @@ def test_a_sealed_job_left_behind_is_written_by_the_next_job(spark, cassandra_no
     assert all(ttls[i] is None for i in range(0, 30)), "the orphan was written with TTL"
     assert all(ttls[i] is not None for i in range(30, 40))
     assert os.listdir(root / "jobs") == []
+
+
+def test_a_ttl_column_counts_from_the_seal_and_a_null_ttl_takes_the_tables_default(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """Issue 17, item 9, on the real node: a TTL of 100 s, a null TTL (sent unset: the table's
+    ``default_time_to_live`` applies; it used to be sent as 0, no expiry at all) and a TTL of 0
+    (no expiry, as in CQL)."""
+    register(spark)
+    create_table(cql, keyspace, "expiring (id int PRIMARY KEY, name text) "
+                                "WITH default_time_to_live = 5000")
+    rows = [(1, "a", 100), (2, "b", None), (3, "c", 0)]
+    spark.createDataFrame(rows, "id INT, name STRING, expires INT").write \
+        .format("cassandra_wal").mode("append") \
+        .options(**sink_options(cassandra_node, keyspace, "expiring",
+                                **{"wal.path": str(tmp_path / "wal"), "ttl": "expires"})).save()
+    ttls = {r.id: r.t for r in
+            cql.execute(f"SELECT id, ttl(name) AS t FROM {keyspace}.expiring")}
+    assert 60 < ttls[1] <= 100
+    assert 4900 < ttls[2] <= 5000, "a null TTL must take the table's default"
+    assert ttls[3] is None

@@ -5,7 +5,8 @@
   batch with the recorded ones, so a replay writes identical cells.
 * Item 9: a row's TTL counts from its seal, not from each write: the first write and any replay
   expire it at the same second, a replay never revives a row whose TTL ran out, and a null in
-  the ``ttl`` column means the table's ``default_time_to_live`` (not "no expiry").
+  the ``ttl`` column is sent unset, so the table's ``default_time_to_live`` applies (it was
+  sent as 0: no expiry at all).
 
 No Cassandra: the Upserter's requests are read back from a session whose ``prepare`` gives the
 driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
@@ -18,6 +19,8 @@ import struct
 
 import pyarrow as pa
 import pytest
+
+from cassandra.query import UNSET_VALUE
 
 from recovery.target import SEALED_WRITE_OPTIONS, Target
 from recovery.upsert import Upserter
@@ -103,21 +106,22 @@ def ttl_rows(ttls) -> pa.RecordBatch:
     return rows.set_column(rows.schema.get_field_index("ttl"), "ttl", pa.array(ttls, pa.int32()))
 
 
-def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int]:
-    """Row position (from its write timestamp) -> the TTL its request carries."""
+def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int | str]:
+    """Row position (from its write timestamp) -> the TTL its request carries ("unset")."""
     params = upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT)
     out = {}
     for statement, _ in params:
         for values in getattr(statement, "_statements_and_parameters", None) or [(None, None, statement.values)]:
             values = values[2]
             position = struct.unpack(">q", values[-2])[0]
-            out[position] = struct.unpack(">i", values[-1])[0]
+            out[position] = ("unset" if values[-1] is UNSET_VALUE
+                             else struct.unpack(">i", values[-1])[0])
     return out
 
 
-def upserter_at(seconds_after_seal: float, table=TABLE, **write) -> Upserter:
-    clock = lambda: SEALED_AT + int(seconds_after_seal * SECOND)  # noqa: E731
-    return Upserter(PreparingSession(), table, COLUMN_NAMES, WriteConfig(**write), clock_us=clock)
+def upserter_at(seconds_after_seal: float, sealed_at: int = SEALED_AT, **write) -> Upserter:
+    clock = lambda: sealed_at + int(seconds_after_seal * SECOND)  # noqa: E731
+    return Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(**write), clock_us=clock)
 
 
 def test_a_ttl_counts_from_the_seal_so_every_write_expires_the_row_at_the_same_second():
@@ -134,12 +138,21 @@ def test_a_row_whose_ttl_ran_out_before_its_replay_is_not_written_again():
     assert sent(upserter_at(45, ttl_column="ttl"), rows) == {1: 55, 2: 0}   # 0: no expiry
 
 
-def test_a_null_ttl_means_the_tables_default_counted_from_the_seal():
-    table = dataclasses.replace(TABLE, default_ttl=500)
+def test_a_null_ttl_is_sent_unset_so_the_tables_default_applies():
     rows = ttl_rows([None, 100, None])
-    assert sent(upserter_at(10, table=table, ttl_column="ttl"), rows) == {0: 490, 1: 90, 2: 490}
-    # Without a ttl option the table's default still counts from the seal.
-    assert set(sent(upserter_at(10, table=table), rows).values()) == {490}
+    assert sent(upserter_at(10, ttl_column="ttl"), rows) == {0: "unset", 1: 90, 2: "unset"}
+
+
+def test_the_expiry_second_is_the_seals_second_plus_the_ttl_whenever_the_write_lands():
+    # Sealed half-way through a second; Cassandra expires a cell at the second it applies the
+    # write plus the TTL sent. Two writes in different seconds must land on the same second.
+    sealed_at = SEALED_AT + SECOND // 2
+    seal_second = sealed_at // SECOND
+    for after in (0.2, 0.7, 3.9, 5.2):
+        upserter = upserter_at(after, sealed_at=sealed_at, ttl_column="ttl")
+        now_second = (sealed_at + int(after * SECOND)) // SECOND
+        (ttl,) = sent(upserter, ttl_rows([100])).values()
+        assert now_second + ttl == seal_second + 100, after
 
 
 def test_a_constant_ttl_counts_from_the_seal_too():

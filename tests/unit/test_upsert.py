@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from cassandra import cqltypes
 from cassandra.protocol import ColumnMetadata
-from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
 
 from recovery.upsert import Upserter, size_model
 from sinks.convert import row_converter
@@ -152,8 +152,8 @@ def test_requests_carry_exactly_what_bind_gives(write):
         extra = (1_000_000 + i,)
         if write.ttl_seconds:
             extra += (write.ttl_seconds,)
-        elif write.ttl_column:
-            extra += (ttls[i] or 0,)
+        elif write.ttl_column:   # a null TTL is sent unset: the table's default applies
+            extra += (UNSET_VALUE if ttls[i] is None else ttls[i],)
         bound = upserter.statement.bind(row + extra)
         expected.append(tuple(bound.values))
     assert sorted(map(tuple, built), key=repr) == sorted(expected, key=repr)

@@ -51,25 +51,16 @@ def fake_column(name: str, cql_type: str) -> SimpleNamespace:
     return SimpleNamespace(name=name, cql_type=cql_type)
 
 
-def fake_table_metadata(keyspace: str = "ks", name: str = "events",
-                        default_ttl: int = 0) -> SimpleNamespace:
+def fake_table_metadata(keyspace: str = "ks", name: str = "events") -> SimpleNamespace:
     cols = {n: fake_column(n, t) for n, t in EVENTS.columns}
     return SimpleNamespace(
         keyspace_name=keyspace, name=name, columns=cols,
         partition_key=[cols["device"], cols["day"]], clustering_key=[cols["seq"]],
-        options={"default_time_to_live": default_ttl, "gc_grace_seconds": 864000},
     )
 
 
 def test_from_driver_metadata():
     assert TableSchema.from_driver_metadata(fake_table_metadata()) == EVENTS
-
-
-def test_from_driver_metadata_keeps_the_tables_default_ttl():
-    # The flusher counts a row's TTL from its seal, the table's default too (recovery.upsert).
-    schema = TableSchema.from_driver_metadata(fake_table_metadata(default_ttl=3600))
-    assert schema.default_ttl == 3600
-    assert TableSchema.from_dict(json.loads(json.dumps(schema.to_dict()))) == schema
 
 
 def test_to_dict_from_dict_round_trip_through_json():
