@@ -14,10 +14,11 @@ import sys
 import time
 
 from sinks.errors import ConnectionFailed
-from wal import catalog
+from wal import binding, catalog
 from wal import checkpoint as ckpt
 from wal.cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
 from wal.cli.render import table
+from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.log import WalLog
 
@@ -108,6 +109,13 @@ def _checkpoint(wal: WalDir, args) -> str | None:
                          f"(fs.defaultFS, e.g. HDFS)",
                          "pass the folder Spark wrote (copied to a local disk) with "
                          "--checkpoint; nothing was changed")
+    try:
+        # Another query's checkpoint would make its commits this WAL's, for good (the log
+        # records the highest commit it sees): replaying batches Spark never committed.
+        binding.check(wal, local)
+    except WalBoundElsewhere as exc:
+        raise UsageError(f"{where}: {exc}", "pass the checkpoint of the query that wrote this "
+                         "WAL; nothing was changed") from None
     return local
 
 

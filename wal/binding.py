@@ -60,6 +60,17 @@ def _same_query(bound: Binding, now: Binding) -> bool:
     return os.path.realpath(bound.checkpoint) == os.path.realpath(now.checkpoint)
 
 
+def check(wal: WalDir, checkpoint: str) -> None:
+    """Raise :class:`~wal.errors.WalBoundElsewhere` if ``wal`` is bound to another query than
+    the one checkpointed at ``checkpoint``; read-only (an unbound WAL passes, and stays
+    unbound). For readers and operators: a recovery given the wrong checkpoint would record
+    another query's commits as this WAL's."""
+    bound = read_binding(wal)
+    now = Binding(os.path.abspath(checkpoint), query_id_of(checkpoint))
+    if bound is not None and not _same_query(bound, now):
+        raise WalBoundElsewhere(wal.root, bound, now)
+
+
 def bind(wal: WalDir, checkpoint: str) -> Binding:
     """Bind ``wal`` to the query checkpointed at ``checkpoint`` (a local folder), or check that
     it is bound to it already. Raises :class:`~wal.errors.WalBoundElsewhere` otherwise.

@@ -188,3 +188,25 @@ def test_recover_refuses_a_local_folder_spark_never_wrote(tmp_path, capsys):
     code, err = _recover(capsys, wal.root)
     assert code == 2 and "is not a Spark checkpoint" in err and "fs.defaultFS" in err
     assert wal.sealed_batch_ids() == [0]
+
+
+def test_recover_refuses_the_checkpoint_of_another_query(tmp_path, capsys):
+    """A WAL bound to its query (wal/binding.py): recover given another query's checkpoint
+    would record that query's commits as this WAL's for good (m/committed_through) and replay
+    batches Spark never committed."""
+    from wal.binding import bind
+    from wal.log import WalLog
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    # WalFactory seals as the query "test-query".
+    for cp, query_id in ((ours, "test-query"), (theirs, "their-query")):
+        (cp / "commits").mkdir(parents=True)
+        (cp / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+    for b in range(11):
+        (theirs / "commits" / str(b)).write_text("v1\n{}\n")
+    wal = _stream_wal(tmp_path, str(ours))
+    bind(wal, str(ours))
+    code, err = _recover(capsys, wal.root, "--checkpoint", theirs)
+    assert code == 2 and str(theirs) in err and str(ours) in err and "nothing was changed" in err
+    with WalLog.open_writer(wal) as log:
+        assert log.committed_through() == -1
