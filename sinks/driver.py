@@ -328,6 +328,7 @@ class QueryFlusher:
             self._finish(finish_within_s)
             self._close_executors()
             self.output.close()
+            _drop_frames(self.last_error)
             self.log.close()
             self.stopped.set()
 
@@ -351,6 +352,18 @@ class QueryFlusher:
                         "Cassandra (%s: %s); they stay in the WAL and the next start of the "
                         "query (or cassandra-wal recover) writes them", self.wal.root,
                         type(self.last_error).__name__, self.last_error)
+
+
+def _drop_frames(exc: BaseException | None) -> None:
+    """Let go of the frames an error's traceback keeps alive (its cause and context too). A
+    frame of a generator reading the log holds a RocksDB iterator, and RocksDB keeps its
+    writer lock until every iterator is gone, closed or not: the next owner of the WAL (a
+    restarted run, ``wait_flushed``) could not open it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
 
 
 class FlushRegistry:
@@ -542,6 +555,10 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     flusher, drains_before = None, 0
     try:
         while True:
+            if own is None and flusher is not None and flusher.stopped.is_set():
+                # The stopped run's last drain gave up (Cassandra away longer than it
+                # retries) and closed the log: nobody else will write the rest.
+                flusher = None
             if own is None and flusher is None:
                 flusher = _flusher_of(run_id)
                 if flusher is not None:

@@ -42,6 +42,7 @@ class KickedFlusher:
 
     def __init__(self, on_drain):
         self.on_drain, self.drains, self.kicks = on_drain, 0, 0
+        self.stopped = threading.Event()      # a live flusher: not stopped
 
     def kick(self):
         self.kicks += 1
@@ -218,3 +219,32 @@ def test_a_stop_gives_up_after_its_bound_leaving_the_batches_in_the_wal(tmp_path
         assert flusher.drains > 1 and flusher.stopped.is_set()
         assert not os.path.exists(os.path.join(flusher.wal.root, "blocked.json"))
         assert "stay in the WAL" in caplog.text
+
+
+def test_after_a_stop_whose_last_drain_gave_up_it_drains_the_wal_itself(
+        tmp_path, registry, monkeypatch):
+    # query.stop() during an outage longer than the last drain retries; Cassandra comes back
+    # while wait_flushed waits: it must write the rest itself, not poll the closed flusher.
+    from tests.unit.test_transient_errors import flusher_on
+
+    monkeypatch.setattr(driver, "FINISH_ON_STOP_S", 0.3)
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(OSError(111, "Connection refused"))
+        fake_cassandra(monkeypatch, flusher, outage)
+        atomic_write(os.path.join(str(tmp_path / "cp"), "cassandra_wal_sink.json"),
+                     ('{"wal_path": "%s"}' % flusher.wal.root).encode())
+        registry.flushers["run-1"] = flusher
+        registry.runs["run-1"] = ("query-1", str(tmp_path / "cp"))
+        query = FakeQuery(str(tmp_path / "cp"), active=False)
+        registry.terminated("query-1", "run-1")          # its last drain: 0.3 s of retries
+        threading.Timer(1.0, lambda: setattr(outage, "down", False)).start()
+        made = driver.QueryFlusher
+
+        def meeting_the_same_cassandra(*args, **kwargs):
+            own = made(*args, **kwargs)
+            fake_cassandra(monkeypatch, own, outage)
+            return own
+
+        monkeypatch.setattr(driver, "QueryFlusher", meeting_the_same_cassandra)
+        sinks.wait_flushed(query, timeout=10)
+        assert not driver.pending_batches(flusher.wal, str(tmp_path / "cp"), 1)
