@@ -116,7 +116,8 @@ def complete_orphans(jobs: TableJobs, plan: WritePlan) -> None:
                 continue
             try:
                 report = _flush(wal, _recorded_target(wal, plan))
-            except (RecoveryBlocked, FlushFailed, ConnectionFailed, SinkError, WalError) as exc:
+            except (RecoveryBlocked, FlushFailed, ConnectionFailed, SinkError, WalError,
+                    OSError) as exc:
                 log.error("cassandra_wal: could not complete the sealed WAL %s left by a job "
                           "that died: %s; the next job to this table retries it, or run "
                           "'cassandra-wal recover %s'", job_root, exc, job_root)

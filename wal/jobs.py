@@ -172,7 +172,9 @@ class TableJobs:
         moved = os.path.join(done, os.path.basename(os.path.normpath(job_root)))
         os.rename(job_root, moved)
         fsync_dir(self.jobs)
-        shutil.rmtree(moved)
+        # The rename was the step that counts; another job's remove_done may be deleting the
+        # same folder right now, and whoever is first wins.
+        shutil.rmtree(moved, ignore_errors=True)
 
     def remove_done(self) -> None:
         """Delete what a crash left in ``done/``: job WALs already flushed and moved there."""

@@ -19,6 +19,7 @@ from sinks import batch_jobs
 from sinks.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from wal import seal as seal_mod
+from wal import jobs as wal_jobs
 from wal.jobs import JOB_BATCH, TableFloor, TableJobs
 from wal.layout import WalDir
 from wal.seal import COMMIT_POINT_SEAL, read_seal, seal_batch
@@ -192,6 +193,25 @@ def test_leftovers_of_a_crash_while_removing_a_flushed_job_wal_are_deleted(tmp_p
     done = os.path.join(jobs.root, "done", "x")
     os.makedirs(os.path.join(done, "log"))
     jobs.remove_done()
+    assert os.listdir(os.path.join(jobs.root, "done")) == []
+
+
+def test_retiring_a_job_wal_that_another_job_is_sweeping_does_not_fail_the_job(
+        tmp_path, monkeypatch):
+    # Job B's rows are written and its WAL moved to done/; job C's remove_done deletes the
+    # same folder first. B's commit must not fail (a retried job rewrites its rows).
+    jobs = TableJobs(str(tmp_path / "table"))
+    job_root = jobs.job_root("b")
+    os.makedirs(os.path.join(job_root, "segments", "00000000000000000000"))
+    real_fsync = wal_jobs.fsync_dir
+
+    def swept_meanwhile(path):
+        real_fsync(path)
+        TableJobs(jobs.root).remove_done()    # the other job, between B's rename and rmtree
+
+    monkeypatch.setattr(wal_jobs, "fsync_dir", swept_meanwhile)
+    jobs.retire_job(job_root)
+    assert not os.path.exists(job_root)
     assert os.listdir(os.path.join(jobs.root, "done")) == []
 
 
