@@ -507,7 +507,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
         "spark.cassandra.output.ttl", "0", _ttl_seconds,
         "TTL in seconds for every written cell, counted from the batch's seal; 0 means none "
-        "(then the table's `default_time_to_live` applies, also counted from the seal).",
+        "(then the table's `default_time_to_live` applies, as Cassandra counts it).",
         target="write.ttl_seconds",
     ),
     _spec(
