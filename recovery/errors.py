@@ -12,7 +12,7 @@ from cassandra.connection import ConnectionException
 from cassandra.protocol import OverloadedErrorMessage
 
 from sinks.errors import ConnectionFailed, SinkError
-from wal.errors import WalCorrupted, WalError, WalLocked
+from wal.errors import WalCorrupted, WalError, WalLocked, WalStorageError
 
 
 class RecoveryError(Exception):
@@ -114,7 +114,8 @@ def is_transient(exc: BaseException) -> bool:
     Transient: the driver's timeouts, unavailable, overloaded, no host, lost connections
     (also when ``session.prepare`` meets them right after connecting), a transient
     :class:`FlushFailed`, :class:`~sinks.errors.ConnectionFailed`, ``OSError`` (a shared
-    filesystem away, a full disk an operator frees), :class:`~wal.errors.WalLocked`.
+    filesystem away, a full disk an operator frees) and the log's own
+    :class:`~wal.errors.WalStorageError`, :class:`~wal.errors.WalLocked`.
     Permanent: corruption (:class:`~wal.errors.WalCorrupted`, :class:`RecoveryBlocked`),
     Cassandra refusing the write (``FlushFailed(permanent=True)``), a configuration error
     (any other :class:`~sinks.errors.SinkError`), and whatever else: an error nobody
@@ -125,7 +126,7 @@ def is_transient(exc: BaseException) -> bool:
         return exc.transient
     if isinstance(exc, (RecoveryBlocked, WalCorrupted)):
         return False
-    if isinstance(exc, (ConnectionFailed, WalLocked)):
+    if isinstance(exc, (ConnectionFailed, WalLocked, WalStorageError)):
         return True
     if isinstance(exc, (SinkError, WalError)):
         return False

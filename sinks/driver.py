@@ -43,7 +43,8 @@ from recovery.upsert import Upserter
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.binding import bind
-from wal.errors import WalBoundElsewhere, WalCorrupted, WalError, WalLocked
+from wal.errors import (WalBoundElsewhere, WalCorrupted, WalError, WalLocked,
+                        WalStorageError)
 from wal.files import atomic_write
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -198,6 +199,10 @@ class QueryFlusher:
         drain that gets through clears the block."""
         with self._lock:
             try:
+                if isinstance(self.last_error, WalStorageError):
+                    # RocksDB refuses every write after an I/O error until it is reopened.
+                    _drop_frames(self.last_error)
+                    self.log.reopen()
                 self._follow_target()
                 if not self.target.config.wal.flush:
                     return

@@ -95,6 +95,21 @@ class WalLocked(WalError):
                 f"(a running sink or recovery); stop it first or use read-only commands")
 
 
+class WalStorageError(WalError):
+    """The RocksDB log could not write: its disk is full or failing (RocksDB's "IO error").
+
+    A retry may cure it (an operator frees the disk), so it never blocks the sink; RocksDB
+    keeps such an error until the log is opened again, which the flusher does before it
+    retries (``WalLog.reopen``)."""
+
+    def __init__(self, path: str, detail: str):
+        super().__init__(path, detail)
+        self.path, self.detail = path, detail
+
+    def __str__(self) -> str:
+        return f"{self.path}: the WAL's log cannot write: {self.detail}"
+
+
 class WalFull(WalError):
     """The WAL's size cap (``wal.maxBytes``) is reached and back-pressure gave up waiting."""
 

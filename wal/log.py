@@ -10,6 +10,7 @@ Keys and values are specified in ``wal/FORMAT.md``, "The log".
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -20,7 +21,8 @@ from typing import Iterator
 from rocksdict import AccessType, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
 
 from . import format as fmt
-from .errors import IllegalTransition, UnsupportedFormat, WalCorrupted, WalLocked
+from .errors import (IllegalTransition, UnsupportedFormat, WalCorrupted, WalError, WalLocked,
+                     WalStorageError)
 from .layout import WalDir
 from .seal import Seal, now_us
 from .segment import SegmentReader
@@ -117,6 +119,23 @@ def _private_log_dir(log_dir: str) -> None:
         os.chmod(log_dir, DIR_MODE)   # made by an older version
 
 
+def _storage_errors(method):
+    """Raise a RocksDB I/O failure of a writing method as :class:`WalStorageError` (rocksdict
+    raises a plain ``Exception`` carrying RocksDB's status text, e.g. "IO error: No space left
+    on device"), so the flusher can tell a full disk from a bug."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except WalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is RocksDB's I/O error
+            if str(exc).startswith("IO error"):
+                raise WalStorageError(self.wal.log, str(exc)) from None
+            raise
+    return wrapper
+
+
 def _sync() -> WriteOptions:
     wo = WriteOptions()
     wo.sync = True
@@ -174,6 +193,12 @@ class WalLog:
             shutil.rmtree(scratch, ignore_errors=True)
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
         return cls(wal, db, writable=False, scratch=scratch)
+
+    def reopen(self) -> None:
+        """Close and open the log again (writer only): after an I/O error RocksDB refuses
+        every write until then, even once the disk has room again."""
+        self.close()
+        self._db = WalLog.open_writer(self.wal)._db
 
     def close(self) -> None:
         if self._db is not None:
@@ -255,6 +280,7 @@ class WalLog:
         check_transition(batch, current.state if current else None, wanted)
         return current
 
+    @_storage_errors
     def ingest(self, seal: Seal) -> BatchRecord:
         """Copy a final seal's segments into the log (verifying every checksum) -> SEALED.
 
@@ -290,6 +316,7 @@ class WalLog:
         self._put(record)   # synced: makes the row writes above durable too
         return record
 
+    @_storage_errors
     def note_committed(self, batch: int) -> None:
         """Record that Spark committed every batch up to ``batch`` (it commits strictly in order).
 
@@ -301,12 +328,14 @@ class WalLog:
         if batch > self.committed_through():
             self._db.put(KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
 
+    @_storage_errors
     def begin_flush(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHING)
         record = replace(current, state=BatchState.FLUSHING, updated_at_us=now_us())
         self._put(record)
         return record
 
+    @_storage_errors
     def record_progress(self, batch: int, next_segment: int, next_chunk: int,
                         flushed_rows: int) -> BatchRecord:
         """Everything before (next_segment, next_chunk) is acknowledged by Cassandra.
@@ -323,6 +352,7 @@ class WalLog:
         self._put(record, sync=False)
         return record
 
+    @_storage_errors
     def mark_flushed(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHED)
         rows = current.seal.rows if current.seal else current.flushed_rows
@@ -334,6 +364,7 @@ class WalLog:
         self._put(record, wb)
         return record
 
+    @_storage_errors
     def discard(self, batch: int, reason: str) -> BatchRecord:
         self._transition(batch, BatchState.DISCARDED)
         self._db.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
@@ -341,6 +372,7 @@ class WalLog:
         self._put(record)
         return record
 
+    @_storage_errors
     def forget(self, batch: int) -> None:
         """Drop a finished batch's record and rows (retention). Only FLUSHED or DISCARDED."""
         current = self.get(batch)

@@ -286,3 +286,38 @@ def test_a_worker_process_returning_an_oserror_from_its_task_does_not_block(tmp_
             pool.close()
         assert not blocked(flusher) and isinstance(flusher.last_error, OSError)
         assert flusher.last_error.errno == 116
+
+
+class FullDisk:
+    """The log's RocksDB while its disk is full: every write fails as rocksdict reports it
+    (a plain Exception carrying RocksDB's "IO error" text); reads go through."""
+
+    def __init__(self, db):
+        self._db = db
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+    def write(self, *args, **kwargs):
+        raise Exception("IO error: No space left on device: While appending to file: "
+                        "log/000004.log")
+
+
+def test_a_full_disk_under_the_log_waits_and_the_log_is_reopened_once_it_has_room(
+        tmp_path, monkeypatch):
+    from wal.errors import WalStorageError
+
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(OSError(111, "refused"))
+        outage.down = False
+        fake_cassandra(monkeypatch, flusher, outage)
+        full = FullDisk(flusher.log._db)
+        flusher.log._db = full
+        flusher.drain(query_running=True)
+        assert isinstance(flusher.last_error, WalStorageError) and not blocked(flusher)
+        # The operator frees the disk; RocksDB would still refuse writes until reopened:
+        # the next drain reopens the log (dropping the failing handle) and finishes.
+        flusher.drain(query_running=True)
+        assert flusher.log._db is not full
+        assert flusher.last_error is None and not blocked(flusher)
+        assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
