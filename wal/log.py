@@ -246,11 +246,10 @@ class WalLog:
         if record is None or record.seal is None:
             return
         offsets = record.seal.row_offsets()
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(fmt.prefix_end(fmt.rows_prefix(batch)))
         start = fmt.rows_key(batch, segment, chunk)
         current_seg, seen_rows = -1, 0
-        for key, value in self._db.items(from_key=fmt.rows_prefix(batch), read_opt=ro):
+        prefix = fmt.rows_prefix(batch)
+        for key, value in self._pages(prefix, fmt.prefix_end(prefix)):
             seg_i, chunk_i = (int(p) for p in key.decode().split("/")[2:4])
             if seg_i != current_seg:
                 current_seg, seen_rows = seg_i, 0
@@ -265,6 +264,28 @@ class WalLog:
                                    batch=batch, partition=record.seal.segments[seg_i].partition,
                                    segment=record.seal.segments[seg_i].name)
             yield LogChunk(batch, seg_i, chunk_i, first_row, rows, payload)
+
+    def _pages(self, lo: bytes, hi: bytes, size: int = 8) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` in ``[lo, hi)``, read ``size`` at a time by a RocksDB iterator
+        that is gone before any of them is handed out. RocksDB holds the log's writer lock
+        while an iterator lives, closed or not: a reader suspended here (a flush stopped by
+        an error, whose traceback keeps its frames) would otherwise keep the next owner of the
+        WAL out."""
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(hi)
+        start = lo
+        while True:
+            page = []
+            items = self._db.items(from_key=start, read_opt=ro)
+            for item in items:
+                page.append(item)
+                if len(page) == size:
+                    break
+            del items
+            yield from page
+            if len(page) < size:
+                return
+            start = page[-1][0] + b"\x00"    # the smallest key after the page's last
 
     # -- writing (state machine) ----------------------------------------------------------
     def _put(self, record: BatchRecord, wb: WriteBatch | None = None, sync: bool = True) -> None:

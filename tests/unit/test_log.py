@@ -549,3 +549,29 @@ def test_discard_survives_sigkill(wal):
 def test_lock_is_released_when_the_writer_is_killed(wal):
     _run_and_sigkill(wal, "")
     WalLog.open_writer(wal).close()
+
+
+# -- readers never keep the writer lock ------------------------------------------------------
+
+def test_a_suspended_chunk_reader_does_not_keep_the_lock_from_the_next_writer(wal):
+    # A flush stopped by an error leaves its chunks() generator suspended (its frames kept by
+    # the error's traceback). RocksDB holds the writer lock while an iterator lives, even
+    # after close: the next owner of the WAL (a restarted run, wait_flushed) got WalLocked.
+    log = WalLog.open_writer(wal)
+    log.ingest(sealed(wal, 0, {0: [1] * 12, 1: [2] * 9}))
+    reader = log.chunks(0)
+    first = next(reader)
+    log.close()
+    WalLog.open_writer(wal).close()
+    assert first.rows == 1 and reader is not None
+
+
+def test_chunks_read_in_pages_are_every_chunk_in_order_with_its_first_row(wal, log):
+    log.ingest(sealed(wal, 0, {0: [1] * 12, 1: [2] * 9}))
+    chunks = list(log.chunks(0))
+    assert [(c.segment_index, c.chunk_index) for c in chunks] == \
+        [(0, i) for i in range(12)] + [(1, i) for i in range(9)]
+    assert [c.first_row for c in chunks] == list(range(12)) + [12 + 2 * i for i in range(9)]
+    assert ids_of(chunks) == list(range(30))
+    resumed = list(log.chunks(0, segment=1, chunk=3))
+    assert [(c.segment_index, c.chunk_index, c.first_row) for c in resumed][0] == (1, 3, 18)
