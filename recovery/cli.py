@@ -171,6 +171,7 @@ def run(args) -> int:
     finally:
         wal_log.close()
         output.close()
+    wal.write_blocked(None)     # what blocked the sink is written now: its next commit may go
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

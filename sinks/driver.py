@@ -24,11 +24,9 @@ A failure no retry cures (corruption, Cassandra refusing the rows) blocks the si
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import json
 import logging
-import os
 import threading
 import time
 
@@ -45,7 +43,6 @@ from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.errors import (WalBoundElsewhere, WalCorrupted, WalError, WalLocked,
                         WalStorageError)
-from wal.files import atomic_write
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import RetentionPolicy
@@ -55,7 +52,7 @@ from . import credentials
 from .connection import connect
 from .distributed_flush import ExecutorsWriter, spark_is_active
 from .errors import SinkError
-from .plan import BLOCKED_FILE, read_pointer
+from .plan import read_pointer
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +147,7 @@ def retention_of(target: Target) -> RetentionPolicy:
 def set_blocked(wal: WalDir, reason: str | None) -> None:
     """Write (or, with None, remove) ``blocked.json``: the next commit of the query fails with
     ``reason`` (``plan.check_not_blocked``)."""
-    path = os.path.join(wal.root, BLOCKED_FILE)
-    if reason is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
+    wal.write_blocked(reason)
 
 
 class QueryFlusher:
@@ -201,7 +193,6 @@ class QueryFlusher:
             try:
                 if isinstance(self.last_error, WalStorageError):
                     # RocksDB refuses every write after an I/O error until it is reopened.
-                    _drop_frames(self.last_error)
                     self.log.reopen()
                 self._follow_target()
                 if not self.target.config.wal.flush:
@@ -333,7 +324,6 @@ class QueryFlusher:
             self._finish(finish_within_s)
             self._close_executors()
             self.output.close()
-            _drop_frames(self.last_error)
             self.log.close()
             self.stopped.set()
 
@@ -357,18 +347,6 @@ class QueryFlusher:
                         "Cassandra (%s: %s); they stay in the WAL and the next start of the "
                         "query (or cassandra-wal recover) writes them", self.wal.root,
                         type(self.last_error).__name__, self.last_error)
-
-
-def _drop_frames(exc: BaseException | None) -> None:
-    """Let go of the frames an error's traceback keeps alive (its cause and context too). A
-    frame of a generator reading the log holds a RocksDB iterator, and RocksDB keeps its
-    writer lock until every iterator is gone, closed or not: the next owner of the WAL (a
-    restarted run, ``wait_flushed``) could not open it."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        exc.__traceback__ = None
-        exc = exc.__cause__ or exc.__context__
 
 
 class FlushRegistry:
@@ -637,8 +615,4 @@ def _is_active(query) -> bool:
 
 
 def _blocked_reason(wal: WalDir) -> str | None:
-    try:
-        with open(os.path.join(wal.root, BLOCKED_FILE), "rb") as f:
-            return json.loads(f.read()).get("reason", "")
-    except FileNotFoundError:
-        return None
+    return wal.read_blocked()

@@ -42,7 +42,6 @@ from .validation import (check_partition_key_not_empty, check_primary_key_not_nu
 log = logging.getLogger(__name__)
 
 POINTER_FILE = "cassandra_wal_sink.json"     # in the checkpoint: where this query's WAL is
-BLOCKED_FILE = "blocked.json"                # in the WAL: the flusher cannot go on (see driver)
 DEFAULT_STREAM_WAL = "cassandra_wal"         # <checkpointLocation>/cassandra_wal
 
 
@@ -249,10 +248,8 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
 
 # -- commit ---------------------------------------------------------------------------------
 def check_not_blocked(wal: WalDir) -> None:
-    try:
-        with open(os.path.join(wal.root, BLOCKED_FILE), "rb") as f:
-            reason = json.loads(f.read()).get("reason", "")
-    except FileNotFoundError:
+    reason = wal.read_blocked()
+    if reason is None:
         return
     raise SinkError(f"the WAL at {wal.root} is blocked and no new batch is accepted: {reason}")
 
@@ -342,4 +339,4 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
 
 
 __all__ = ["WritePlan", "StageMessage", "prepare_write", "stage_partition", "commit_batch",
-           "read_pointer", "resolve_wal_root", "POINTER_FILE", "BLOCKED_FILE", "WalError"]
+           "read_pointer", "resolve_wal_root", "POINTER_FILE", "WalError"]

@@ -14,6 +14,7 @@ MARKER_FILE = "WAL_FORMAT"
 TARGET_FILE = "target.json"
 FLUSHED_THROUGH_FILE = "flushed_through"   # highest flushed batch id, ASCII (shared copy)
 BINDING_FILE = "query.json"                # the query a stream's WAL belongs to (wal/binding.py)
+BLOCKED_FILE = "blocked.json"              # the flusher cannot go on: why (WalDir.read_blocked)
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"
 LOG_DIR = "log"

@@ -28,7 +28,7 @@ import shutil
 from typing import Iterator
 
 from .files import atomic_write, fsync_dir, make_private_dirs
-from .format import MARKER_FILE
+from .format import BLOCKED_FILE, FLUSHED_THROUGH_FILE, MARKER_FILE
 from .layout import WalDir
 from .seal import read_seal
 
@@ -118,7 +118,7 @@ class TableJobs:
         The marker goes last: a crash in between leaves a WAL with nothing to do."""
         for folder in (wal.log, wal.segments, wal.seals):
             shutil.rmtree(folder, ignore_errors=True)   # ignore: already absent
-        for name in ("flushed_through", "blocked.json", os.path.basename(wal.target_file),
+        for name in (FLUSHED_THROUGH_FILE, BLOCKED_FILE, os.path.basename(wal.target_file),
                      MARKER_FILE):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(wal.root, name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 
 from . import format as fmt
@@ -102,6 +103,27 @@ class WalDir:
     def write_flushed_through(self, batch: int) -> None:
         if batch > self.read_flushed_through():
             atomic_write(os.path.join(self.root, fmt.FLUSHED_THROUGH_FILE), b"%d\n" % batch)
+
+    def read_blocked(self) -> str | None:
+        """Why the flusher cannot go on (None: it can). A stream's next commit fails with it."""
+        try:
+            with open(os.path.join(self.root, fmt.BLOCKED_FILE), "rb") as f:
+                return str(json.loads(f.read()).get("reason", ""))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:   # torn by hand: still blocked, say why not clearer
+            return f"unreadable {fmt.BLOCKED_FILE}: {exc}"
+
+    def write_blocked(self, reason: str | None) -> None:
+        """Record why the flusher cannot go on, or (None) that it can again."""
+        path = os.path.join(self.root, fmt.BLOCKED_FILE)
+        if reason is None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            return
+        atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
 
     def read_target(self) -> dict | None:
         try:

@@ -51,6 +51,7 @@ from tests.helpers.node import java_home_env
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE
+from wal.format import BLOCKED_FILE
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.seal import read_seal
@@ -60,7 +61,6 @@ from .driver_program import committed_files, files_by_batch
 DRIVER = Path(__file__).resolve().with_name("driver_program.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "CASSANDRA_WAL_CRASH_RUN"          # marks every process of one driver run
-BLOCKED_FILE = "blocked.json"
 TABLE_DDL = ("CREATE TABLE {ks}.{table} (id int PRIMARY KEY, batch_tag int, payload text, "
              "amount bigint)")
 WRITTEN_COLUMNS = ("batch_tag", "payload", "amount")

@@ -43,7 +43,7 @@ def absorb_writes(world) -> None:
 
 def check_step(world) -> None:
     absorb_writes(world)
-    from sinks.plan import BLOCKED_FILE
+    from wal.format import BLOCKED_FILE
 
     for root in sorted(world.wal_roots):
         path = os.path.join(root, BLOCKED_FILE)

@@ -321,3 +321,29 @@ def test_a_full_disk_under_the_log_waits_and_the_log_is_reopened_once_it_has_roo
         assert flusher.log._db is not full
         assert flusher.last_error is None and not blocked(flusher)
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
+
+
+def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, capsys):
+    # The runbook's way out of a block: fix the cause, run `cassandra-wal recover`; the
+    # query's next commit must then go on (it failed on blocked.json before).
+    import sinks.driver as driver_module
+    from wal.cli.main import main
+
+    class Output:
+        def __init__(self, target, wal_root=None):
+            pass
+
+        def upserter(self, seal=None):
+            return FakeUpserter(type("S", (), {"prepare": lambda s, q: None,
+                                               "outage": Outage(None)})(), None, None, None)
+
+        def close(self):
+            pass
+
+    with flusher_on(tmp_path) as flusher:
+        wal = flusher.wal
+    wal.write_blocked("FlushFailed: Cassandra refused the rows")
+    monkeypatch.setattr(driver_module, "CassandraOutput", Output)
+    assert main(["recover", wal.root, "--checkpoint", str(tmp_path / "cp")]) == 0, \
+        capsys.readouterr().err
+    assert wal.read_blocked() is None
