@@ -84,7 +84,7 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
         add(0.2, w.set_node, cassandra.FLAKY)
     else:
         add(1.2, w.set_node, cassandra.UP)
-    add(0.3, _clock_jump, w)
+    add(0.6, _clock_jump, w)
     return out
 
 
@@ -102,7 +102,7 @@ def _zombie(w: World):
 
 
 def _clock_jump(w: World):
-    return w.advance(w.rng.choice((1, 5, 30, 120)))
+    return w.advance(w.rng.choice((1, 1, 5, 30, 120)))
 
 
 def _whole_batch(w: World, q):
