@@ -6,6 +6,7 @@ invariant broken and the command that replays it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
@@ -142,7 +143,7 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
     """Run schedule ``seed``; patches must be installed (:func:`installed`)."""
     import random as global_random
 
-    base = base or default_base()
+    base = base or default_base(kept=verbose)
     root = os.path.join(base, f"seed-{seed}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -181,6 +182,8 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
             os.environ["HOME"] = old_home
         if not verbose:
             shutil.rmtree(root, ignore_errors=True)
+    if verbose:
+        print(f"the schedule's WALs and checkpoints are kept in {root}", flush=True)
     outcome.trace = w.trace
     return outcome
 
@@ -195,9 +198,17 @@ def _close(w: World) -> None:
                 pass
 
 
-def default_base() -> str:
+def default_base(kept: bool = False) -> str:
+    """The folder for the schedules' WALs and checkpoints: on a tmpfs when there is one
+    (fsyncs cost nothing there). This process's own, removed when it exits; a replayed
+    schedule's (``kept``) stays for a look at its WAL."""
     parent = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(parent, f"cassandra-wal-sim-{os.getpid()}")
+    return os.path.join(parent, "cassandra-wal-sim-replay" if kept
+                        else f"cassandra-wal-sim-{os.getpid()}")
+
+
+def _remove_base() -> None:
+    shutil.rmtree(default_base(), ignore_errors=True)
 
 
 def code_root() -> str:
@@ -237,6 +248,7 @@ def installed() -> None:
         import logging
 
         _patches = Patches().install()
+        atexit.register(_remove_base)
         # The sink logs every deferred flush: thousands of schedules of outages would drown
         # the output (a replayed seed shows the schedule itself).
         logging.getLogger().setLevel(logging.CRITICAL)
