@@ -167,14 +167,17 @@ class Streams:
     def drain(self, q: Query) -> str:
         return self._drain(q)
 
-    def background(self) -> None:
+    def background(self) -> bool:
         """The flusher thread wakes every ``retry_interval_s`` (2 s) and drains, whatever
-        Spark is doing meanwhile."""
+        Spark is doing meanwhile. Whether any drained."""
+        drained = False
         for q in self.queries:
             run = q.run
             if run is not None and run.flusher is not None and \
                     self.clock_us - run.last_drain_us >= run.flusher.retry_interval_s * 1e6:
                 self._drain(q, periodic=True)
+                drained = True
+        return drained
 
     def _drain(self, q: Query, recover: bool = False, periodic: bool = False) -> str:
         flusher = q.run.flusher
