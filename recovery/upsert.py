@@ -152,21 +152,22 @@ class Upserter:
         return self.group_requests([(batch, first_ts)])
 
     def group_requests(self, chunks: Sequence[tuple[pa.RecordBatch, int]],
-                       sealed_at_us: int | None = None) -> list[tuple]:
+                       sealed_at_us: int | None = None, now_s: int | None = None) -> list[tuple]:
         """The requests writing every row of these ``(chunk, first write timestamp)`` pairs
         together: a partition's rows from several chunks share requests. ``sealed_at_us``:
-        when the batch was sealed, which TTLs count from (None: from now)."""
+        when the batch was sealed, which TTLs count from (None: from now); ``now_s``: the
+        second they are built in (default: the clock's)."""
         rows: list[tuple] = []
         sizes: list[int] | None = [] if self._by_replicas else None
         for batch, first_ts in chunks:
-            chunk_rows, weighted_bytes = self._encoded(batch, first_ts, sealed_at_us)
+            chunk_rows, weighted_bytes = self._encoded(batch, first_ts, sealed_at_us, now_s)
             rows.extend(chunk_rows)
             if sizes is not None:   # only replica-set batches are sized
                 sizes.extend((weighted_bytes + self._row_overhead).tolist())
         return self.statements(rows, sizes)
 
-    def _encoded(self, batch: pa.RecordBatch, first_ts: int,
-                 sealed_at_us: int | None = None) -> tuple[list[tuple], np.ndarray | None]:
+    def _encoded(self, batch: pa.RecordBatch, first_ts: int, sealed_at_us: int | None = None,
+                 now_s: int | None = None) -> tuple[list[tuple], np.ndarray | None]:
         n = batch.num_rows
         weights = self._weights if self._by_replicas else None
         columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
@@ -179,7 +180,7 @@ class Upserter:
             columns.append(fixed_width(np.arange(first_ts, first_ts + n, dtype=np.int64), ">i8"))
         if not self._ttl:
             return list(zip(*columns)), value_bytes
-        ttls, alive = self._expiring(batch, sealed_at_us)
+        ttls, alive = self._expiring(batch, sealed_at_us, now_s)
         ttl_cells = fixed_width(ttls, ">i4")
         if self.write.ttl_column:   # a null TTL: unset, so Cassandra applies the table's default
             column = batch.column(self.write.ttl_column)
@@ -193,8 +194,8 @@ class Upserter:
         return ([row for row, keep in zip(rows, alive) if keep],
                 value_bytes[alive] if value_bytes is not None else None)
 
-    def _expiring(self, batch: pa.RecordBatch,
-                  sealed_at_us: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    def _expiring(self, batch: pa.RecordBatch, sealed_at_us: int | None,
+                  now_s: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """Each row's TTL to send, and which rows are still alive (None: all of them).
 
         A row's TTL (its ``ttl`` column, else the ``ttl`` option) counts from when its batch was
@@ -213,7 +214,8 @@ class Upserter:
             ttls = np.full(batch.num_rows, self.write.ttl_seconds, dtype=np.int64)
         if sealed_at_us is None:
             return ttls, None
-        elapsed = max(0, self._clock_us() // 1_000_000 - sealed_at_us // 1_000_000)
+        now_s = self._clock_us() // 1_000_000 if now_s is None else now_s
+        elapsed = max(0, now_s - sealed_at_us // 1_000_000)
         expiring = ttls > 0
         ttls = np.where(expiring, ttls - elapsed, 0)
         alive = ~expiring | (ttls > 0)
@@ -325,11 +327,12 @@ class Upserter:
         flying: _InFlight | None = None
         try:
             for group in self._groups(chunks):
+                built_s = self._clock_us() // 1_000_000
                 pending = self.group_requests([(batch, ts) for batch, ts, _ in group],
-                                              sealed_at_us)
+                                              sealed_at_us, built_s)
                 done = self._settle(flying, batch_id) if flying is not None else None
                 flying = _InFlight(pending, self._launch(pending), [tag for _, _, tag in group],
-                                   sum(batch.nbytes for batch, _, _ in group))
+                                   sum(batch.nbytes for batch, _, _ in group), built_s)
                 if done is not None:
                     yield from done.tags
             if flying is not None:
@@ -369,10 +372,12 @@ class Upserter:
             stop=stop_after_attempt(self.write.retry_count + 1),
             wait=wait_exponential_jitter(multiplier=0.2, max=10.0),
             retry=retry_if_exception_type(_Transient), sleep=self._sleep, reraise=True)
-        pending, launched = flight.pending, flight.results
+        pending, launched, built_s = flight.pending, flight.results, flight.built_s
         try:
             for attempt in retrying:
                 with attempt:
+                    if launched is None:   # a retry, seconds later: TTLs still count from the seal
+                        pending, built_s = self._aged(pending, built_s)
                     results = launched if launched is not None else self._launch(pending)
                     launched = None
                     try:
@@ -385,6 +390,24 @@ class Upserter:
                                         f"{type(exc.last_error).__name__}: {exc.last_error}") from None
         self._limiter.account(flight.nbytes)
         return flight
+
+    def _aged(self, pending: list[tuple], built_s: int) -> tuple[list[tuple], int]:
+        """``pending`` built at second ``built_s``, as built now: each row's TTL less the
+        seconds gone by since (so that a retried write, too, expires its row at the seal's
+        second plus its TTL), rows whose TTL has run out left out; and the second it is now."""
+        now_s = self._clock_us() // 1_000_000
+        if not self._ttl or now_s <= built_s:
+            return pending, built_s
+        shift, out = now_s - built_s, []
+        for statement, _ in pending:
+            if isinstance(statement, BatchStatement):
+                rows = [values for _, _, values in statement._statements_and_parameters]
+            else:
+                rows = [statement.values]
+            kept = [row for row in (_aged_row(row, shift) for row in rows) if row is not None]
+            if kept:
+                out.append(self.request(kept))
+        return out, now_s
 
     @staticmethod
     def _check(pending: list[tuple], results: Iterator, batch_id: int) -> None:
@@ -410,6 +433,21 @@ class _InFlight:
     results: Iterator
     tags: list
     nbytes: int
+    built_s: int = 0        # the second its requests were built in (their TTLs' reference)
+
+
+def _aged_row(values: Sequence, shift: int) -> tuple | None:
+    """A row's bound values (the TTL last) ``shift`` seconds later: its TTL less ``shift``;
+    None once it has run out. An unset TTL (the table's default) and 0 (none) stay."""
+    ttl = values[-1]
+    if ttl is UNSET_VALUE or ttl is None:
+        return tuple(values)
+    left = _INT.unpack(ttl)[0]
+    if left == 0:
+        return tuple(values)
+    if left <= shift:
+        return None
+    return tuple(values[:-1]) + (_INT.pack(left - shift),)
 
 
 def _micros(column: pa.Array) -> pa.Array:

@@ -183,7 +183,8 @@ class SimCassandra:
         ttl = decoded.pop("[ttl]", (None, None))[1] or None
         key = tuple(decoded.pop(k)[1] for k in schema.primary_key)
         assert None not in key, "a row without its key reached Cassandra"
-        now_s = self.clock_us() / 1e6
+        # Cassandra's nowInSec: whole seconds; a TTL expires at that second plus the TTL.
+        now_s = self.clock_us() // 1_000_000
         row = self.rows.setdefault((table, key), {})
         for name, (raw, _value) in decoded.items():
             if raw is None:

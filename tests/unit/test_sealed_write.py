@@ -157,3 +157,23 @@ def test_the_expiry_second_is_the_seals_second_plus_the_ttl_whenever_the_write_l
 
 def test_a_constant_ttl_counts_from_the_seal_too():
     assert set(sent(upserter_at(7, ttl_seconds=600), ttl_rows([1, 2])).values()) == {593}
+
+
+def test_a_retried_write_sends_the_ttl_left_when_it_is_retried():
+    # A request that timed out is sent again after a back-off: its rows must still expire at
+    # the seal's second plus their TTL, and a row whose TTL ran out meanwhile is left out.
+    clock = [SEALED_AT + 1 * SECOND]
+    upserter = Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"),
+                        clock_us=lambda: clock[0])
+    built_s = clock[0] // SECOND
+    pending = upserter.group_requests([(ttl_rows([100, 3, 0]), 0)], SEALED_AT, built_s)
+    clock[0] += 3 * SECOND                      # the back-off
+    aged, now_s = upserter._aged(pending, built_s)
+    assert now_s == built_s + 3
+    ttls = {}
+    for statement, _ in aged:
+        rows = ([v for _, _, v in statement._statements_and_parameters]
+                if hasattr(statement, "_statements_and_parameters") else [statement.values])
+        for values in rows:
+            ttls[struct.unpack(">q", values[-2])[0]] = struct.unpack(">i", values[-1])[0]
+    assert ttls == {0: 96, 2: 0}                # 100 - 1 - 3; the 3 s row expired; 0 stays

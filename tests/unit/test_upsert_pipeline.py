@@ -111,8 +111,8 @@ class Recording(Upserter):
         self.built: list[list] = []
         self.grouped: list[int] = []   # chunks in each group
 
-    def group_requests(self, chunks, sealed_at_us=None):
-        pending = super().group_requests(chunks, sealed_at_us)
+    def group_requests(self, chunks, *when):
+        pending = super().group_requests(chunks, *when)
         self.built.append([statement for statement, _ in pending])
         self.grouped.append(len(chunks))
         return pending
