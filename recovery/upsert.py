@@ -331,6 +331,8 @@ class Upserter:
                 pending = self.group_requests([(batch, ts) for batch, ts, _ in group],
                                               sealed_at_us, built_s)
                 done = self._settle(flying, batch_id) if flying is not None else None
+                # Built while the group before was settled, maybe through back-offs: as of now.
+                pending, built_s = self._aged(pending, built_s)
                 flying = _InFlight(pending, self._launch(pending), [tag for _, _, tag in group],
                                    sum(batch.nbytes for batch, _, _ in group), built_s)
                 if done is not None:

@@ -327,3 +327,44 @@ def test_a_partitions_rows_from_several_chunks_share_requests_when_grouped():
     grouped, grouped_rows = requests_for(1000)
     assert alone_rows == grouped_rows == 4 * 28     # every row once, either way
     assert (alone, grouped) == (4 * partitions, partitions)
+
+
+def test_a_group_built_before_the_one_in_flight_was_retried_is_sent_with_the_ttl_left():
+    # Group 2 is built while group 1 is in flight; group 1 then waits out a back-off. Group 2
+    # is sent seconds after it was built: its rows' TTLs must count from the seal still.
+    from cassandra.query import BatchStatement
+    import struct
+
+    now = [1_800_000_000_000_000]
+    sealed_at = now[0]
+    TIMEOUT = WriteTimeout("injected", consistency=1, required_responses=1, received_responses=0,
+                           write_type=0)
+
+    def sleep(seconds):
+        now[0] += int(seconds * 1_000_000) + 2_000_000   # each back-off takes 2 s more
+
+    sends = []
+
+    def first_send_times_out(statement, attempt):
+        sends.append(statement)
+        return TIMEOUT if len(sends) == 1 else None
+
+    session = ScriptedSession(first_send_times_out)
+    upserter = Upserter(session, TABLE, [n for n, _ in COLUMNS],
+                        WriteConfig(group_rows=1, ttl_column="ttl"), sleep=sleep,
+                        clock_us=lambda: now[0])
+    groups = []
+    for _ in upserter.write_chunks([(chunk(4), 0, "one"), (chunk(4), 100, "two")], 1, sealed_at):
+        groups.append(_)
+    ttls = []
+    for answer in session.sent:
+        statement = answer.statement
+        rows = ([v for _, _, v in statement._statements_and_parameters]
+                if isinstance(statement, BatchStatement) else [statement.values])
+        ttls += [(struct.unpack(">q", v[-2])[0], struct.unpack(">i", v[-1])[0])
+                 for v in rows if isinstance(v[-1], bytes)]
+    late = {ts: ttl for ts, ttl in ttls if ts >= 100}
+    waited = now[0] // 1_000_000 - sealed_at // 1_000_000
+    assert waited >= 2 and groups == ["one", "two"]
+    # chunk(): ttl 60 + i for rows i = 1, 2, 3 (row 0's is null: unset)
+    assert late == {100 + i: 60 + i - waited for i in (1, 2, 3)}
