@@ -1,7 +1,8 @@
 """The simulation runs against this repository's code, or against the code of another worktree
 named first in ``PYTHONPATH`` (to show what it finds in older code):
 
-    cd /work/prefix && PYTHONPATH=/work/prefix python -m pytest /work/main/tests/sim
+    git worktree add ../before d62ab05
+    cd ../before && PYTHONPATH=$PWD python -m pytest <this repository>/tests/sim
 
 pytest puts this repository first on ``sys.path`` (``pythonpath`` in pyproject.toml), ahead of
 ``PYTHONPATH``; when this file loads before anything imported the sink (running
