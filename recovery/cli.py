@@ -139,12 +139,7 @@ def run(args) -> int:
     wal = WalDir(args.wal_dir).check()
     checkpoint = _checkpoint(wal, args)
     if args.dry_run:
-        reader = WalLog.open_reader(wal)
-        try:
-            plan = catalog.describe(wal, reader, checkpoint)
-        finally:
-            if reader is not None:
-                reader.close()
+        plan = catalog.describe_read_only(wal, checkpoint)
         todo = [v for v in plan if v.action != catalog.NOTHING]
         if args.json:
             print(json.dumps({"dry_run": True, "checkpoint": checkpoint,

@@ -571,12 +571,7 @@ def wait_flushed(query, timeout: float | None = None) -> None:
 def pending_batches(wal: WalDir, checkpoint: str, through: int) -> list[tuple[int, int]]:
     """``(batch, rows not yet acknowledged)`` of every batch up to ``through`` that the WAL's
     catalog does not call done, read beside the live flusher (a read-only log instance)."""
-    reader = WalLog.open_reader(wal)
-    try:
-        views = catalog.describe(wal, reader, checkpoint, query_running=True)
-    finally:
-        if reader is not None:
-            reader.close()
+    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
     return [(v.batch, v.rows - v.flushed_rows) for v in views
             if v.batch <= through and v.action != catalog.NOTHING]
 

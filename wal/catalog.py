@@ -71,6 +71,17 @@ def committed_through(log: WalLog | None, checkpoint: str | None) -> tuple[int, 
     return max(max(listed, default=-1), recorded), listed
 
 
+def describe_read_only(wal: WalDir, checkpoint: str | None,
+                       query_running: bool = False) -> list[BatchView]:
+    """:func:`describe` through a read-only view of the log, beside a live writer if any."""
+    reader = WalLog.open_reader(wal)
+    try:
+        return describe(wal, reader, checkpoint, query_running=query_running)
+    finally:
+        if reader is not None:
+            reader.close()
+
+
 def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
              query_running: bool = False) -> list[BatchView]:
     """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait."""

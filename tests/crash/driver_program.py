@@ -132,18 +132,12 @@ def wal_pending(checkpoint: str) -> list[str] | None:
     from sinks.plan import read_pointer
     from wal import catalog
     from wal.layout import WalDir
-    from wal.log import WalLog
 
     root = read_pointer(checkpoint)
     if root is None or not os.path.isdir(root):
         return None
     wal = WalDir(root)
-    log = WalLog.open_reader(wal)
-    try:
-        views = catalog.describe(wal, log, checkpoint, query_running=True)
-    finally:
-        if log is not None:
-            log.close()
+    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
     return [f"{v.batch}:{v.action}" for v in views if v.action != catalog.NOTHING]
 
 

@@ -53,7 +53,6 @@ from wal import checkpoint as ckpt
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE
 from wal.format import BLOCKED_FILE
 from wal.layout import WalDir
-from wal.log import WalLog
 from wal.seal import read_seal
 
 from .driver_program import committed_files, files_by_batch
@@ -474,12 +473,7 @@ class CrashHarness:
         if os.path.exists(os.path.join(wal.root, BLOCKED_FILE)):
             with open(os.path.join(wal.root, BLOCKED_FILE)) as f:
                 out.append(f"the WAL is blocked: {f.read()}")
-        log = WalLog.open_reader(wal)
-        try:
-            views = catalog.describe(wal, log, self.checkpoint, query_running=False)
-        finally:
-            if log is not None:
-                log.close()
+        views = catalog.describe_read_only(wal, self.checkpoint)
         pending = [f"batch {v.batch}: {v.state}, action {v.action} {v.detail}".strip()
                    for v in views if v.action != catalog.NOTHING]
         if pending:

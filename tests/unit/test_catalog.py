@@ -253,8 +253,8 @@ def test_committed_batches_before_the_first_wal_batch_are_not_ours(wal, log, che
     assert [v.batch for v in describe(wal, log, checkpoint)] == [5]
 
 
-def test_committed_batches_already_flushed_are_not_missing(wal, log, checkpoint):
-    log.discard(0, "never committed")
+def flushed_with_1_forgotten(wal, log, checkpoint) -> None:
+    """Batches 1 and 2 flushed and committed; retention forgot 1 (record and files)."""
     for b in (1, 2):
         log.ingest(seal(wal, b))
         log.begin_flush(b)
@@ -262,6 +262,11 @@ def test_committed_batches_already_flushed_are_not_missing(wal, log, checkpoint)
     log.forget(1)
     remove_batch_files(wal, 1)
     commit(checkpoint, 1, 2)
+
+
+def test_committed_batches_already_flushed_are_not_missing(wal, log, checkpoint):
+    log.discard(0, "never committed")
+    flushed_with_1_forgotten(wal, log, checkpoint)
     assert [(v.batch, v.action) for v in describe(wal, log, checkpoint)] == \
         [(0, NOTHING), (2, NOTHING)]
 
@@ -328,13 +333,7 @@ def test_late_attempt_segments_of_a_flushed_and_forgotten_batch_are_garbage(
         wal, log, checkpoint):
     # A zombie or speculative task of batch 1 finishes after batch 1 was flushed and forgotten
     # by retention: its segments must not make the committed batch look broken.
-    for b in (1, 2):
-        log.ingest(seal(wal, b))
-        log.begin_flush(b)
-        log.mark_flushed(b)
-    log.forget(1)
-    remove_batch_files(wal, 1)
-    commit(checkpoint, 1, 2)
+    flushed_with_1_forgotten(wal, log, checkpoint)
     stage(wal, 1)
     v = view(wal, log, checkpoint, 1)
     assert (v.state, v.action, v.detail) == ("staged", NOTHING, LATE_ATTEMPT)
