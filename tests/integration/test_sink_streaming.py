@@ -174,8 +174,13 @@ def test_no_row_is_visible_before_its_batch_is_committed(spark, cassandra_node, 
         wait_all_flushed(cp, at_least=n_files - 1)
 
     # Which batch each row was in, as the WAL sealed it (not assumed from the file order).
+    # The stopped query's flusher closes the log asynchronously (onQueryTerminated): read it
+    # once a reader beside it sees every row (or fail after the timeout), as the append test
+    # does.
+    by_batch = wait_for(lambda: (lambda b: b if sum(map(len, b.values())) == total else None)(
+        log_rows_by_batch(stream_wal(cp), ["id", "tag"])), what=f"the log to show {total} rows")
     batch_of = {}
-    for batch, rows in log_rows_by_batch(stream_wal(cp), ["id", "tag"]).items():
+    for batch, rows in by_batch.items():
         tags = {tag for _, tag in rows}
         assert len(tags) == 1, f"batch {batch} mixes input files {tags}"
         batch_of.update({row_id: batch for row_id, _ in rows})
