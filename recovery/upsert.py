@@ -181,13 +181,10 @@ class Upserter:
         if not self._ttl:
             return list(zip(*columns)), value_bytes
         ttls, alive = self._expiring(batch, sealed_at_us, now_s)
-        ttl_cells = fixed_width(ttls, ">i4")
-        if self.write.ttl_column:   # a null TTL: unset, so Cassandra applies the table's default
-            column = batch.column(self.write.ttl_column)
-            if column.null_count:
-                for i in np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist():
-                    ttl_cells[i] = UNSET_VALUE
-        columns.append(ttl_cells)
+        # A null TTL is sent unset, so that Cassandra applies the table's default.
+        nulls_of = batch.column(self.write.ttl_column) if self.write.ttl_column else None
+        columns.append([UNSET_VALUE if cell is None else cell
+                        for cell in fixed_width(ttls, ">i4", nulls_of)])
         rows = list(zip(*columns))
         if alive is None:
             return rows, value_bytes

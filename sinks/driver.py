@@ -144,12 +144,6 @@ def retention_of(target: Target) -> RetentionPolicy:
     return RetentionPolicy(keep_batches=wal.retention_batches, keep_seconds=wal.retention_seconds)
 
 
-def set_blocked(wal: WalDir, reason: str | None) -> None:
-    """Write (or, with None, remove) ``blocked.json``: the next commit of the query fails with
-    ``reason`` (``plan.check_not_blocked``)."""
-    wal.write_blocked(reason)
-
-
 class QueryFlusher:
     """Owns one query's WAL log in the driver and flushes committed batches in order."""
 
@@ -285,7 +279,7 @@ class QueryFlusher:
     def _set_blocked(self, reason: str | None) -> None:
         if reason is None:
             self._blocked_reason = None
-        set_blocked(self.wal, reason)
+        self.wal.write_blocked(reason)
 
     def recover(self) -> None:
         """At query start, before any batch: replay committed, discard uncommitted. Always from
@@ -403,7 +397,7 @@ class FlushRegistry:
             reason = f"{type(exc).__name__}: {exc}"
             log.error("cassandra_wal: %s: the flusher cannot start: %s", wal_root, reason)
             if not isinstance(exc, WalBoundElsewhere):   # that WAL's own query is not at fault
-                set_blocked(WalDir(wal_root), f"the flusher cannot start: {reason}")
+                WalDir(wal_root).write_blocked(f"the flusher cannot start: {reason}")
             return None
         with self._lock:
             self.flushers[run_id] = flusher
@@ -551,7 +545,7 @@ def wait_flushed(query, timeout: float | None = None) -> None:
                     own = flusher = QueryFlusher(root, checkpoint, _session_conf(query.id))
             if own is not None:
                 own.drain(query_running=True)
-            blocked = _blocked_reason(wal)
+            blocked = wal.read_blocked()
             if blocked is not None and (flusher is None or flusher.drains > drains_before):
                 raise WalBlocked(root, blocked)
             if wal.read_flushed_through() >= through and not pending_batches(wal, checkpoint,
@@ -608,6 +602,3 @@ def _is_active(query) -> bool:
     except Exception:  # noqa: BLE001 - Spark itself stopped: the query is not running
         return False
 
-
-def _blocked_reason(wal: WalDir) -> str | None:
-    return wal.read_blocked()

@@ -141,8 +141,10 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     wal = open_wal_dir(resolve_wal_root(config, streaming, filesystems, job_id))
     if job_id is not None:
         _check_private(TableJobs.of_job(wal.root).root)
-    if streaming and config.checkpoint_location:
-        _check_bound(wal, filesystems.local_path(config.checkpoint_location))
+    # Resolved (and refused if not local) by resolve_wal_root; a stream always has one.
+    checkpoint = filesystems.local_path(config.checkpoint_location) if streaming else None
+    if checkpoint is not None:
+        _check_bound(wal, checkpoint)
     fingerprint = _fingerprint(config, spark_schema.json())
     recorded = wal.read_target()
     if recorded and recorded.get("fingerprint") == fingerprint:
@@ -163,8 +165,8 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
                           "checkpoint_location": config.checkpoint_location})
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
-    if streaming and config.checkpoint_location:
-        _write_pointer(filesystems.local_path(config.checkpoint_location), wal.root)
+    if checkpoint is not None:
+        _write_pointer(checkpoint, wal.root)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra)
 
