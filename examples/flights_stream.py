@@ -272,7 +272,7 @@ class Watcher:
         self.rows_per_file = read_manifest(work)["rows_per_file"]
 
     def wal_root(self) -> str | None:
-        from sinks.plan import read_pointer
+        from wal.pointer import read_pointer
 
         return read_pointer(self.checkpoint)
 

@@ -319,14 +319,14 @@ def check_final(checks: Checks, session, keyspace: str, rows: int | None) -> Non
 
 
 def inspect(work: str, name: str) -> None:
-    from sinks.plan import read_pointer
+    from wal.pointer import read_pointer
 
     wal = read_pointer(os.path.join(work, "checkpoints", name))
     if wal is None:
         say(f"  ({name}: no WAL yet)")
         return
     tool = os.path.join(os.path.dirname(sys.executable), "cassandra-wal")
-    cmd = [tool] if os.path.exists(tool) else [sys.executable, "-m", "wal.cli.main"]
+    cmd = [tool] if os.path.exists(tool) else [sys.executable, "-m", "cli.main"]
     say(f"$ cassandra-wal inspect {wal}")
     out = subprocess.run([*cmd, "inspect", wal], capture_output=True, text=True, cwd=REPO)
     for line in (out.stdout + out.stderr).rstrip().splitlines():

@@ -1,42 +1,18 @@
 """Errors of flushing and recovery. Each names the batch at fault and what to do next; and
-:func:`is_transient`, the one place that decides which failures a retry can cure."""
+:func:`is_transient`, the one place that decides which failures a retry can cure (the
+write's own :class:`~cql.errors.FlushFailed` is the Cassandra floor's)."""
 
 from __future__ import annotations
 
 import pickle
 
-from cassandra import (CoordinationFailure, OperationTimedOut, Unavailable, WriteFailure,
-                       WriteTimeout)
-from cassandra.cluster import NoHostAvailable
-from cassandra.connection import ConnectionException
-from cassandra.protocol import OverloadedErrorMessage
-
-from sinks.errors import ConnectionFailed, SinkError
+from cql.errors import TRANSIENT_DRIVER_ERRORS, ConnectionFailed, FlushFailed, SinkError
 from wal.errors import WalCorrupted, WalError, WalLocked, WalStorageError
 
 
 class RecoveryError(Exception):
     def __reduce__(self):
         return (self.__class__, self.args)
-
-
-class FlushFailed(RecoveryError):
-    """Cassandra did not acknowledge a batch's rows within the retry budget.
-
-    The batch stays SEALED/FLUSHING in the WAL, and no later batch is flushed before it: the
-    next drain (the next micro-batch, the next query start, or ``cassandra-wal recover``)
-    resumes it where it stopped.
-    """
-
-    def __init__(self, batch: int, detail: str, rows_acknowledged: int = 0,
-                 permanent: bool = False):
-        super().__init__(batch, detail, rows_acknowledged, permanent)
-        self.batch, self.detail, self.rows_acknowledged = batch, detail, rows_acknowledged
-        self.permanent = permanent   # Cassandra refused the write: retrying alone won't help
-
-    def __str__(self) -> str:
-        return (f"flush of batch {self.batch} failed after {self.rows_acknowledged} acknowledged "
-                f"rows: {self.detail}; the batch stays in the WAL and is retried in order")
 
 
 class RecoveryBlocked(RecoveryError):
@@ -99,12 +75,9 @@ class FlushTaskError(RecoveryError):
         return f"{self.type_name}: {self.text}"
 
 
-#: Errors of the Cassandra driver that a later attempt may not meet: timeouts, a replica or
-#: the coordinator unavailable or overloaded, no connection. The Upserter retries statements
-#: that fail with them; anything else Cassandra answers is a refusal of the write.
-TRANSIENT_DRIVER_ERRORS = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
-                           NoHostAvailable, ConnectionException, CoordinationFailure,
-                           WriteFailure)
+#: Every family of errors the sink raises on purpose; an error of none of them is a bug (the
+#: flusher logs its traceback).
+SINK_ERRORS = (SinkError, FlushFailed, RecoveryError, WalError)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -113,12 +86,12 @@ def is_transient(exc: BaseException) -> bool:
 
     Transient: the driver's timeouts, unavailable, overloaded, no host, lost connections
     (also when ``session.prepare`` meets them right after connecting), a transient
-    :class:`FlushFailed`, :class:`~sinks.errors.ConnectionFailed`, ``OSError`` (a shared
+    :class:`FlushFailed`, :class:`~cql.errors.ConnectionFailed`, ``OSError`` (a shared
     filesystem away, a full disk an operator frees) and the log's own
     :class:`~wal.errors.WalStorageError`, :class:`~wal.errors.WalLocked`.
     Permanent: corruption (:class:`~wal.errors.WalCorrupted`, :class:`RecoveryBlocked`),
     Cassandra refusing the write (``FlushFailed(permanent=True)``), a configuration error
-    (any other :class:`~sinks.errors.SinkError`), and whatever else: an error nobody
+    (any other :class:`~cql.errors.SinkError`), and whatever else: an error nobody
     classified is a bug, which no retry cures either."""
     if isinstance(exc, FlushFailed):
         return not exc.permanent

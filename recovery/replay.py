@@ -12,7 +12,7 @@ progress with the timestamps fixed in its seal; corrupted data is never written.
 *How* the rows get to Cassandra is a :class:`RowWriter`, and only that: the Replayer alone
 ingests, records progress, marks FLUSHED and removes files, whichever writer it is given.
 :class:`DriverWriter` (``wal.flush.mode=driver``, and every recovery) writes from the log,
-chunk by chunk, in this process; :class:`sinks.distributed_flush.ExecutorsWriter`
+chunk by chunk, in this process; :class:`recovery.executors.ExecutorsWriter`
 (``wal.flush.mode=executors``) has Spark tasks write the segments.
 """
 
@@ -30,8 +30,12 @@ from wal.crashpoints import crash_point
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
 from wal.log import BatchRecord, WalLog
-from wal.retention import (RetentionPolicy, apply_retention, remove_batch_files,
-                           remove_unsealed_segments)
+from wal.retention import (
+    RetentionPolicy,
+    apply_retention,
+    remove_batch_files,
+    remove_unsealed_segments,
+)
 from wal.seal import Seal
 from wal.segment import decode_chunk
 from wal.states import BatchState
@@ -103,7 +107,7 @@ class RowWriter(Protocol):
 
 class DriverWriter:
     """``wal.flush.mode=driver``: the log's chunks, in order, through an
-    :class:`~recovery.upsert.Upserter` in this process. ``upserter_factory(seal)`` gives the
+    :class:`~cql.upsert.Upserter` in this process. ``upserter_factory(seal)`` gives the
     Upserter that writes the way ``seal`` recorded (columns, TTL, write time, nulls); the
     factory keeps the session and its Upserters (``recovery.output.CassandraOutput``)."""
 

@@ -1,19 +1,23 @@
-"""What a WAL writes to: recorded in ``WAL_DIR/target.json`` by the sink, without secrets, so
-that recovery can run anywhere with only credentials supplied.
+"""What a WAL writes to, recorded in ``WAL_DIR/target.json`` without secrets, so that any flush
+(the live flusher, a batch job, ``cassandra-wal recover`` on another host) works from the WAL
+alone, given credentials (:func:`cql.credentials.layered`).
+
+:class:`RecordedTarget` is the file's envelope (layout: ``wal/FORMAT.md``, "target.json"):
+the :class:`Target`, the fingerprint of the options and DataFrame schema that produced it
+(a write with the same fingerprint skips the table lookup), and the stream's checkpoint.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from sinks.options import ConnectionConfig, SinkConfig, WalConfig, WriteConfig
-from sinks.table import TableSchema
+from cql.errors import SinkError
+from cql.table import TableSchema
+from wal.errors import WalCorrupted
+from wal.layout import WalDir
 
-ENV_USERNAME = "CASSANDRA_WAL_USERNAME"
-ENV_PASSWORD = "CASSANDRA_WAL_PASSWORD"
-ENV_KEYSTORE_PASSWORD = "CASSANDRA_WAL_KEYSTORE_PASSWORD"
-
+from .config import ConnectionConfig, SinkConfig, WalConfig, WriteConfig
 
 #: The write options a seal records (``Target.write_record``): the ones that decide which
 #: cells a row becomes. Connection, batching and retry options only decide how they travel.
@@ -59,14 +63,56 @@ class Target:
         return cls(config, TableSchema.from_dict(d["table"]), tuple(d["columns"]))
 
     def with_connection(self, **changes) -> "Target":
-        """A copy with connection settings replaced (hosts, port, credentials...)."""
+        """A copy with connection settings replaced (hosts, port, credentials...); None values
+        change nothing."""
         changes = {k: v for k, v in changes.items() if v is not None}
         conn = replace(self.config.connection, **changes)
         return replace(self, config=replace(self.config, connection=conn))
 
-    def with_env_credentials(self) -> "Target":
-        """Credentials from ``CASSANDRA_WAL_USERNAME`` / ``CASSANDRA_WAL_PASSWORD`` (and the
-        client key's ``CASSANDRA_WAL_KEYSTORE_PASSWORD``) if set."""
-        return self.with_connection(username=os.environ.get(ENV_USERNAME),
-                                    password=os.environ.get(ENV_PASSWORD),
-                                    ssl_keystore_password=os.environ.get(ENV_KEYSTORE_PASSWORD))
+    def with_credentials(self, credentials: Mapping[str, str]) -> "Target":
+        """A copy connecting with ``credentials`` (what :func:`cql.credentials.layered` chose)."""
+        return self.with_connection(**credentials)
+
+
+@dataclass(frozen=True)
+class RecordedTarget:
+    """``WAL_DIR/target.json``: the target of the WAL's last write, and what produced it."""
+
+    target_fields: dict | None          # Target.to_dict(): parsed on demand (:attr:`target`)
+    fingerprint: str | None = None
+    checkpoint_location: str | None = None
+    path: str = "target.json"
+
+    @property
+    def target(self) -> Target:
+        if not self.target_fields:
+            raise SinkError(f"{self.path} records no target: nothing says where its rows go")
+        return Target.from_dict(self.target_fields)
+
+    @classmethod
+    def of(cls, target: Target, fingerprint: str) -> "RecordedTarget":
+        return cls(target.to_dict(), fingerprint, target.config.checkpoint_location)
+
+    @classmethod
+    def read(cls, wal: WalDir) -> "RecordedTarget | None":
+        """The WAL's record (None if no write recorded one yet); ``WalCorrupted`` if unreadable."""
+        data = wal.read_target()
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise WalCorrupted(wal.target_file, "target.json is not a JSON object")
+        return cls(data.get("target"), data.get("fingerprint"), data.get("checkpoint_location"),
+                   wal.target_file)
+
+    @classmethod
+    def require(cls, wal: WalDir) -> "RecordedTarget":
+        """The WAL's record; a :class:`~cql.errors.SinkError` naming the file if there is none."""
+        recorded = cls.read(wal)
+        if recorded is None:
+            raise SinkError(f"{wal.root} has no target.json: nothing says where its rows go")
+        return recorded
+
+    def write(self, wal: WalDir) -> None:
+        """Record it in ``wal`` (atomically: a reader sees the old record or this one)."""
+        wal.write_target({"fingerprint": self.fingerprint, "target": self.target_fields,
+                          "checkpoint_location": self.checkpoint_location})

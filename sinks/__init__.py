@@ -10,46 +10,49 @@ Use::
        .option("spark.cassandra.connection.host", "10.0.0.1,10.0.0.2")
        .start())
 
-Lifecycle of batch N (details: ``docs/architecture.md``, on-disk: ``wal/FORMAT.md``):
+Floor 4 of 4, the only one that knows Spark (floors: ``docs/architecture.md``). What Spark
+calls, where it runs, and what it hands to the floors below:
 
-1. ``streamWriter`` (driver host): options parsed, DataFrame validated against the live
-   table; bad input fails here, before anything is staged (:mod:`sinks.plan`).
-2. ``write`` (every task): rows staged as an immutable, checksummed WAL segment.
-3. ``commit(N)`` (Spark's commit worker): the winning segments and the write timestamps are
-   sealed, durably, before Spark may write ``commits/N``.
-4. Spark writes ``commits/N``; the listener wakes the driver's flusher (:mod:`sinks.driver`).
-5. The flusher ingests the seal into the RocksDB log, writes every row with idempotent
-   upserts at the sealed timestamps, records progress, marks the batch flushed.
-6. After a crash, the next query start replays what Spark committed and we did not finish,
-   and discards what Spark never committed (:mod:`recovery`).
+1. ``streamWriter`` / ``writer`` (a Python worker on the driver host, once per micro-batch
+   or job; :mod:`sinks.source`): the options are parsed (:mod:`sinks.options`), the
+   DataFrame validated against the live table (:mod:`sinks.validation`), the WAL resolved and
+   bound to the query (:mod:`sinks.plan`). Bad input fails here, before anything is staged.
+2. ``write`` (every task, on executors): the task's rows become one WAL segment (:mod:`wal`).
+3. ``commit(N)`` (Spark's commit worker): back-pressure against ``wal.maxBytes``, then the
+   seal, before Spark may write ``commits/N``. A batch job writes its rows right there
+   (:mod:`sinks.batch_jobs`); a stream's are written once Spark has committed N:
+4. the listener (:mod:`sinks.listener`, :mod:`sinks.registry`, in the driver process) starts
+   a flusher for each run of a query and wakes it after each commit; the flusher, recovery
+   and the writing itself are :mod:`recovery`'s.
 
-``sinks.wait_flushed(query, timeout)`` returns once every batch the query committed is in
-Cassandra (a stopped query's last drain is finished at exit too).
+``foreachBatch`` users get the same through :class:`CassandraWalWriter`
+(:mod:`sinks.foreach_batch`), and ``sinks.wait_flushed(query, timeout)`` returns once every
+batch a query committed is in Cassandra (:mod:`sinks.wait`).
 """
 
 from __future__ import annotations
 
-from .errors import (ConnectionFailed, CounterTableError, NullPrimaryKeyError, OptionError,
-                     SchemaError, SinkError, UnknownKeyspaceError, UnknownTableError)
+from cql import credentials
+from cql.errors import (
+    ConnectionFailed,
+    CounterTableError,
+    NullPrimaryKeyError,
+    OptionError,
+    SchemaError,
+    SinkError,
+    UnknownKeyspaceError,
+    UnknownTableError,
+)
+from recovery.errors import NotFlushedYet, WalBlocked
+from wal.checkpoint import Filesystems
 
-FORMAT_NAME = "cassandra_wal"
+from .foreach_batch import CassandraWalWriter
+from .listener import CassandraWalListener
+from .registry import FlushRegistry
+from .source import FORMAT_NAME, CassandraWalDataSource
+from .wait import wait_flushed
 
-
-def __getattr__(name):
-    # Imported on first use: recovery.target imports sinks.options, and an eager import of the
-    # writers here (which import recovery) would make that a circular import.
-    if name in ("WalBlocked", "NotFlushedYet"):     # what wait_flushed raises
-        import recovery.errors
-        return getattr(recovery.errors, name)
-    if name == "CassandraWalWriter":
-        from .foreach_batch import CassandraWalWriter
-        return CassandraWalWriter
-    if name == "CassandraWalDataSource":
-        from .source import CassandraWalDataSource
-        return CassandraWalDataSource
-    raise AttributeError(f"module 'sinks' has no attribute {name!r}")
-
-_registries: dict[int, object] = {}
+_registries: dict[int, FlushRegistry] = {}     # by id(spark): one per session
 
 
 def register(spark):
@@ -58,18 +61,12 @@ def register(spark):
     Call it once per SparkSession, after setting any ``spark.cassandra.*`` session conf you
     want as defaults (and after changing ``fs.defaultFS``, against which Spark resolves a
     checkpoint location without a scheme). Returns the session's
-    :class:`sinks.driver.FlushRegistry`.
+    :class:`sinks.registry.FlushRegistry`.
 
-    It also starts this process's credential channel (:mod:`sinks.credentials`), through which
-    credentials given as write options reach the driver's flusher, in memory only.
+    Runs: in the driver process, on the calling thread. It also starts this process's
+    credential channel (:mod:`cql.credentials`), through which credentials given as write
+    options reach the driver's flusher, in memory only.
     """
-    from wal.checkpoint import Filesystems
-
-    from . import credentials
-    from .driver import FlushRegistry
-    from .source import CassandraWalDataSource
-    from .listener import CassandraWalListener
-
     conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
     channel = credentials.ensure_server().path
     source = type("CassandraWalDataSource", (CassandraWalDataSource,),
@@ -85,16 +82,6 @@ def register(spark):
     else:
         registry.session_conf = conf
     return registry
-
-
-def wait_flushed(query, timeout: float | None = None) -> None:
-    """Return once every batch ``query`` has committed so far is written to Cassandra; works
-    while it runs and after ``query.stop()``. Raises ``WalBlocked`` (the WAL is blocked: the
-    reason and the remedy), ``NotFlushedYet`` (a ``TimeoutError`` naming the pending batches
-    and their rows) after ``timeout`` seconds. See :func:`sinks.driver.wait_flushed`."""
-    from .driver import wait_flushed as wait
-
-    wait(query, timeout)
 
 
 __all__ = ["register", "wait_flushed", "WalBlocked", "NotFlushedYet",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+from pyspark import TaskContext
 
 from wal.checkpoint import Filesystems
 from wal.seal import COMMIT_POINT_CHECKPOINT
@@ -33,8 +34,7 @@ class _StageTask:
         self.plan, self.batch_id = plan, batch_id
 
     def __call__(self, batches):
-        from pyspark import TaskContext
-
+        """Runs: on executors, one call per task of the ``mapInArrow`` stage."""
         tc = TaskContext.get()
         msg = stage_partition(self.plan, batches, self.batch_id, tc.partitionId(),
                               tc.attemptNumber())
@@ -51,6 +51,10 @@ class CassandraWalWriter:
                             checkpointLocation=checkpoint_location)
 
     def __call__(self, df, batch_id: int) -> None:
+        """Stage batch ``batch_id`` on the executors (``mapInArrow``), then seal it before
+        returning; Spark writes ``commits/N`` after, and the listener's flusher writes it.
+
+        Runs: in the driver process, on the query's thread, once per micro-batch."""
         # Spark resolves the checkpoint against the session's default filesystem: so must we.
         plan = prepare_write(self.options, _session_conf(df.sparkSession), df.schema,
                              streaming=True, filesystems=Filesystems.of_session(df.sparkSession))

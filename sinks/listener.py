@@ -1,6 +1,7 @@
-"""The StreamingQueryListener that drives :class:`sinks.driver.FlushRegistry`.
+"""The StreamingQueryListener that drives :class:`sinks.registry.FlushRegistry`.
 
-Listener callbacks run in the driver's Python process. An exception here must never reach
+Runs: in the driver process, on Spark's listener bus thread (``onQueryStarted`` on the
+query's own thread, synchronously, before its first batch). An exception here must never reach
 Spark's listener bus (it would be dropped there), so failures are handled below it: a flusher
 that cannot start or flush for a reason no retry cures blocks the WAL (``blocked.json``), and
 the query's next commit fails with the reason. What still reaches this module is logged with
@@ -13,12 +14,14 @@ import logging
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from .driver import FlushRegistry
+from .registry import FlushRegistry
 
 log = logging.getLogger(__name__)
 
 
 class CassandraWalListener(StreamingQueryListener):
+    """Hands each event of a query to the session's :class:`~sinks.registry.FlushRegistry`."""
+
     def __init__(self, registry: FlushRegistry):
         self.registry = registry
 
@@ -29,13 +32,26 @@ class CassandraWalListener(StreamingQueryListener):
             log.exception("cassandra_wal: listener failed for query %s (run %s)", query_id, run_id)
 
     def onQueryStarted(self, event) -> None:
+        """Start the run's flusher and recover its WAL before the first batch.
+
+        Runs: in the driver process, on the query's thread, synchronously, before its first
+        batch."""
         self._safely(self.registry.started, event.id, event.runId)
 
     def onQueryProgress(self, event) -> None:
+        """A batch is committed (``commits/N`` written): wake the flusher.
+
+        Runs: in the driver process, on the listener bus thread."""
         self._safely(self.registry.progressed, event.progress.id, event.progress.runId)
 
     def onQueryIdle(self, event) -> None:
+        """No new data: wake the flusher all the same (a retry may be due).
+
+        Runs: in the driver process, on the listener bus thread."""
         self._safely(self.registry.progressed, event.id, event.runId)
 
     def onQueryTerminated(self, event) -> None:
+        """The run ended: its flusher's last drain starts on a thread of its own.
+
+        Runs: in the driver process, on the listener bus thread."""
         self._safely(self.registry.terminated, event.id, event.runId)

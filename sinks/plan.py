@@ -15,33 +15,39 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from recovery.target import Target
+from cql import credentials
+from cql.connection import connect
+from cql.convert import row_converter
+from cql.errors import OptionError, SinkError
+from cql.table import fetch_table_schema
+from recovery.config import SinkConfig
+from recovery.target import RecordedTarget, Target
 from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull
-from wal.files import atomic_write, others_can_write, tree_size
+from wal.files import others_can_write, tree_size
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
+from wal.pointer import write_pointer
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
-from . import credentials
-from .convert import row_converter
-from .errors import OptionError, SinkError
-from .options import SinkConfig, parse_options
-from .table import fetch_table_schema
-from .validation import (check_partition_key_not_empty, check_primary_key_not_null,
-                         check_ttl_and_writetime, validate_schema)
+from .options import parse_options
+from .validation import (
+    check_partition_key_not_empty,
+    check_primary_key_not_null,
+    check_ttl_and_writetime,
+    validate_schema,
+)
 
 log = logging.getLogger(__name__)
 
-POINTER_FILE = "cassandra_wal_sink.json"     # in the checkpoint: where this query's WAL is
 DEFAULT_STREAM_WAL = "cassandra_wal"         # <checkpointLocation>/cassandra_wal
 
 
@@ -132,7 +138,7 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
 
     A stream whose *options* carry credentials hands them to the driver's flusher over
-    ``credential_channel`` (:mod:`sinks.credentials`; in memory only, never in the WAL).
+    ``credential_channel`` (:mod:`cql.credentials`; in memory only, never in the WAL).
     ``filesystems``: what Spark resolves the checkpoint against (the session's default
     filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
     """
@@ -146,14 +152,10 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if checkpoint is not None:
         _check_bound(wal, checkpoint)
     fingerprint = _fingerprint(config, spark_schema.json())
-    recorded = wal.read_target()
-    if recorded and recorded.get("fingerprint") == fingerprint:
-        target = Target.from_dict(recorded["target"])
+    recorded = RecordedTarget.read(wal)
+    if recorded is not None and recorded.fingerprint == fingerprint:
+        target = recorded.target
     else:
-        # Imported here: the driver (cassandra.cluster) is needed only when the table's schema
-        # must be read, not in the tasks and commit workers that import this module.
-        from .connection import connect
-
         cluster, session = connect(config.connection)
         try:
             table = fetch_table_schema(cluster, config.keyspace, config.table)
@@ -161,12 +163,11 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
             cluster.shutdown()
         columns = validate_schema(spark_schema, table, config.write)
         target = Target(config, table, tuple(columns))
-        wal.write_target({"fingerprint": fingerprint, "target": target.to_dict(),
-                          "checkpoint_location": config.checkpoint_location})
+        RecordedTarget.of(target, fingerprint).write(wal)
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
     if checkpoint is not None:
-        _write_pointer(checkpoint, wal.root)
+        write_pointer(checkpoint, wal.root)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra)
 
@@ -177,36 +178,6 @@ def _check_bound(wal: WalDir, checkpoint: str) -> None:
         bind(wal, checkpoint)
     except WalBoundElsewhere as exc:
         raise OptionError("wal.path", wal.root, str(exc)) from None
-
-
-def _write_pointer(cp: str, wal_root: str) -> None:
-    """Tell the driver's listener where the WAL of the query checkpointed at ``cp`` (a local
-    folder, resolved) is."""
-    os.makedirs(cp, exist_ok=True)
-    path = os.path.join(cp, POINTER_FILE)
-    body = json.dumps({"wal_path": wal_root}).encode()
-    try:
-        with open(path, "rb") as f:
-            if f.read() == body:
-                return
-    except FileNotFoundError:
-        pass
-    atomic_write(path, body)
-
-
-def read_pointer(checkpoint: str) -> str | None:
-    """The WAL of the query checkpointed at ``checkpoint`` (Spark's resolved URI); None if the
-    query does not write through this sink. A checkpoint on another filesystem (HDFS) is never
-    this sink's: ``prepare_write`` refuses one before a batch is staged."""
-    try:
-        cp = ckpt.local_path(checkpoint)
-    except ckpt.NotLocal:
-        return None
-    try:
-        with open(os.path.join(cp, POINTER_FILE), "rb") as f:
-            return json.loads(f.read())["wal_path"]
-    except FileNotFoundError:
-        return None
 
 
 # -- tasks ----------------------------------------------------------------------------------
@@ -319,7 +290,7 @@ def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
             f"batch {batch_id}: {len(missing)} of {len(refs)} staged segments are not visible "
             f"in {wal.segments} on the driver host (e.g. {missing[0]}): the WAL path must be a "
             f"filesystem that every executor and the driver share, mounted at the same path "
-            f"(see 'Deployment beyond one machine' in docs/user-guide.md)")
+            f"(see 'Deployment' in docs/user-guide.md)")
 
 
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
@@ -341,4 +312,4 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
 
 
 __all__ = ["WritePlan", "StageMessage", "prepare_write", "stage_partition", "commit_batch",
-           "read_pointer", "resolve_wal_root", "POINTER_FILE", "WalError"]
+           "resolve_wal_root", "WalError"]

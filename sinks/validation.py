@@ -14,16 +14,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from sinks.convert import CqlType, parse_cql_type
-from sinks.errors import CounterTableError, InvalidValueError, NullPrimaryKeyError, SchemaError
-from sinks.options import MAX_TTL_SECONDS, WriteConfig
-from sinks.table import TableSchema
+from cql.config import MAX_TTL_SECONDS, WriteConfig
+from cql.convert import CqlType, parse_cql_type
+from cql.errors import (
+    CounterTableError,
+    InvalidValueError,
+    NullPrimaryKeyError,
+    SchemaError,
+)
+from cql.table import TableSchema
 
 _INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
 _SCALARS: dict[type, frozenset[str]] = {
     T.ByteType: _INTS,
     T.ShortType: _INTS,
-    T.IntegerType: _INTS,  # narrower CQL ints are range-checked per batch (sinks.convert)
+    T.IntegerType: _INTS,  # narrower CQL ints are range-checked per batch (cql.convert)
     T.LongType: frozenset({"bigint", "varint"}),
     T.DoubleType: frozenset({"double"}),
     T.FloatType: frozenset({"float", "double"}),

@@ -1,4 +1,5 @@
-"""A write-ahead log for Spark micro-batches bound for Cassandra.
+"""Floor 1 of 4: a write-ahead log for Spark micro-batches bound for Cassandra, on disk. Knows
+neither Spark nor Cassandra (floors: ``docs/architecture.md``).
 
 Lifecycle of one batch N (the on-disk layout is on one page: ``wal/FORMAT.md``):
 
@@ -12,18 +13,29 @@ Lifecycle of one batch N (the on-disk layout is on one page: ``wal/FORMAT.md``):
 4. **Ingest** (the single writer of the RocksDB log, in the Spark driver):
    :meth:`~wal.log.WalLog.ingest` copies the sealed segments into the log, verifying every
    checksum; state SEALED. Unnamed segments are deleted.
-5. **Flush** (``recovery.replay``): FLUSHING, chunk by chunk, progress recorded, with
-   idempotent upserts at the sealed timestamps; then **mark** FLUSHED.
+5. **Flush** (driven by :mod:`recovery`): FLUSHING, progress recorded chunk by chunk (or
+   segment by segment) as Cassandra acknowledges; then **mark** FLUSHED.
 6. **Retain** (:mod:`wal.retention`): flushed batches are dropped after a count/age.
 7. **Reopen / replay**: after any crash, :func:`wal.catalog.describe` joins files, log and
    checkpoint and says, per batch, replay, discard or nothing; recovery acts on it.
 
-Offline, ``cassandra-wal`` (``wal/cli``) inspects, dumps and verifies without taking the lock.
+Files beside the log: ``target.json`` (where the rows go), ``query.json`` (the stream the WAL
+belongs to, :mod:`wal.binding`), ``blocked.json``, the pointer file in the checkpoint
+(:mod:`wal.pointer`), a batch job's own WAL (:mod:`wal.jobs`). Offline, ``cassandra-wal``
+(:mod:`cli`) inspects, dumps and verifies without taking the lock.
 """
 
-from .errors import (IllegalTransition, NotAWal, SealMissing, SegmentTruncated,
-                     UnsupportedFormat, WalBoundElsewhere, WalCorrupted, WalError, WalFull,
-                     WalLocked)
+from .errors import (
+                     IllegalTransition,
+                     NotAWal,
+                     SegmentTruncated,
+                     UnsupportedFormat,
+                     WalBoundElsewhere,
+                     WalCorrupted,
+                     WalError,
+                     WalFull,
+                     WalLocked,
+)
 from .layout import WalDir
 from .log import BatchRecord, LogChunk, WalLog
 from .seal import Seal, read_seal, seal_batch
@@ -32,7 +44,7 @@ from .states import BatchState
 
 __all__ = [
     "BatchRecord", "BatchState", "IllegalTransition", "LogChunk", "NotAWal", "Seal",
-    "SealMissing", "SegmentReader", "SegmentRef", "SegmentTruncated", "SegmentWriter",
+    "SegmentReader", "SegmentRef", "SegmentTruncated", "SegmentWriter",
     "UnsupportedFormat", "WalBoundElsewhere", "WalCorrupted", "WalDir", "WalError", "WalFull",
     "WalLocked", "WalLog",
     "read_seal", "seal_batch",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import checkpoint as ckpt
+from .errors import WalCorrupted
 from .layout import WalDir
 from .log import BatchRecord, WalLog
 from .seal import COMMIT_POINT_SEAL, Seal, now_us, read_seal
@@ -46,7 +47,6 @@ class BatchView:
 
 
 def _seal_or_error(wal: WalDir, batch: int) -> tuple[Seal | None, str]:
-    from .errors import WalCorrupted
     try:
         return read_seal(wal, batch), ""
     except WalCorrupted as exc:

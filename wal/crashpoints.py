@@ -35,7 +35,7 @@ POINTS = (
     "recover.mid",          # recovery's own replay: some chunks written
 )
 
-#: Points of ``wal.flush.mode=executors`` (sinks/distributed_flush.py), reached in executor
+#: Points of ``wal.flush.mode=executors`` (recovery/executors.py), reached in executor
 #: tasks, which get the driver's crash variables in their closure; covered by
 #: tests/cluster/test_executors_flush.py (the crash tests in tests/crash run local[2]).
 EXECUTOR_POINTS = (

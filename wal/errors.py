@@ -143,15 +143,3 @@ class WalBoundElsewhere(WalError):
                 f"in the checkpoint). If the other query is gone for good, check with "
                 f"'cassandra-wal inspect {self.path}' that nothing is pending, then delete "
                 f"{self.path}")
-
-
-class SealMissing(WalError):
-    """Spark committed a batch (``commits/N`` exists) but the WAL has no seal for it."""
-
-    def __init__(self, path: str, batch: int):
-        super().__init__(path, batch)
-        self.path, self.batch = path, batch
-
-    def __str__(self) -> str:
-        return (f"{self.path}: Spark committed batch {self.batch} but the WAL holds no seal for it; "
-                f"its rows cannot be reproduced (was the WAL directory replaced or pruned by hand?)")

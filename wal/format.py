@@ -15,12 +15,20 @@ TARGET_FILE = "target.json"
 FLUSHED_THROUGH_FILE = "flushed_through"   # highest flushed batch id, ASCII (shared copy)
 BINDING_FILE = "query.json"                # the query a stream's WAL belongs to (wal/binding.py)
 BLOCKED_FILE = "blocked.json"              # the flusher cannot go on: why (WalDir.read_blocked)
+POINTER_FILE = "cassandra_wal_sink.json"   # in a stream's checkpoint: where its WAL is
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"
 LOG_DIR = "log"
 SEAL_SUFFIX = ".seal"
 SEGMENT_SUFFIX = ".seg"
 TMP_SUFFIX = ".tmp"
+
+# A batch job's table root (FORMAT.md, "Batch jobs"): one WAL per job under it.
+JOBS_DIR = "jobs"
+DONE_DIR = "done"             # flushed job WALs, moved out of jobs/ in one rename, then removed
+FLOOR_FILE = "last_ts"
+TABLE_LOCK_FILE = "lock"
+JOB_LOCK_FILE = "job.lock"
 
 # Segment framing (FORMAT.md, "Segment files"). Little-endian throughout.
 SEGMENT_MAGIC = b"CWALSEG1"
@@ -32,6 +40,8 @@ FOOTER = struct.Struct("<8sIQI")            # magic, u32 chunks, u64 rows, u32 c
 # RocksDB log keys (FORMAT.md, "The log"). Batch ids are zero-padded to 20 digits so that
 # byte order is numeric order.
 KEY_META_FORMAT = b"m/format"
+KEY_FLUSHED_THROUGH = b"m/flushed_through"
+KEY_COMMITTED_THROUGH = b"m/committed_through"
 KEY_BATCH_PREFIX = b"b/"
 KEY_ROWS_PREFIX = b"r/"
 ROW_VALUE_HEAD = struct.Struct("<II")       # u32 crc32(payload), u32 rows

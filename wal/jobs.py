@@ -28,16 +28,20 @@ import shutil
 from typing import Iterator
 
 from .files import atomic_write, fsync_dir, make_private_dirs
-from .format import BLOCKED_FILE, FLUSHED_THROUGH_FILE, MARKER_FILE
+from .format import (
+    BLOCKED_FILE,
+    DONE_DIR,
+    FLOOR_FILE,
+    FLUSHED_THROUGH_FILE,
+    JOB_LOCK_FILE,
+    JOBS_DIR,
+    MARKER_FILE,
+    TABLE_LOCK_FILE,
+)
 from .layout import WalDir
 from .seal import read_seal
 
 JOB_BATCH = 0                 # a job's WAL holds one batch; its id needs no clock
-JOBS_DIR = "jobs"
-DONE_DIR = "done"             # flushed job WALs, moved out of jobs/ in one rename, then removed
-FLOOR_FILE = "last_ts"
-TABLE_LOCK_FILE = "lock"
-JOB_LOCK_FILE = "job.lock"
 
 
 def _lock_fd(path: str) -> int:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from . import format as fmt
-from .errors import NotAWal, UnsupportedFormat
+from .errors import NotAWal, UnsupportedFormat, WalCorrupted
 from .files import atomic_write, make_private_dirs
 
 
@@ -132,7 +132,6 @@ class WalDir:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            from .errors import WalCorrupted
             raise WalCorrupted(self.target_file, f"unreadable target.json: {exc}") from None
 
     def write_target(self, target: dict) -> None:

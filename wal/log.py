@@ -12,24 +12,30 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import tempfile
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from rocksdict import AccessType, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from tenacity import Retrying, stop_after_attempt
 
 from . import format as fmt
-from .errors import (IllegalTransition, UnsupportedFormat, WalCorrupted, WalError, WalLocked,
-                     WalStorageError)
+from .errors import (
+    IllegalTransition,
+    UnsupportedFormat,
+    WalCorrupted,
+    WalError,
+    WalLocked,
+    WalStorageError,
+)
+from .files import DIR_MODE, make_private_dirs
 from .layout import WalDir
 from .seal import Seal, now_us
 from .segment import SegmentReader
 from .states import BatchState, check_transition
-
-KEY_FLUSHED_THROUGH = b"m/flushed_through"
-KEY_COMMITTED_THROUGH = b"m/committed_through"
 
 
 @dataclass(frozen=True)
@@ -84,36 +90,32 @@ def _open_secondary(log_dir: str, scratch: str, attempts: int = 5) -> Rdict:
     RocksDB file, and a private copy of that config. A writer may delete or add files between
     the listing and the open (flushes, compactions): then try again with a fresh listing.
     """
-    import os
     config = "rocksdict-config.json"
     log_dir = os.path.abspath(log_dir)      # symlink targets must not be relative
-    for attempt in range(attempts):
-        shadow = os.path.join(scratch, f"primary-{attempt}")
-        os.mkdir(shadow)
-        for name in os.listdir(log_dir):
-            if name == config:
-                shutil.copyfile(os.path.join(log_dir, name), os.path.join(shadow, name))
-            else:
-                os.symlink(os.path.join(log_dir, name), os.path.join(shadow, name))
-        own_files = AccessType.secondary(os.path.join(scratch, f"secondary-{attempt}"))
-        try:
-            db = Rdict(shadow, Options(raw_mode=True), access_type=own_files)
-            db.try_catch_up_with_primary()
-            return db
-        except Exception:
-            if attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
+    for attempt in Retrying(stop=stop_after_attempt(attempts), reraise=True):
+        with attempt:
+            return _open_shadow(log_dir, scratch, attempt.retry_state.attempt_number, config)
+
+
+def _open_shadow(log_dir: str, scratch: str, attempt: int, config: str) -> Rdict:
+    """One try of :func:`_open_secondary`: a fresh shadow of ``log_dir``, opened."""
+    shadow = os.path.join(scratch, f"primary-{attempt}")
+    os.mkdir(shadow)
+    for name in os.listdir(log_dir):
+        if name == config:
+            shutil.copyfile(os.path.join(log_dir, name), os.path.join(shadow, name))
+        else:
+            os.symlink(os.path.join(log_dir, name), os.path.join(shadow, name))
+    own_files = AccessType.secondary(os.path.join(scratch, f"secondary-{attempt}"))
+    db = Rdict(shadow, Options(raw_mode=True), access_type=own_files)
+    db.try_catch_up_with_primary()
+    return db
 
 
 def _private_log_dir(log_dir: str) -> None:
     """Create the RocksDB folder 0700 ourselves (RocksDB would make it 0755). RocksDB creates
     its files 0644 and rocksdict has no option to change that; inside 0700 folders no other
     user can reach them."""
-    import os
-
-    from .files import DIR_MODE, make_private_dirs
-
     make_private_dirs(log_dir)
     if os.stat(log_dir).st_mode & 0o777 != DIR_MODE:
         os.chmod(log_dir, DIR_MODE)   # made by an older version
@@ -175,7 +177,6 @@ class WalLog:
     def open_reader(cls, wal: WalDir) -> "WalLog | None":
         """A read-only view beside a live writer; None when the WAL has no log yet."""
         wal.check()
-        import os
         if not os.path.exists(os.path.join(wal.log, "CURRENT")):
             return None
         scratch = tempfile.mkdtemp(prefix="cassandra-wal-reader-")
@@ -232,12 +233,12 @@ class WalLog:
 
     def flushed_through(self) -> int:
         """Highest batch id flushed so far (-1 if none): earlier batches need nothing more."""
-        raw = self._db.get(KEY_FLUSHED_THROUGH)
+        raw = self._db.get(fmt.KEY_FLUSHED_THROUGH)
         return int(raw) if raw is not None else -1
 
     def committed_through(self) -> int:
         """Highest batch id the log has seen Spark commit (-1 if none): see :meth:`note_committed`."""
-        raw = self._db.get(KEY_COMMITTED_THROUGH)
+        raw = self._db.get(fmt.KEY_COMMITTED_THROUGH)
         return int(raw) if raw is not None else -1
 
     def chunks(self, batch: int, segment: int = 0, chunk: int = 0) -> Iterator[LogChunk]:
@@ -347,7 +348,7 @@ class WalLog:
         one and discard it.
         """
         if batch > self.committed_through():
-            self._db.put(KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
+            self._db.put(fmt.KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
 
     @_storage_errors
     def begin_flush(self, batch: int) -> BatchRecord:
@@ -381,7 +382,7 @@ class WalLog:
                          updated_at_us=now_us())
         wb = WriteBatch(raw_mode=True)
         if batch > self.flushed_through():
-            wb.put(KEY_FLUSHED_THROUGH, str(batch).encode())
+            wb.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode())
         self._put(record, wb)
         return record
 

@@ -13,15 +13,12 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
 from .segment import SegmentRef
-
-if TYPE_CHECKING:
-    from .jobs import TableFloor
 
 COMMIT_POINT_CHECKPOINT = "spark-checkpoint"   # streaming: final once commits/N exists
 COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: final when sealed
@@ -29,6 +26,14 @@ COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: 
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+class TimestampFloor(Protocol):
+    """Where a batch job's timestamps start (:class:`wal.jobs.TableFloor`)."""
+
+    def claim(self, base_ts_us: int, rows: int) -> int:
+        """The base timestamp for ``rows`` rows, at least ``base_ts_us``, above every earlier
+        claim; recorded before it returns."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) ->
 
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
                commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
-               floor: TableFloor | None = None) -> Seal:
+               floor: TimestampFloor | None = None) -> Seal:
     """Choose the winning segments' order, fix the timestamps, and write the seal.
 
     ``floor``: a batch job's table floor (:class:`wal.jobs.TableFloor`). Each job has a WAL of

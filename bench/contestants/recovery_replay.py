@@ -31,8 +31,8 @@ def main() -> None:
     import sinks  # noqa: F401  (first: recovery.target and sinks.plan import each other)
     from recovery.replay import Replayer
     from recovery.target import Target
-    from recovery.upsert import Upserter
-    from sinks.connection import connect
+    from cql.upsert import Upserter
+    from cql.connection import connect
     from wal.files import tree_size
     from wal.layout import WalDir
     from wal.log import WalLog

@@ -36,7 +36,7 @@ then kills the whole run: the driver dies in the middle of the flush).
 
 ``--flush-mode executors`` sets ``wal.flush.mode=executors`` on the query (committed batches
 are written by a Spark job of one task per segment) and logs the sink's flush lines
-(``recovery.replay``, ``sinks.distributed_flush``) at INFO in this program's output.
+(``recovery.replay``, ``recovery.executors``) at INFO in this program's output.
 
 ``--master standalone:2`` starts a Master and two Workers with ``spark-class`` (Workers on
 127.0.0.1 and 127.0.0.2, one core each): executors on two different *hosts*. Speculative
@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -288,7 +287,7 @@ class Watcher(threading.Thread):
         self.stop_event = threading.Event()
 
     def _segments(self) -> None:
-        from sinks.plan import read_pointer
+        from wal.pointer import read_pointer
 
         root = read_pointer(self.checkpoint)
         if root is None:
@@ -385,7 +384,7 @@ def main(argv=None) -> int:
 
         logging.basicConfig(level=logging.WARNING, stream=sys.stdout,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        for name in ("recovery.replay", "sinks.distributed_flush"):
+        for name in ("recovery.replay", "recovery.executors"):
             logging.getLogger(name).setLevel(logging.INFO)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -469,7 +468,7 @@ def main(argv=None) -> int:
     watcher.start()
 
     def wal() -> WalDir | None:
-        from sinks.plan import read_pointer
+        from wal.pointer import read_pointer
 
         root = read_pointer(args.checkpoint)
         return WalDir(root) if root else None

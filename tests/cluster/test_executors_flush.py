@@ -43,7 +43,7 @@ LOCAL_CLUSTER = "local-cluster[2,1,1024]"
 
 
 def written_by_executors(text: str, batch: int) -> re.Match | None:
-    """The flusher's line for a batch its Spark tasks wrote (sinks/distributed_flush.py)."""
+    """The flusher's line for a batch its Spark tasks wrote (recovery/executors.py)."""
     return re.search(rf"batch {batch}: (\d+) segment\(s\), (\d+) rows written by executor "
                      r"tasks", text)
 

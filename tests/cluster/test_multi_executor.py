@@ -509,7 +509,7 @@ def test_commit_refuses_segments_the_driver_cannot_see(tmp_path):
 
     import pyarrow as pa
 
-    from sinks.errors import SinkError
+    from cql.errors import SinkError
     from sinks.plan import check_segments_visible
     from wal.segment import SegmentWriter
 

@@ -129,7 +129,7 @@ def wal_pending(checkpoint: str) -> list[str] | None:
     """What the WAL still has to do, as "batch:action" strings ([] nothing; None: no WAL yet).
 
     Read through a RocksDB secondary instance beside the flusher, the live writer."""
-    from sinks.plan import read_pointer
+    from wal.pointer import read_pointer
     from wal import catalog
     from wal.layout import WalDir
 

@@ -351,7 +351,7 @@ class CrashHarness:
         return {r[0]: tuple(r[1:]) for r in self.cql.execute(stmt, timeout=60)}
 
     def wal_dir(self) -> WalDir | None:
-        from sinks.plan import read_pointer
+        from wal.pointer import read_pointer
 
         root = read_pointer(self.checkpoint)
         return WalDir(root) if root else None

@@ -33,7 +33,7 @@ DEFAULT_TIMEOUT = 180.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: The offline tool, ``cassandra-wal``, run with this interpreter.
-CASSANDRA_WAL = [sys.executable, "-m", "wal.cli.main"]
+CASSANDRA_WAL = [sys.executable, "-m", "cli.main"]
 
 #: First modification time given to input files; file k gets BASE_MTIME + k, so Spark's file
 #: source (oldest first, ``maxFilesPerTrigger``) takes them in order.
@@ -256,7 +256,7 @@ def wait_query_done(spark, query, timeout: float = DEFAULT_TIMEOUT) -> None:
 
 def wait_log_released(wal: WalDir, timeout: float = 60.0) -> WalLog:
     """Open the WAL log for writing once the driver's flusher (a finished query) let it go."""
-    from sinks.driver import open_writer_waiting
+    from recovery.flusher import open_writer_waiting
 
     return open_writer_waiting(wal, timeout)
 
@@ -310,11 +310,11 @@ def error_text(exc: BaseException) -> str:
 
 
 def sink_error_line(exc_or_text) -> str:
-    """The ``sinks.errors.<Type>: <message>`` line of a (wrapped) sink error: the message a
+    """The ``cql.errors.<Type>: <message>`` line of a (wrapped) sink error: the message a
     user reads, without the traceback's source lines (which would match any needle)."""
     import re
 
     text = exc_or_text if isinstance(exc_or_text, str) else error_text(exc_or_text)
-    lines = re.findall(r"^(sinks\.errors\.\w+: .*)$", text, re.MULTILINE)
-    assert lines, f"no sinks.errors line in the error:\n{text}"
+    lines = re.findall(r"^(cql\.errors\.\w+: .*)$", text, re.MULTILINE)
+    assert lines, f"no cql.errors line in the error:\n{text}"
     return lines[0]

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from sinks import credentials
-from sinks.errors import OptionError
+from cql.errors import OptionError
 from sinks.plan import open_wal_dir
 from wal.layout import WalDir
 from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, count_rows, create_table,

@@ -13,7 +13,8 @@ import shutil
 import pytest
 
 from recovery.replay import Replayer
-from sinks.driver import CassandraOutput, load_target
+from recovery.flusher import load_target
+from recovery.output import CassandraOutput
 from sinkutil import (create_table, register, running, sink_options, stream_wal,
                       wait_all_flushed, wait_log_released, wait_query_done, write_json_files)
 from wal.jobs import TableJobs

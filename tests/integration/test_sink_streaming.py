@@ -42,7 +42,7 @@ def _expected_events(files: list[list[dict]]) -> dict:
 def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keyspace, tmp_path,
                                                 flush_mode, caplog):
     """Both driver-side flush modes: the flusher's thread, and worker processes of the driver."""
-    caplog.set_level(logging.INFO, logger="sinks.distributed_flush")
+    caplog.set_level(logging.INFO, logger="recovery.executors")
     register(spark)
     create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text, score double)")
     src, cp = tmp_path / "src", tmp_path / "cp"

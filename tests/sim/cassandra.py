@@ -26,8 +26,8 @@ from cassandra.cluster import NoHostAvailable
 from cassandra.protocol import ColumnMetadata
 from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
 
-from sinks.errors import ConnectionFailed
-from sinks.table import TableSchema
+from cql.errors import ConnectionFailed
+from cql.table import TableSchema
 
 PROTOCOL = 5
 DRIVER_TYPES = {"int": cqltypes.Int32Type, "text": cqltypes.UTF8Type, "bigint": cqltypes.LongType}
@@ -109,7 +109,7 @@ class SimCassandra:
 
     # -- the driver's entry points ----------------------------------------------------------
     def connect(self, _connection=None):
-        """``sinks.connection.connect``: (cluster, session), or ConnectionFailed when down."""
+        """``cql.connection.connect``: (cluster, session), or ConnectionFailed when down."""
         if self.mode == DOWN:
             self.faults += 1
             raise ConnectionFailed(["sim-node"], "NoHostAvailable: the simulated node is down")

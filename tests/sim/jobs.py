@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from . import cassandra
 from .invariants import Violation, absorb_writes
-from .oracle import fmt
 from .patches import SimCrash
 from .spark import InFlight, plan_attempts
 
@@ -22,13 +21,12 @@ from .spark import InFlight, plan_attempts
 def _typed(exc: Exception) -> bool:
     """An error the sink means to raise (its own families, or the driver's reporting an
     outage), not a bug surfacing (KeyError, an illegal state transition...)."""
-    from recovery.errors import RecoveryError
-    from sinks.errors import SinkError
-    from wal.errors import IllegalTransition, WalError
+    from recovery.errors import SINK_ERRORS
+    from wal.errors import IllegalTransition
 
     if isinstance(exc, IllegalTransition):
         return False
-    return (isinstance(exc, (SinkError, RecoveryError, WalError))
+    return (isinstance(exc, SINK_ERRORS)
             or type(exc).__module__.split(".")[0] == "cassandra")
 
 
@@ -45,7 +43,7 @@ class BatchJobs:
     """The batch job actions of :class:`tests.sim.world.World`."""
 
     def job_start(self) -> str:
-        from sinks.errors import ConnectionFailed
+        from cql.errors import ConnectionFailed
         from sinks.source import CassandraWalDataSource
 
         self.job_count += 1

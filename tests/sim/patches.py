@@ -15,11 +15,13 @@ import inspect
 import sys
 import time as real_time
 
-SINK_PACKAGES = ("wal", "sinks", "recovery")
+SINK_PACKAGES = ("wal", "cql", "recovery", "sinks", "cli")
 # Imported before patching, so every module of the sink that the simulation reaches is seen.
 MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoint",
-           "recovery.replay", "recovery.upsert", "recovery.cli", "sinks.plan", "sinks.driver",
-           "sinks.source", "sinks.connection", "sinks.distributed_flush", "sinks.batch_jobs")
+           "cql.connection", "cql.table", "cql.upsert", "recovery.replay", "recovery.output",
+           "recovery.flusher", "recovery.executors", "recovery.jobs", "recovery.recover",
+           "sinks.plan", "sinks.source", "sinks.batch_jobs", "sinks.registry", "sinks.wait",
+           "cli.recover_cmd")
 
 
 class SimCrash(BaseException):
@@ -108,14 +110,17 @@ class Patches:
                 importlib.import_module(name)
             except ImportError:   # a module the code under test does not have
                 pass
-        import sinks.connection
-        import sinks.driver
-        import sinks.plan
+        import cql.connection
+        import cql.table
         import sinks.source
 
-        self._set(sinks.plan, "fetch_table_schema", _fetch_table_schema)
-        self._set(sinks.connection, "connect", _connect)
-        self._set(sinks.driver, "connect", _connect)
+        # Wherever a module of the sink holds them: where they are defined and imported.
+        seams = {cql.connection.connect: _connect,
+                 cql.table.fetch_table_schema: _fetch_table_schema}
+        for module in self._sink_modules():
+            for name in ("connect", "fetch_table_schema"):
+                if getattr(module, name, None) in seams:
+                    self._set(module, name, seams[getattr(module, name)])
         self._set(sinks.source, "_task", _task)
         import wal.seal
 

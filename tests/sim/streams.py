@@ -54,7 +54,7 @@ class Streams:
     """The stream actions of :class:`tests.sim.world.World`."""
 
     def start(self, q: Query) -> str:
-        from sinks.plan import read_pointer
+        from wal.pointer import read_pointer
 
         if q.runs and self.rng.random() < 0.35:
             q.options = self.draw_options(q.options.wal_path)
@@ -70,9 +70,9 @@ class Streams:
         return "started"
 
     def _open_flusher(self, q: Query) -> None:
-        from sinks.driver import QueryFlusher
-        from sinks.errors import ConnectionFailed, SinkError
-        from sinks.plan import read_pointer
+        from recovery.flusher import QueryFlusher
+        from cql.errors import ConnectionFailed, SinkError
+        from wal.pointer import read_pointer
         from wal.errors import WalError
 
         wal_root = read_pointer(q.checkpoint.path)
@@ -95,7 +95,7 @@ class Streams:
         self.kill(q, graceful=True)
 
     def begin_batch(self, q: Query) -> str:
-        from sinks.errors import ConnectionFailed, SinkError
+        from cql.errors import ConnectionFailed, SinkError
         from sinks.plan import prepare_write
 
         batch, rerun = q.checkpoint.next_batch()
@@ -151,7 +151,7 @@ class Streams:
                         f"{seal.base_ts_us})")
 
     def spark_commit(self, q: Query) -> str:
-        from sinks.plan import read_pointer
+        from wal.pointer import read_pointer
 
         e = q.run.inflight.execution
         q.checkpoint.commit(e.batch)

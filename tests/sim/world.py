@@ -16,7 +16,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
-from sinks.table import TableSchema
+from cql.table import TableSchema
 
 from . import cassandra
 from .invariants import check_table, check_written, exempt_owners
@@ -213,9 +213,9 @@ class World(Streams, BatchJobs):
         """Every driver gone, the node up for good, then recovery as a user would run it: each
         stream restarted once (recovery, then a clean stop), and one more batch job on the
         batch WAL, which completes batch jobs that failed after their seal."""
-        from sinks.driver import QueryFlusher
-        from sinks.errors import SinkError
-        from sinks.plan import read_pointer
+        from recovery.flusher import QueryFlusher
+        from cql.errors import SinkError
+        from wal.pointer import read_pointer
 
         self.step += 1
         self.doing = "final recovery"

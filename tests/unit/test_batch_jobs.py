@@ -1,4 +1,4 @@
-"""Batch jobs' WALs (wal/jobs.py, sinks/batch_jobs.py): the table's timestamp floor under a
+"""Batch jobs' WALs (wal/jobs.py, recovery/jobs.py, sinks/batch_jobs.py): the table's timestamp floor under a
 clock that steps back, and which job WALs a job completes, leaves alone, or removes.
 
 The flush itself (Cassandra) is replaced by a recorder here; the end-to-end tests in
@@ -14,9 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from recovery import jobs as job_flush
 from recovery.replay import ReplayReport
 from sinks import batch_jobs
-from sinks.errors import SinkError
+from cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from wal import seal as seal_mod
 from wal import jobs as wal_jobs
@@ -92,15 +93,15 @@ def test_concurrent_claims_get_disjoint_timestamp_ranges(tmp_path):
 
 @pytest.fixture
 def recorder(monkeypatch):
-    """``batch_jobs._flush`` replaced: records which WALs were written, with which target."""
+    """``recovery.jobs.flush_sealed`` replaced: records which WALs were written, with which target."""
     flushed: list[str] = []
 
     def fake_flush(wal, target):
         flushed.append(wal.root)
         return ReplayReport(replayed=[JOB_BATCH], rows_written=5)
 
-    monkeypatch.setattr(batch_jobs, "_flush", fake_flush)
-    monkeypatch.setattr(batch_jobs, "_recorded_target", lambda wal, plan: wal.read_target())
+    monkeypatch.setattr(job_flush, "flush_sealed", fake_flush)
+    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, credentials: wal.read_target())
     return flushed
 
 
@@ -116,15 +117,11 @@ def _job(jobs: TableJobs, name: str, sealed: bool, locked_file: bool = True) -> 
     return root
 
 
-def _plan(job_root: str):
-    return SimpleNamespace(wal_root=job_root)
-
-
 def test_a_sealed_job_wal_whose_lock_is_free_is_completed_and_removed(tmp_path, recorder):
     jobs = TableJobs(str(tmp_path / "table"))
     orphan = _job(jobs, "dead", sealed=True)
     own = _job(jobs, "own", sealed=False)
-    batch_jobs.complete_orphans(jobs, _plan(own))
+    job_flush.complete_orphans(jobs, own, {})
     assert recorder == [orphan]
     assert not os.path.exists(orphan)
     assert os.listdir(jobs.jobs) == ["own"]
@@ -135,7 +132,7 @@ def test_an_unsealed_job_wal_is_never_touched(tmp_path, recorder):
     jobs = TableJobs(str(tmp_path / "table"))
     staging = _job(jobs, "staging", sealed=False)
     before = sorted(os.listdir(WalDir(staging).batch_segments(JOB_BATCH)))
-    batch_jobs.complete_orphans(jobs, _plan(_job(jobs, "own", sealed=False)))
+    job_flush.complete_orphans(jobs, _job(jobs, "own", sealed=False), {})
     assert recorder == []
     assert sorted(os.listdir(WalDir(staging).batch_segments(JOB_BATCH))) == before
 
@@ -153,13 +150,13 @@ def test_a_job_wal_whose_job_is_committing_is_never_touched(tmp_path, recorder):
          REPO, live], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        batch_jobs.complete_orphans(jobs, _plan(_job(jobs, "own", sealed=False)))
+        job_flush.complete_orphans(jobs, _job(jobs, "own", sealed=False), {})
         assert recorder == [] and os.path.isdir(live)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
     # Its process gone (as if it died after its seal), the next job completes it.
-    batch_jobs.complete_orphans(jobs, _plan(jobs.job_root("own")))
+    job_flush.complete_orphans(jobs, jobs.job_root("own"), {})
     assert recorder == [live] and not os.path.exists(live)
 
 
@@ -167,13 +164,13 @@ def test_an_orphan_that_cannot_be_written_is_logged_and_kept_for_the_next_job(
         tmp_path, monkeypatch, caplog):
     jobs = TableJobs(str(tmp_path / "table"))
     orphan = _job(jobs, "dead", sealed=True)
-    monkeypatch.setattr(batch_jobs, "_recorded_target", lambda wal, plan: None)
+    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, credentials: None)
 
     def failing(wal, target):
         raise SinkError("Cassandra refused it")
 
-    monkeypatch.setattr(batch_jobs, "_flush", failing)
-    batch_jobs.complete_orphans(jobs, _plan(_job(jobs, "own", sealed=False)))
+    monkeypatch.setattr(job_flush, "flush_sealed", failing)
+    job_flush.complete_orphans(jobs, _job(jobs, "own", sealed=False), {})
     assert os.path.isdir(orphan) and WalDir(orphan).sealed_batch_ids() == [JOB_BATCH]
     assert any(r.levelname == "ERROR" and orphan in r.getMessage()
                and "cassandra-wal recover" in r.getMessage() for r in caplog.records)
@@ -222,7 +219,7 @@ def test_a_shared_layout_wal_is_flushed_its_timestamps_carried_and_removed(tmp_p
     legacy = WalFactory(root, target={"keyspace": "ks", "table": "t"})
     built = legacy.sealed(7, committed=None, commit_point=COMMIT_POINT_SEAL)
     jobs = TableJobs(root)
-    batch_jobs.flush_shared_wal(jobs, _plan(jobs.job_root("own")))
+    job_flush.flush_shared_wal(jobs, {})
     assert recorder == [root]
     assert jobs.shared_wal() is None
     assert sorted(os.listdir(root)) == ["last_ts", "lock"]
@@ -233,10 +230,10 @@ def test_a_shared_layout_wal_that_waits_for_a_checkpoint_is_kept_and_the_job_fai
         tmp_path, monkeypatch):
     root = str(tmp_path / "table")
     WalFactory(root, target={"keyspace": "ks", "table": "t"}).sealed(3, committed=None)
-    monkeypatch.setattr(batch_jobs, "_recorded_target", lambda wal, plan: None)
-    monkeypatch.setattr(batch_jobs, "_flush",
+    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, credentials: None)
+    monkeypatch.setattr(job_flush, "flush_sealed",
                         lambda wal, target: ReplayReport(waiting_at=3))
     jobs = TableJobs(root)
     with pytest.raises(SinkError, match="batch 3 waits for a Spark checkpoint"):
-        batch_jobs.flush_shared_wal(jobs, _plan(jobs.job_root("own")))
+        job_flush.flush_shared_wal(jobs, {})
     assert jobs.shared_wal() is not None and WalDir(root).sealed_batch_ids() == [3]

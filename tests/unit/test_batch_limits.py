@@ -1,4 +1,4 @@
-"""recovery.batch_limits: the node's batch warning limits, which ``batch.size.bytes=auto`` and
+"""cql.batch_limits: the node's batch warning limits, which ``batch.size.bytes=auto`` and
 replica-set grouping follow; Cassandra's defaults whenever the node cannot say."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 from cassandra.query import BatchStatement
 
-from recovery.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_size,
+from cql.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_size,
                                    read_batch_limits)
-from recovery.upsert import Upserter
+from cql.upsert import Upserter
 from sinks.options import WriteConfig
 
 from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, Ring, chunk

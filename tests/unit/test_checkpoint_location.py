@@ -13,13 +13,14 @@ import os
 
 import pytest
 
-from sinks.errors import OptionError
+from cql.errors import OptionError
 from sinks.options import parse_options
-from sinks.plan import POINTER_FILE, prepare_write, read_pointer, resolve_wal_root
+from sinks.plan import prepare_write, resolve_wal_root
+from wal.pointer import POINTER_FILE, read_pointer
 from tests.helpers.walfactory import WalFactory
 from wal import checkpoint as ckpt
 from wal.checkpoint import Filesystems, NotLocal
-from wal.cli.main import main
+from cli.main import main
 from wal.seal import COMMIT_POINT_CHECKPOINT
 
 pytestmark = pytest.mark.unit

@@ -1,7 +1,7 @@
-"""``cassandra-wal`` (wal/cli): inspect, dump, verify -- output, exit codes, read-only-ness.
+"""``cassandra-wal`` (cli/): inspect, dump, verify -- output, exit codes, read-only-ness.
 
 Most tests run the CLI in-process (``main(argv)`` returns the exit code); a few run it as a
-real process (``python -m wal.cli.main``) to check what a shell sees. WALs are built with
+real process (``python -m cli.main``) to check what a shell sees. WALs are built with
 ``tests/helpers/walfactory.py`` through the real ``wal`` API; damage is done to copies.
 
 Golden files live in ``tests/unit/golden/``; regenerate them with
@@ -34,8 +34,8 @@ from rocksdict import Options, Rdict  # noqa: E402
 
 from tests.helpers.walfactory import WalFactory, typed_rows  # noqa: E402
 from wal import format as fmt  # noqa: E402
-from wal.cli import dump_cmd, verify_cmd  # noqa: E402
-from wal.cli.main import main  # noqa: E402
+from cli import dump_cmd, verify_cmd  # noqa: E402
+from cli.main import main  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -67,7 +67,7 @@ def cli(capsys, *argv) -> Result:
 
 
 def cli_process(*argv, timeout: float = 60) -> Result:
-    proc = subprocess.run([sys.executable, "-m", "wal.cli.main", *map(str, argv)],
+    proc = subprocess.run([sys.executable, "-m", "cli.main", *map(str, argv)],
                           capture_output=True, text=True, env=ENV, cwd=REPO, timeout=timeout)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
@@ -587,28 +587,16 @@ def test_help_has_examples(capsys, command):
         assert '{"$base64": ' in result.out        # the binary rendering is documented
 
 
-def test_lazy_command_is_imported_only_when_asked_for(capsys, monkeypatch):
-    """``recover`` (recovery/cli.py) imports the driver and the sink: seconds. It is listed in
-    the help without being imported, and loaded only when it is the command."""
-    import types
-
-    from wal.cli import main as main_module
-    fake = types.ModuleType("fake_recover")
-
-    def add_parser(sub):
-        p = sub.add_parser("fake", help="not this text")
-        p.add_argument("wal_dir")
-        p.set_defaults(run=lambda args: 7)
-
-    fake.add_parser = add_parser
-    monkeypatch.setitem(sys.modules, "fake_recover", fake)
-    monkeypatch.setattr(main_module, "LAZY_COMMANDS", {"fake": ("fake_recover", "a fake")})
-    assert "fake      a fake" in cli(capsys, "--help").out
-    assert cli(capsys, "fake", "somewhere").code == 7
-    monkeypatch.setattr(main_module, "LAZY_COMMANDS", {"fake": ("no_such_module_xyz", "a")})
-    assert_one_line_error(cli(capsys, "fake", "x"), 1, "the fake command is not available")
-    monkeypatch.undo()
-    assert "recover " in cli(capsys, "--help").out
+@pytest.mark.parametrize("command", [[], ["inspect"], ["dump"], ["verify"], ["recover"]])
+def test_help_is_plain_text(capsys, command):
+    """What --help prints is for a terminal: no reST markup from the modules' docstrings
+    (``recover --help`` once showed ``:class:`~recovery.replay.Replayer```)."""
+    result = cli(capsys, *command, "--help")
+    assert result.code == 0
+    for markup in ("``", ":class:", ":func:", ":mod:", ":meth:", ":data:"):
+        assert markup not in result.out, f"{markup!r} in {' '.join(['cassandra-wal', *command])} --help"
+    if command == ["recover"]:
+        assert "Replay what Spark committed" in result.out
 
 
 def test_real_process_exit_codes(every, tmp_path):
@@ -620,7 +608,7 @@ def test_real_process_exit_codes(every, tmp_path):
     assert_one_line_error(not_wal, 3, "is not a cassandra-wal directory")
     unknown = cli_process("dump", every.wal, "--batch", 12345)
     assert_one_line_error(unknown, 1, "batch 12345 is not in")
-    head = subprocess.run(f'"{sys.executable}" -m wal.cli.main dump "{every.wal}" --batch 2 '
+    head = subprocess.run(f'"{sys.executable}" -m cli.main dump "{every.wal}" --batch 2 '
                           f'| head -n 1', shell=True, capture_output=True, text=True, env=ENV,
                           cwd=REPO, timeout=60)
     assert head.returncode == 0 and head.stdout.count("\n") == 1

@@ -17,9 +17,9 @@ from cassandra import cqltypes
 from cassandra.query import UNSET_VALUE
 from cassandra.util import Date, OrderedMapSerializedKey, SortedSet, Time
 
-from sinks.convert import CqlType, parse_cql_type, row_converter
-from sinks.errors import InvalidValueError, SchemaError
-from sinks.table import TableSchema
+from cql.convert import CqlType, parse_cql_type, row_converter
+from cql.errors import InvalidValueError, SchemaError
+from cql.table import TableSchema
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The credential channel (sinks/credentials.py): option-level credentials reach the driver's
+"""The credential channel (cql/credentials.py): option-level credentials reach the driver's
 flusher in memory only, from another process, and never show up anywhere else."""
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 from sinks import credentials  # first: importing recovery.target first is circular
-from recovery.target import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME, Target
-from sinks.credentials import CredentialChannelError, CredentialServer, CredentialStore
-from sinks.driver import CassandraOutput, load_target
+from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
+from recovery.target import Target
+from cql.credentials import CredentialChannelError, CredentialServer, CredentialStore
+from recovery.flusher import load_target
+from recovery.output import CassandraOutput
 from sinks.options import parse_options
-from sinks.table import TableSchema
+from cql.table import TableSchema
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.unit
@@ -253,7 +255,7 @@ def test_flusher_output_picks_up_credentials_handed_over_after_it_was_made(
         seen.append((conn.username, conn.password))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr("sinks.driver.connect", fake_connect)
+    monkeypatch.setattr("recovery.output.connect", fake_connect)
     output = CassandraOutput(load_target(wal), wal.root)
     with pytest.raises(RuntimeError):
         output.upserter()

@@ -1,4 +1,4 @@
-"""``wal.flush.mode=executors`` (sinks/distributed_flush.py) driven by the real Replayer.
+"""``wal.flush.mode=executors`` (recovery/executors.py) driven by the real Replayer.
 
 No Spark and no Cassandra: the "job" runs each task in this process, the way Spark would (the
 task list and the closure pickled with cloudpickle, the results with pickle), and a recording
@@ -19,10 +19,10 @@ from pyspark import cloudpickle
 from recovery.errors import FlushFailed, RecoveryBlocked
 from recovery.replay import Replayer
 from recovery.target import Target
-from sinks.distributed_flush import (ExecutorsWriter, SegmentJob, _armed, segment_tasks,
+from recovery.executors import (ExecutorsWriter, SegmentJob, _armed, segment_tasks,
                                      write_segments)
 from sinks.options import ConnectionConfig, SinkConfig
-from sinks.table import TableSchema
+from cql.table import TableSchema
 from tests.helpers.walfactory import WalFactory
 from wal.crashpoints import ENV_POINT
 from wal.states import BatchState
@@ -295,7 +295,7 @@ class FakeSpark:
 def flusher_for(tmp_path, mode: str, spark):
     from dataclasses import replace
 
-    from sinks.driver import QueryFlusher
+    from recovery.flusher import QueryFlusher
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
@@ -353,7 +353,7 @@ def rewrite_target(flusher, fingerprint: str, **changes) -> None:
 def test_a_restart_that_turns_the_flush_on_is_followed_without_a_second_restart(tmp_path):
     from dataclasses import replace
 
-    from sinks.driver import QueryFlusher
+    from recovery.flusher import QueryFlusher
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()

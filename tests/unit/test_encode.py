@@ -1,4 +1,4 @@
-"""sinks.encode: every vectorised column encoder gives the driver's own bytes.
+"""cql.encode: every vectorised column encoder gives the driver's own bytes.
 
 The reference is what ``PreparedStatement.bind`` sends: the converter's per-value conversion,
 then the driver CQL type's ``serialize``. A difference would break idempotent replay (a cell
@@ -16,10 +16,10 @@ import pytest
 from cassandra import cqltypes
 from cassandra.query import UNSET_VALUE
 
-from sinks.convert import parse_cql_type, row_converter
-from sinks.encode import CellEncoder, fast_encoder
-from sinks.errors import InvalidValueError
-from sinks.table import TableSchema
+from cql.convert import parse_cql_type, row_converter
+from cql.encode import CellEncoder, fast_encoder
+from cql.errors import InvalidValueError
+from cql.table import TableSchema
 
 DRIVER_TYPES = {
     "tinyint": cqltypes.ByteType, "smallint": cqltypes.ShortType, "int": cqltypes.Int32Type,

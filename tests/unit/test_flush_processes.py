@@ -1,6 +1,6 @@
-"""``wal.flush.mode=processes`` (sinks/flush_processes.py): real worker processes, no Cassandra.
+"""``wal.flush.mode=processes`` (recovery/processes.py): real worker processes, no Cassandra.
 
-The pool's workers are real ``python -m sinks.flush_processes`` children. Where rows are
+The pool's workers are real ``python -m recovery.processes`` children. Where rows are
 written, a file-recording Upserter stands in for Cassandra in the workers (each appends what it
 wrote, with its pid, to the file named by ``CWAL_TEST_WRITES``), driven by the real Replayer.
 """
@@ -21,8 +21,8 @@ import pytest
 
 from recovery.errors import FlushFailed
 from recovery.replay import Replayer
-from sinks.distributed_flush import ExecutorsWriter
-from sinks.flush_processes import ProcessPool
+from recovery.executors import ExecutorsWriter
+from recovery.processes import ProcessPool
 from tests.helpers.walfactory import WalFactory
 from tests.unit.test_distributed_flush import PASSWORD, flusher_for, target
 from wal.states import BatchState
@@ -124,7 +124,7 @@ def test_workers_exit_when_the_driver_is_killed():
     """kill -9 of the driver must not leave writers behind."""
     program = textwrap.dedent("""
         import sys, time
-        from sinks.flush_processes import ProcessPool
+        from recovery.processes import ProcessPool
         from tests.unit.test_flush_processes import where_run
         pool = ProcessPool(2)
         pool(0, [1, 2], where_run)

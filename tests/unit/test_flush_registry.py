@@ -1,4 +1,4 @@
-"""The flushers of a session's queries (sinks/driver.py: FlushRegistry), one per run.
+"""The flushers of a session's queries (sinks/registry.py: FlushRegistry), one per run.
 
 Spark delivers a restarted run's ``onQueryStarted`` on the query's thread, possibly before the
 previous run's ``onQueryTerminated`` arrives from the listener bus: the registry must hand the
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-import sinks.driver as driver
+import sinks.registry as driver
 
 pytestmark = pytest.mark.unit
 
@@ -64,7 +64,7 @@ class FakeSpark:
 @pytest.fixture
 def registry(monkeypatch):
     FakeFlusher.made = []
-    monkeypatch.setattr(driver, "_registries", [])     # no exit hook for these fakes
+    monkeypatch.setattr(driver, "registries", [])     # no exit hook for these fakes
     monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
     monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: checkpoint + "/cassandra_wal")
     return driver.FlushRegistry(FakeSpark(), {})
@@ -165,7 +165,7 @@ def failing_flusher(error):
 
 def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
         registry, monkeypatch, tmp_path):
-    from sinks.errors import SinkError
+    from cql.errors import SinkError
     from sinks.plan import check_not_blocked
     from wal.layout import WalDir
 

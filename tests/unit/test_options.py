@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from sinks.errors import REDACTED, OptionError
+from cql.errors import REDACTED, OptionError
 from sinks.options import (
     OPTION_SPECS,
     ConnectionConfig,
     SinkConfig,
     WalConfig,
     WriteConfig,
-    options_markdown,
     parse_options,
 )
+from sinks.options_doc import options_markdown
 
 pytestmark = pytest.mark.unit
 

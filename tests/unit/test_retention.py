@@ -11,7 +11,6 @@ import os
 import pyarrow as pa
 import pytest
 
-from wal import format as fmt
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import (RetentionPolicy, apply_retention, remove_batch_files,

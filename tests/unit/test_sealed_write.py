@@ -23,9 +23,10 @@ import pytest
 from cassandra.query import UNSET_VALUE
 
 from recovery.target import SEALED_WRITE_OPTIONS, Target
-from recovery.upsert import Upserter
-from sinks import driver
-from sinks.options import SinkConfig, WriteConfig
+from cql.upsert import Upserter
+from cql.config import WriteConfig
+from recovery import output as driver
+from recovery.config import SinkConfig
 from wal.seal import Seal
 
 from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk

@@ -21,10 +21,10 @@ from cassandra.cluster import NoHostAvailable
 
 from recovery.errors import (FlushFailed, FlushTaskError, RecoveryBlocked, is_transient,
                              portable_error)
-from sinks.distributed_flush import ExecutorsWriter
-from sinks.driver import QueryFlusher
-from sinks.errors import ConnectionFailed, OptionError
-from sinks.flush_processes import ProcessPool
+from recovery.executors import ExecutorsWriter
+from recovery.flusher import QueryFlusher
+from cql.errors import ConnectionFailed, OptionError
+from recovery.processes import ProcessPool
 from tests.helpers.walfactory import WalFactory
 from tests.unit.test_distributed_flush import LocalJob, target
 from wal.errors import SegmentTruncated, WalCorrupted, WalLocked
@@ -326,8 +326,8 @@ def test_a_full_disk_under_the_log_waits_and_the_log_is_reopened_once_it_has_roo
 def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, capsys):
     # The runbook's way out of a block: fix the cause, run `cassandra-wal recover`; the
     # query's next commit must then go on (it failed on blocked.json before).
-    import sinks.driver as driver_module
-    from wal.cli.main import main
+    import recovery.recover as driver_module
+    from cli.main import main
 
     class Output:
         def __init__(self, target, wal_root=None):

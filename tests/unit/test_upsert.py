@@ -1,4 +1,4 @@
-"""recovery.upsert.Upserter builds, from an Arrow chunk, exactly the requests ``bind`` would.
+"""cql.upsert.Upserter builds, from an Arrow chunk, exactly the requests ``bind`` would.
 
 No Cassandra: a session whose ``prepare`` returns a real driver ``PreparedStatement`` for the
 ``INSERT ... USING TIMESTAMP ? [AND TTL ?]`` with the driver's CQL types. Each row the Upserter
@@ -19,10 +19,10 @@ from cassandra import cqltypes
 from cassandra.protocol import ColumnMetadata
 from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
 
-from recovery.upsert import Upserter, size_model
-from sinks.convert import row_converter
+from cql.upsert import Upserter, size_model
+from cql.convert import row_converter
 from sinks.options import WriteConfig
-from sinks.table import TableSchema
+from cql.table import TableSchema
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""recovery.upsert.Upserter.write_chunks: chunks pipelined, acknowledged in order, retried.
+"""cql.upsert.Upserter.write_chunks: chunks pipelined, acknowledged in order, retried.
 
 No Cassandra: the Upserter runs on the driver's real ``execute_concurrent_async`` over a
 session whose ``execute_async`` returns futures the test answers itself (at once, or when it
@@ -25,7 +25,7 @@ import pytest
 from cassandra import InvalidRequest, WriteTimeout
 
 from recovery.errors import FlushFailed
-from recovery.upsert import Upserter
+from cql.upsert import Upserter
 from sinks.options import WriteConfig
 from wal.errors import WalCorrupted
 

@@ -11,7 +11,7 @@ import pytest
 from cassandra import DriverException
 from pyspark.sql import types as T
 
-from sinks.errors import (
+from cql.errors import (
     ConnectionFailed,
     CounterTableError,
     InvalidValueError,
@@ -21,7 +21,7 @@ from sinks.errors import (
     UnknownTableError,
 )
 from sinks.options import WriteConfig
-from sinks.table import TableSchema, fetch_table_schema
+from cql.table import TableSchema, fetch_table_schema
 from sinks.validation import check_primary_key_not_null, check_ttl_and_writetime, validate_schema
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""``sinks.wait_flushed(query, timeout)`` (sinks/driver.py) on real WALs, with a fake query.
+"""``sinks.wait_flushed(query, timeout)`` (sinks/wait.py) on real WALs, with a fake query.
 
 It returns once every batch up to the checkpoint's highest ``commits/N`` is flushed, wakes the
 live flusher rather than waiting for its poll, raises the reason of a block and, on timeout,
@@ -16,9 +16,10 @@ from dataclasses import replace
 import pytest
 
 import sinks
-import sinks.driver as driver
+import sinks.registry as registry_module
+import sinks.wait as driver
 from recovery.errors import NotFlushedYet, WalBlocked
-from sinks.errors import SinkError
+from cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from tests.unit.test_distributed_flush import target
 from tests.unit.test_transient_errors import Outage, fake_cassandra
@@ -57,17 +58,17 @@ class KickedFlusher:
 @pytest.fixture
 def registry(monkeypatch):
     """A registry (no Spark) holding ``flushers[run-1]`` as a test sets it."""
-    monkeypatch.setattr(driver, "_registries", [])
-    reg = driver.FlushRegistry.__new__(driver.FlushRegistry)
+    monkeypatch.setattr(registry_module, "registries", [])
+    reg = registry_module.FlushRegistry.__new__(registry_module.FlushRegistry)
     reg.flushers, reg.runs, reg.stopping, reg.checkpoints = {}, {}, {}, {}
     reg.session_conf, reg._lock = {}, threading.Lock()
-    driver._registries.append(reg)
+    registry_module.registries.append(reg)
     return reg
 
 
 def pointed(f: WalFactory) -> None:
     """The checkpoint's pointer to the WAL, as a stream's first batch writes it."""
-    from sinks.plan import POINTER_FILE
+    from wal.pointer import POINTER_FILE
 
     atomic_write(os.path.join(f.checkpoint, POINTER_FILE),
                  ('{"wal_path": "%s"}' % f.root).encode())
@@ -227,7 +228,7 @@ def test_after_a_stop_whose_last_drain_gave_up_it_drains_the_wal_itself(
     # while wait_flushed waits: it must write the rest itself, not poll the closed flusher.
     from tests.unit.test_transient_errors import flusher_on
 
-    monkeypatch.setattr(driver, "FINISH_ON_STOP_S", 0.3)
+    monkeypatch.setattr(registry_module, "FINISH_ON_STOP_S", 0.3)
     with flusher_on(tmp_path) as flusher:
         outage = Outage(OSError(111, "Connection refused"))
         fake_cassandra(monkeypatch, flusher, outage)

@@ -5,7 +5,7 @@ Python values once (``to_pylist``) and a per-type function runs only for the CQL
 Python value differs from what Arrow gives (uuid from Spark strings, sets, maps, ...); then
 the columns are zipped into rows. Checks that need the whole column (range of narrowed ints,
 nulls inside collections) run on the Arrow arrays, before anything is sent, so one bad value
-fails the batch with an :class:`~sinks.errors.InvalidValueError` naming the column instead of
+fails the batch with an :class:`~cql.errors.InvalidValueError` naming the column instead of
 leaving it half written.
 
 What the driver binds, per CQL type: text/varchar/ascii/inet as ``str``; uuid/timeuuid as
@@ -29,9 +29,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from cassandra.query import UNSET_VALUE
 
-from sinks.errors import InvalidValueError, SchemaError
-from sinks.table import TableSchema
+from cql.errors import InvalidValueError, SchemaError
+from cql.table import TableSchema
 
 # ---------------------------------------------------------------- CQL type strings
 
@@ -318,8 +319,6 @@ class RowConverter:
             except (ValueError, TypeError) as exc:
                 raise _locate(values, fn, name, len(values)) from exc
         if self.ignore_nulls and array.null_count:
-            from cassandra.query import UNSET_VALUE
-
             values = [UNSET_VALUE if v is None else v for v in values]
         return values
 

@@ -1,13 +1,17 @@
-"""``cassandra-wal``: offline, read-only tools for a WAL directory.
+"""Top floor, beside :mod:`sinks`: ``cassandra-wal``, the offline tool for a WAL directory,
+without Spark.
 
-One module per subcommand (``inspect_cmd``, ``dump_cmd``, ``verify_cmd``), argument parsing,
-dispatch and the error -> exit code mapping in ``main``, tables and typed JSON in ``render``.
-This module holds what the subcommands share: exit codes, the usage error, and the guards that
-turn a damaged RocksDB log into :class:`~wal.errors.WalCorrupted` instead of a traceback.
+One module per subcommand (``inspect_cmd``, ``dump_cmd``, ``verify_cmd``, ``recover_cmd``),
+argument parsing, dispatch and the error -> exit code mapping in ``main``, tables and typed
+JSON in ``render``. This module holds what the subcommands share: exit codes, the usage error,
+and the guards that turn a damaged RocksDB log into :class:`~wal.errors.WalCorrupted` instead
+of a traceback.
 
-Every command is read-only: files are opened with ``open(..., "rb")``, the log as a RocksDB
-secondary whose own files live in a private temp folder (``WalLog.open_reader``), so they run
-beside a live sink and on a copy taken from a crashed machine alike.
+``inspect``, ``dump`` and ``verify`` are read-only: files are opened with ``open(..., "rb")``,
+the log as a RocksDB secondary whose own files live in a private temp folder
+(``WalLog.open_reader``), so they run beside a live sink and on a copy taken from a crashed
+machine alike. ``recover`` takes the WAL's writer lock and writes to Cassandra
+(:mod:`recovery.recover`).
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import struct
 import sys
 from typing import Iterable, Iterator, TypeVar
 
-from ..errors import WalCorrupted, WalError
-from ..layout import WalDir
+from wal.errors import WalCorrupted, WalError
+from wal.layout import WalDir
 
 EXIT_OK = 0          # done; for verify: no corruption found
 EXIT_ERROR = 1       # anything else (e.g. the batch asked for does not exist)

@@ -25,16 +25,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from .. import format as fmt
-from ..errors import WalCorrupted
-from ..files import tree_size
-from ..layout import WalDir
-from ..log import BatchRecord, WalLog
-from ..seal import Seal, read_seal
-from ..segment import SegmentReader, SegmentRef
-from ..states import BatchState
-from . import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
-from .render import human_bytes, table
+from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
+from cli.render import human_bytes, table
+from wal import format as fmt
+from wal.errors import WalCorrupted
+from wal.files import tree_size
+from wal.layout import WalDir
+from wal.log import BatchRecord, WalLog
+from wal.seal import Seal, read_seal
+from wal.segment import SegmentReader, SegmentRef
+from wal.states import BatchState
 
 NAME = "verify"
 PROGRESS_EVERY_S = 2.0          # how often progress goes to stderr (tests set 0)

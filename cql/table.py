@@ -4,7 +4,7 @@ Why a plain frozen dataclass instead of the driver's ``TableMetadata``: it must 
 to executors and written as JSON into the write-ahead log (a replay must write with the
 schema the batch was staged against), and the driver's object is neither small nor stable.
 Type strings are kept as the driver reports them (``frozen<map<text, list<int>>>``);
-:func:`sinks.convert.parse_cql_type` parses them.
+:func:`cql.convert.parse_cql_type` parses them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sinks.errors import (
+from cassandra import DriverException
+
+from cql.errors import (
     ConnectionFailed,
     SchemaError,
     UnknownKeyspaceError,
@@ -112,8 +114,6 @@ def fetch_table_schema(cluster_or_session: Any, keyspace: str, table: str) -> Ta
     case-insensitively. Raises UnknownKeyspaceError / UnknownTableError, or ConnectionFailed
     when the refresh itself fails.
     """
-    from cassandra import DriverException
-
     cluster = getattr(cluster_or_session, "cluster", cluster_or_session)
     try:
         ks_name, tbl_name = _lookup(cluster.metadata.keyspaces, keyspace, table)

@@ -1,32 +1,37 @@
-"""``cassandra-wal recover``: replay what Spark committed and the sink did not finish.
-
-The same :class:`~recovery.replay.Replayer` the sink runs at query start, run by hand: with
-the query stopped (the command takes the WAL's writer lock, so it cannot run beside a live
-sink), it discards batches Spark never committed and replays committed ones in order, with
-their sealed write timestamps. ``--dry-run`` only prints the plan and changes nothing.
+"""``cassandra-wal recover``: its arguments, the checks before anything is changed (the
+checkpoint is local, Spark's, and this WAL's query's), the plan of ``--dry-run``, progress and
+exit codes. The recovery itself is :func:`recovery.recover.recover`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
-from sinks.errors import ConnectionFailed
+from cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
+from cli.render import table
+from cql import credentials
+from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
+from cql.errors import ConnectionFailed, FlushFailed
+from recovery.errors import RecoveryBlocked
+from recovery.recover import recover
+from recovery.replay import Progress
+from recovery.target import RecordedTarget, Target
 from wal import binding, catalog
 from wal import checkpoint as ckpt
-from wal.cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
-from wal.cli.render import table
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
-from wal.log import WalLog
-
-from .errors import FlushFailed, RecoveryBlocked
-from .replay import Progress, Replayer
-from .target import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME, Target
 
 NAME = "recover"
+
+DESCRIPTION = """\
+Replay what Spark committed and the sink did not finish writing to Cassandra, as the sink
+does when the query restarts: batches Spark never committed are discarded, committed ones are
+written in order with their sealed write timestamps (the same cells, so a batch written twice
+ends the same). --dry-run prints the plan and changes nothing."""
 
 EPILOG = f"""\
 Credentials are never stored in the WAL: pass --username and set the password in the
@@ -52,7 +57,7 @@ Examples:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help="replay committed batches not yet flushed, discard the rest",
-                       description=__doc__.split("\n\n")[1],
+                       description=DESCRIPTION,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
     p.add_argument("--checkpoint", metavar="CP",
@@ -72,17 +77,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _target(wal: WalDir, args) -> Target:
-    import os
-
-    recorded = wal.read_target()
-    if recorded is None:
+    recorded = RecordedTarget.read(wal)
+    if recorded is None or not recorded.target_fields:
         raise UsageError(f"{wal.root} has no target.json", "is this the WAL of a cassandra_wal sink?")
-    target = Target.from_dict(recorded["target"]).with_env_credentials()
     hosts = tuple(h.strip() for h in args.host.split(",")) if args.host else None
-    return target.with_connection(
-        hosts=hosts, port=args.port, username=args.username,
-        password=os.environ.get(args.password_env),
-        ssl_keystore_password=os.environ.get(args.keystore_password_env))
+    given = {"username": args.username, "password": os.environ.get(args.password_env),
+             "ssl_keystore_password": os.environ.get(args.keystore_password_env)}
+    return recorded.target.with_credentials(credentials.layered(given)).with_connection(
+        hosts=hosts, port=args.port)
 
 
 def _checkpoint(wal: WalDir, args) -> str | None:
@@ -90,7 +92,7 @@ def _checkpoint(wal: WalDir, args) -> str | None:
     their own commit point). A checkpoint on HDFS or an object store is a usage error: read as
     a local folder it would have no ``commits/``, and every batch would look uncommitted and be
     discarded."""
-    given = args.checkpoint or (wal.read_target() or {}).get("checkpoint_location")
+    given = args.checkpoint or (RecordedTarget.read(wal) or RecordedTarget(None)).checkpoint_location
     if not given:
         return None
     where = "--checkpoint" if args.checkpoint else f"{wal.target_file} (checkpoint_location)"
@@ -149,24 +151,15 @@ def run(args) -> int:
             print(table(("BATCH", "STATE", "ROWS", "FLUSHED", "ACTION", "DETAIL"), rows)
                   if rows else "nothing to do")
         return EXIT_OK
-    from sinks.driver import CassandraOutput   # the session the sink's flusher uses, too
-
-    output = CassandraOutput(_target(wal, args))
-    wal_log = WalLog.open_writer(wal)
     try:
-        replayer = Replayer(wal, wal_log, output.upserter, checkpoint,
-                            on_progress=_Reporter(quiet=args.json))
-        report = replayer.run(query_running=False, crash_prefix="recover")
+        report = recover(wal, checkpoint, _target(wal, args),
+                         on_progress=_Reporter(quiet=args.json))
     except RecoveryBlocked as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_CORRUPT
     except (FlushFailed, ConnectionFailed) as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    finally:
-        wal_log.close()
-        output.close()
-    wal.write_blocked(None)     # what blocked the sink is written now: its next commit may go
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

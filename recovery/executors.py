@@ -19,7 +19,7 @@ Who runs what:
   then that failure (a corrupted segment first: it blocks the sink).
 * **executor task** (:func:`write_segments`): opens a session with the flusher's own target and
   credentials, verifies its whole segment against the seal (checksum and rows) *before* writing
-  a row of it, upserts its chunks with :class:`~recovery.upsert.Upserter` at the sealed
+  a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Errors are
   returned, not raised: the Upserter already retries transient failures, and the driver
   retries the batch from its recorded progress, as in driver mode. An error that would not
@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, ContextManager, Iterable, Iterator
 
-from recovery.errors import FlushFailed, is_transient, portable_error
-from recovery.replay import Acknowledged
-from recovery.target import Target
+from py4j.protocol import Py4JError
+
+from cql.errors import FlushFailed, SinkError
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
@@ -59,7 +59,11 @@ from wal.log import BatchRecord, WalLog
 from wal.seal import Seal
 from wal.segment import SegmentReader, SegmentRef
 
-from .errors import SinkError
+from .errors import is_transient, portable_error
+from .output import CassandraOutput
+from .processes import ProcessPool, pooled_upserter
+from .replay import Acknowledged
+from .target import Target
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +114,6 @@ def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[Segmen
 @contextlib.contextmanager
 def connected_upserter(target: Target):
     """An Upserter on a session of its own, shut down on the way out (one per task)."""
-    from .driver import CassandraOutput   # the driver module imports this one
-
     output = CassandraOutput(target)
     try:
         yield output.upserter()
@@ -193,8 +195,6 @@ JobRunner = Callable[[int, list, Callable], list]
 
 def spark_job_runner(spark_context) -> JobRunner:
     """Runs ``fn`` over ``tasks`` as one Spark job, one task (partition) per segment."""
-    from py4j.protocol import Py4JError
-
     def run(batch: int, tasks: list[SegmentTask], fn) -> list[SegmentResult]:
         spark_context.setJobDescription(f"cassandra_wal: flush batch {batch} "
                                         f"({len(tasks)} segments)")
@@ -234,9 +234,7 @@ class ExecutorsWriter:
     @classmethod
     def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target]):
         """``wal.flush.mode=processes``: the tasks run in worker processes of this one, each
-        keeping its session from batch to batch (:mod:`sinks.flush_processes`)."""
-        from .flush_processes import ProcessPool, pooled_upserter
-
+        keeping its session from batch to batch (:mod:`recovery.processes`)."""
         return cls(ProcessPool(processes), wal_root, target, open_upserter=pooled_upserter)
 
     def reset(self) -> None:

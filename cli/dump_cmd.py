@@ -24,14 +24,14 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from ..errors import WalCorrupted
-from ..layout import WalDir
-from ..log import WalLog
-from ..seal import Seal, read_seal
-from ..segment import SegmentReader, decode_chunk
-from ..states import BatchState
-from . import EXIT_OK, CliError, guarded, log_errors, note
-from .render import column_values, field_schema
+from cli import EXIT_OK, CliError, guarded, log_errors, note
+from cli.render import column_values, field_schema
+from wal.errors import WalCorrupted
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.seal import Seal, read_seal
+from wal.segment import SegmentReader, decode_chunk
+from wal.states import BatchState
 
 NAME = "dump"
 

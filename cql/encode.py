@@ -20,7 +20,7 @@ date                        date32             days since the epoch + 2**31, uns
 ==========================  =================  =========================================
 
 Every other pairing (uuid from strings, decimals, collections, a text column fed by a
-non-string, ...) goes through :class:`~sinks.convert.RowConverter`'s per-value conversion and
+non-string, ...) goes through :class:`~cql.convert.RowConverter`'s per-value conversion and
 then the driver's own ``serialize``, value by value, exactly as ``bind`` does. Either way the
 bytes are the driver's: ``tests/unit/test_encode.py`` checks each fast path against the driver
 for edge values and nulls. A null is ``None`` (a null cell, a tombstone), or ``UNSET_VALUE``
@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from cassandra.query import UNSET_VALUE
 
-from sinks.convert import CqlType, RowConverter, check_column
-from sinks.errors import InvalidValueError
+from cql.convert import CqlType, RowConverter, check_column
+from cql.errors import InvalidValueError
 
 Cells = list  # one column's serialized values: bytes, None (null) or UNSET_VALUE
 
@@ -190,14 +191,10 @@ class CellEncoder:
     def _unset_nulls(self, cells: Cells) -> Cells:
         if not self.converter.ignore_nulls:
             return cells
-        from cassandra.query import UNSET_VALUE
-
         return [UNSET_VALUE if c is None else c for c in cells]
 
     def _serialize_each(self, batch: pa.RecordBatch, index: int) -> Cells:
         """The driver's ``serialize`` per value, after the converter's per-value conversion."""
-        from cassandra.query import UNSET_VALUE
-
         name, cql = self.converter.columns[index], self.converter.types[index]
         values = self.converter.column(batch, name, cql)
         serialize, version = self.driver_types[index].serialize, self.protocol_version

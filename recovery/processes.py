@@ -9,14 +9,14 @@ writing on the driver's machine, where the WAL is, and spreads it over ``wal.flu
 Python processes of its own, each with its own GIL and its own Cassandra session, kept
 from batch to batch.
 
-It is the same :class:`~sinks.distributed_flush.ExecutorsWriter` as ``executors`` mode (one
-:class:`~sinks.distributed_flush.SegmentTask` per segment, every segment verified against its
+It is the same :class:`~recovery.executors.ExecutorsWriter` as ``executors`` mode (one
+:class:`~recovery.executors.SegmentTask` per segment, every segment verified against its
 seal before a row of it is written, rows at the sealed timestamps, acknowledgements in seal
 order, and the :class:`~recovery.replay.Replayer` alone marks the batch), with a
 :class:`ProcessPool` as its job runner instead of Spark. So it is safe for the same reason:
 any process may write any segment, in any order, more than once, and the cells end the same.
 
-The workers are plain ``python -m sinks.flush_processes`` children, not ``multiprocessing``
+The workers are plain ``python -m recovery.processes`` children, not ``multiprocessing``
 ones: spawn and forkserver re-import the parent's ``__main__``, which in a Spark driver is
 the user's job script, and fork copies a process full of py4j and driver threads. A worker
 reads ``(fn, tasks)`` from a pipe, runs ``fn(tasks)`` and sends back its list of results
@@ -39,8 +39,11 @@ import time
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from recovery.errors import FlushFailed, portable_error
-from recovery.target import Target
+from cql.errors import FlushFailed
+
+from .errors import portable_error
+from .output import CassandraOutput
+from .target import Target
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ class FlushWorker:
         to_child_r, self._to_child_w = os.pipe()
         self._from_child_r, from_child_w = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sinks.flush_processes", str(to_child_r), str(from_child_w),
+            [sys.executable, "-m", "recovery.processes", str(to_child_r), str(from_child_w),
              str(os.getpid())],
             pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL)
         os.close(to_child_r)
@@ -89,7 +92,7 @@ class FlushWorker:
 
 
 class ProcessPool:
-    """A :data:`~sinks.distributed_flush.JobRunner` over ``processes`` worker processes.
+    """A :data:`~recovery.executors.JobRunner` over ``processes`` worker processes.
 
     The workers start on the first batch and stay until :meth:`close` (the flusher stops, or a
     batch failed: the next one starts them anew). A batch's segments are dealt round-robin,
@@ -160,8 +163,6 @@ _sessions: dict[bytes, object] = {}
 @contextlib.contextmanager
 def pooled_upserter(target: Target):
     """The worker's Upserter for ``target``, connected once and kept for the next batches."""
-    from .driver import CassandraOutput   # the driver module imports the writers
-
     key = pickle.dumps(target)
     if key not in _sessions:
         _sessions[key] = CassandraOutput(target).upserter()

@@ -71,9 +71,9 @@ def human_bytes(n: int) -> str:
     value = float(n)
     for unit in ("kB", "MB", "GB", "TB", "PB"):
         value /= 1000
-        if value < 1000 or unit == "PB":
-            return f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
+        if value < 1000:
+            break
+    return f"{value:.1f} {unit}"
 
 
 def human_age(seconds: float) -> str:

@@ -12,15 +12,16 @@ import json
 import os
 import sys
 
-from .. import checkpoint as ckpt
-from ..catalog import REPLAY, WAIT, BatchView, describe
-from ..errors import WalCorrupted
-from ..layout import WalDir
-from ..log import WalLog
-from ..retention import wal_size
-from ..format import FORMAT_VERSION
-from . import EXIT_OK, UsageError, log_errors, warn
-from .render import human_age, human_bytes, progress, table, yes_no
+from cli import EXIT_OK, UsageError, log_errors, warn
+from cli.render import human_age, human_bytes, progress, table, yes_no
+from recovery.target import RecordedTarget
+from wal import checkpoint as ckpt
+from wal.catalog import REPLAY, WAIT, BatchView, describe
+from wal.errors import WalCorrupted
+from wal.format import FORMAT_VERSION
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.retention import wal_size
 
 NAME = "inspect"
 
@@ -68,11 +69,11 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
                              "pass the query's checkpointLocation folder")
         return local, "option"
     try:
-        target = wal.read_target()
+        recorded = RecordedTarget.read(wal)
     except WalCorrupted as exc:
         warn(f"cannot read {wal.target_file} ({exc.detail}); Spark's commits are unknown")
         return None, None
-    location = target.get("checkpoint_location") if isinstance(target, dict) else None
+    location = recorded.checkpoint_location if recorded is not None else None
     if not location:
         return None, None
     try:

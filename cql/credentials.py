@@ -1,7 +1,7 @@
 """A secret-safe channel that brings a write's option-level credentials to the driver's flusher.
 
 Why: a stream's batches are written to Cassandra by the flusher in the *driver* process
-(:mod:`sinks.driver`), but a Python data source's options reach only the Python worker that
+(:mod:`recovery.flusher`), but a Python data source's options reach only the Python worker that
 runs ``streamWriter()`` (on the driver host, in a separate process). Without this channel the
 flusher sees credentials only from the session conf snapshot taken by :func:`sinks.register`
 or from ``CASSANDRA_WAL_USERNAME`` / ``CASSANDRA_WAL_PASSWORD``; SCC users pass them as write
@@ -55,6 +55,11 @@ CREDENTIAL_OPTIONS = {
     "spark.cassandra.connection.ssl.keystore.password": "ssl_keystore_password",
 }
 FIELDS = ("username", "password", "ssl_keystore_password")
+#: Environment variables holding credentials: the lowest precedence (:func:`layered`), and
+#: with its arguments the one source ``cassandra-wal recover`` has.
+ENV_VARIABLES = {"username": "CASSANDRA_WAL_USERNAME", "password": "CASSANDRA_WAL_PASSWORD",
+                 "ssl_keystore_password": "CASSANDRA_WAL_KEYSTORE_PASSWORD"}
+ENV_USERNAME, ENV_PASSWORD, ENV_KEYSTORE_PASSWORD = ENV_VARIABLES.values()
 MAX_MESSAGE = 64 * 1024
 TIMEOUT_S = 10.0
 _SOCKET_NAME = "credentials.sock"
@@ -72,6 +77,31 @@ class CredentialChannelError(SinkError):
             f"cannot hand the write's credentials to the driver's flusher: {reason}; call "
             "sinks.register(spark) in the driver that runs this query, or pass the credentials "
             "in the session conf or CASSANDRA_WAL_USERNAME / CASSANDRA_WAL_PASSWORD instead")
+
+
+def in_conf(conf: Mapping[str, object] | None) -> dict[str, str | None]:
+    """The credential fields that option or session conf keys set (matched case-insensitively,
+    as Spark lower-cases option keys)."""
+    by_lower = {str(k).lower(): v for k, v in (conf or {}).items()}
+    return {field: by_lower.get(key) for key, field in CREDENTIAL_OPTIONS.items()}
+
+
+def of_connection(connection) -> dict[str, str | None]:
+    """The credential fields of a :class:`~cql.config.ConnectionConfig`."""
+    return {f: getattr(connection, f) for f in FIELDS}
+
+
+def layered(*sources: Mapping[str, str | None]) -> dict[str, str]:
+    """The credentials to connect with: the environment (:data:`ENV_VARIABLES`), overridden by
+    each of ``sources`` in turn (field -> value; a None value overrides nothing).
+
+    The one place precedence is decided; callers pass their sources lowest first: the
+    flusher the session conf, then the write's options handed over through this channel
+    (:func:`lookup`); a batch job its options; ``cassandra-wal recover`` its arguments."""
+    creds = {f: os.environ.get(var) for f, var in ENV_VARIABLES.items()}
+    for source in sources:
+        creds.update({f: v for f, v in source.items() if f in FIELDS and v is not None})
+    return {f: str(v) for f, v in creds.items() if v is not None}
 
 
 def _key(wal_root: str) -> str:
@@ -319,7 +349,7 @@ def hand_over(address: str | None, wal_root: str, connection) -> bool:
     the flusher of ``wal_root``. In the process that runs the server (``foreachBatch``), they
     go to the store directly; elsewhere over the socket at ``address``. Returns False when
     there is no channel at all (no ``sinks.register`` anywhere we can see)."""
-    creds = {f: getattr(connection, f) for f in FIELDS}
+    creds = of_connection(connection)
     server = local_server()
     if server is not None and (address is None or address == server.path):
         server.store.put(wal_root, creds)
@@ -331,4 +361,5 @@ def hand_over(address: str | None, wal_root: str, connection) -> bool:
 
 
 __all__ = ["CredentialServer", "CredentialStore", "CredentialChannelError", "ensure_server",
-           "hand_over", "lookup", "forget", "given_in", "send", "CREDENTIAL_OPTIONS"]
+           "hand_over", "lookup", "forget", "given_in", "send", "layered", "in_conf",
+           "of_connection", "CREDENTIAL_OPTIONS", "ENV_VARIABLES"]

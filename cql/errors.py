@@ -20,6 +20,17 @@ import difflib
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from cassandra import (
+    CoordinationFailure,
+    OperationTimedOut,
+    Unavailable,
+    WriteFailure,
+    WriteTimeout,
+)
+from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionException
+from cassandra.protocol import OverloadedErrorMessage
+
 REDACTED = "<redacted>"
 
 _SECRET_MARKERS = ("password", "secret")
@@ -163,3 +174,33 @@ class ConnectionFailed(SinkError):
         self.hosts = tuple(str(h) for h in hosts)
         self.reason = reason
         super().__init__(f"cannot connect to Cassandra at {', '.join(self.hosts)}: {reason}")
+
+
+class FlushFailed(Exception):
+    """Cassandra did not acknowledge a batch's rows within the retry budget.
+
+    The batch stays SEALED/FLUSHING in the WAL, and no later batch is flushed before it: the
+    next drain (the next micro-batch, the next query start, or ``cassandra-wal recover``)
+    resumes it where it stopped.
+    """
+
+    def __init__(self, batch: int, detail: str, rows_acknowledged: int = 0,
+                 permanent: bool = False):
+        super().__init__(batch, detail, rows_acknowledged, permanent)
+        self.batch, self.detail, self.rows_acknowledged = batch, detail, rows_acknowledged
+        self.permanent = permanent   # Cassandra refused the write: retrying alone won't help
+
+    def __reduce__(self):
+        return (self.__class__, self.args)
+
+    def __str__(self) -> str:
+        return (f"flush of batch {self.batch} failed after {self.rows_acknowledged} acknowledged "
+                f"rows: {self.detail}; the batch stays in the WAL and is retried in order")
+
+
+#: Errors of the Cassandra driver that a later attempt may not meet: timeouts, a replica or
+#: the coordinator unavailable or overloaded, no connection. The Upserter retries statements
+#: that fail with them; anything else Cassandra answers is a refusal of the write.
+TRANSIENT_DRIVER_ERRORS = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
+                           NoHostAvailable, ConnectionException, CoordinationFailure,
+                           WriteFailure)

@@ -8,13 +8,20 @@ protocol v5 when the node speaks it, credentials that never reach a log line.
 from __future__ import annotations
 
 import logging
+import ssl
 
+from cassandra import AuthenticationFailed
 from cassandra.auth import PlainTextAuthProvider
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+)
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
+from .config import ConnectionConfig
 from .errors import ConnectionFailed
-from .options import ConnectionConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +47,6 @@ def _explain(reason: str, errors, conn: ConnectionConfig) -> str:
     """Put what most likely went wrong, naming the options to check, before the driver's
     (already redacted) reason: auth and TLS failures otherwise read as generic connection
     errors. The hints are constants: they cannot hold a secret."""
-    from cassandra import AuthenticationFailed
-
     lowered = reason.lower()
     if any(isinstance(e, AuthenticationFailed) for e in errors) or "authenticat" in lowered:
         hint = _AUTH_HINT
@@ -81,8 +86,6 @@ def build_cluster(conn: ConnectionConfig) -> Cluster:
 def _ssl_context(conn: ConnectionConfig):
     if not conn.ssl_enabled:
         return None
-    import ssl
-
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if conn.ssl_truststore_path:
         ctx.load_verify_locations(cafile=conn.ssl_truststore_path)

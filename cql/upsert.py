@@ -5,7 +5,7 @@ with the timestamp fixed in the batch's seal, so writing a chunk twice leaves th
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
 still wins.
 
-Building requests: values are serialized a whole column at a time (:mod:`sinks.encode`, the
+Building requests: values are serialized a whole column at a time (:mod:`cql.encode`, the
 driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
 the rows of up to 10 partitions owned by the same replica set (``replica_set``, the default),
 or one partition's rows (``partition``). A replica-set batch is still applied by its replicas
@@ -30,16 +30,19 @@ import numpy as np
 import pyarrow as pa
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
-from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt,
-                      wait_exponential_jitter)
-
-from sinks.convert import parse_cql_type, row_converter
-from sinks.encode import CellEncoder, fixed_width
-from sinks.options import WriteConfig
-from sinks.table import TableSchema
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from .batch_limits import BatchLimits, read_batch_limits
+from .config import WriteConfig
+from .convert import parse_cql_type, row_converter
+from .encode import CellEncoder, fixed_width
 from .errors import TRANSIENT_DRIVER_ERRORS, FlushFailed
+from .table import TableSchema
 
 T = TypeVar("T")
 AUTO_BATCH_ROWS = 32
@@ -143,7 +146,7 @@ class Upserter:
     # -- building statements -------------------------------------------------------------
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
         """Every row of ``batch`` as serialized bind values: the data columns (column-wise,
-        :class:`~sinks.encode.CellEncoder`), the write timestamp, the TTL."""
+        :class:`~cql.encode.CellEncoder`), the write timestamp, the TTL."""
         return self._encoded(batch, first_ts)[0]
 
     def requests(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:

@@ -4,29 +4,33 @@ Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``ru
 int``. Errors end here: a one-line ``cassandra-wal: error: ...`` on stderr and the documented
 exit code (see :data:`EPILOG`), never a traceback.
 
-``recover`` (``recovery/cli.py``) needs the Cassandra driver and the sink, which take seconds
-to import: it is loaded only when it is the command asked for (:data:`LAZY_COMMANDS`), so the
-read-only commands start fast.
+``inspect``, ``dump`` and ``verify`` read the WAL only (floor ``wal``); ``recover`` writes to
+Cassandra through :mod:`recovery.recover`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
-from ..errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
-from . import (EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, EXIT_USAGE, PROG, CliError, UsageError, clean,
-               dump_cmd, inspect_cmd, verify_cmd)
+from cli import (
+    EXIT_CORRUPT,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    CliError,
+    UsageError,
+    clean,
+    dump_cmd,
+    inspect_cmd,
+    recover_cmd,
+    verify_cmd,
+)
+from wal.errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
 
-COMMANDS = (inspect_cmd, dump_cmd, verify_cmd)
-
-# name -> (module with add_parser/run, one-line help shown before the module is loaded)
-LAZY_COMMANDS = {
-    "recover": ("recovery.cli", "replay committed batches not yet flushed, discard the rest "
-                                "(takes the WAL's lock)"),
-}
+COMMANDS = (inspect_cmd, dump_cmd, verify_cmd, recover_cmd)
 
 DESCRIPTION = """\
 Offline tools for a cassandra-wal write-ahead log (the WAL_DIR of a Spark -> Cassandra sink).
@@ -59,20 +63,14 @@ class Parser(argparse.ArgumentParser):
                          usage=self.format_usage())
 
 
-def build_parser(load: str | None = None) -> Parser:
-    """The whole command line; ``load``: the lazy command to import for real (else a stub that
-    only lists it in the top-level help)."""
+def build_parser() -> Parser:
+    """The whole command line."""
     parser = Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for module in COMMANDS:
         module.add_parser(sub)
-    for name, (module_name, help_text) in LAZY_COMMANDS.items():
-        if name == load:
-            importlib.import_module(module_name).add_parser(sub)
-        else:
-            sub.add_parser(name, help=help_text)
     return parser
 
 
@@ -92,12 +90,7 @@ def _under(path: str | None, root: str | None) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run ``cassandra-wal`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        parser = build_parser(load=argv[0] if argv and argv[0] in LAZY_COMMANDS else None)
-    except ImportError as exc:
-        _error(f"the {argv[0]} command is not available: {exc}",
-               "install the package with its dependencies (pip install cassandra-wal-sink)")
-        return EXIT_ERROR
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:

@@ -1,0 +1,54 @@
+"""Everything one write needs, as the sink parsed it and the WAL records it: the keyspace and
+table, the checkpoint, and the connection, write and WAL configs.
+
+Built from the user's options by :func:`sinks.options.parse_options`; recorded without secrets
+in ``target.json`` (:class:`recovery.target.Target`), from which every flush and recovery works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cql.config import ConnectionConfig, WriteConfig, public_fields
+
+
+@dataclass(frozen=True)
+class WalConfig:
+    """Our write-ahead-log options (prefix ``wal.``)."""
+
+    path: str | None = None
+    retention_batches: int = 10
+    retention_seconds: float | None = None
+    max_bytes: int = 10 * 2**30
+    backpressure: str = "block"
+    backpressure_timeout_s: float = 600.0
+    flush: bool = True
+    flush_mode: str = "driver"
+    flush_processes: int = 2
+
+    def public_dict(self) -> dict[str, Any]:
+        return public_fields(self)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything one write needs; built by :func:`parse_options`."""
+
+    keyspace: str
+    table: str
+    checkpoint_location: str | None = None
+    connection: ConnectionConfig = field(default_factory=ConnectionConfig)
+    write: WriteConfig = field(default_factory=WriteConfig)
+    wal: WalConfig = field(default_factory=WalConfig)
+
+    def public_dict(self) -> dict[str, Any]:
+        """JSON-ready, secret-free view of the whole config (recorded in the WAL)."""
+        return {
+            "keyspace": self.keyspace,
+            "table": self.table,
+            "checkpoint_location": self.checkpoint_location,
+            "connection": self.connection.public_dict(),
+            "write": self.write.public_dict(),
+            "wal": self.wal.public_dict(),
+        }

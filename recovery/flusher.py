@@ -1,0 +1,276 @@
+"""The per-query flusher: the single owner of a stream's WAL log in the driver process, which
+writes every batch Spark committed, in order, and blocks the sink on what no retry cures.
+
+Driven by the listener of :mod:`sinks.registry` (which is Spark-facing); everything here runs
+in the driver process:
+
+* at query start (``recover``, synchronous, before the first batch): replay what Spark
+  committed and the WAL did not finish, discard what Spark never committed (it re-runs those
+  batches with the same ids);
+* after each commit (``kick``): the flusher's thread drains the WAL through the
+  :class:`~recovery.replay.Replayer`, with the row writer of ``wal.flush.mode`` (the driver
+  itself, Spark tasks, or worker processes: :mod:`recovery.executors`); it alone records
+  progress and marks batches flushed;
+* at query end (``stop``): a last drain, retried for a while if Cassandra is away.
+
+A flush that fails transiently (:func:`~recovery.errors.is_transient`: Cassandra down) leaves
+its batch in the WAL and is retried while the query goes on staging (bounded by
+``wal.maxBytes``). A failure no retry cures (corruption, Cassandra refusing the rows) blocks
+the sink: ``blocked.json`` makes the next commit fail with the reason, until a drain gets
+through.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    stop_when_event_set,
+    wait_fixed,
+)
+
+from cql import credentials
+from wal import checkpoint as ckpt
+from wal.binding import bind
+from wal.errors import WalCorrupted, WalLocked, WalStorageError
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.retention import RetentionPolicy
+
+from .errors import SINK_ERRORS, RecoveryBlocked, is_transient
+from .executors import ExecutorsWriter, spark_is_active
+from .output import CassandraOutput
+from .replay import Replayer
+from .target import RecordedTarget, Target
+
+log = logging.getLogger(__name__)
+
+BLOCK_REMEDY = ("the flusher tries again every few seconds and the block clears as soon as "
+                "it gets past; see docs/runbook.md ('The sink is blocked')")
+
+
+def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
+    """The WAL's recorded target (secret-free) with the credentials of
+    :func:`cql.credentials.layered`: the environment, the session conf snapshot taken by
+    ``sinks.register``, the write's options (handed over in memory through
+    :mod:`cql.credentials`)."""
+    target = RecordedTarget.require(wal).target
+    return target.with_credentials(credentials.layered(credentials.in_conf(session_conf),
+                                                       credentials.lookup(wal.root)))
+
+
+def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
+    """Open the log for writing, waiting for a previous owner (a finishing job) to let go."""
+    for attempt in Retrying(stop=stop_after_delay(seconds), wait=wait_fixed(0.2),
+                            retry=retry_if_exception_type(WalLocked), reraise=True):
+        with attempt:
+            return WalLog.open_writer(wal)
+
+
+def retention_of(target: Target) -> RetentionPolicy:
+    wal = target.config.wal
+    return RetentionPolicy(keep_batches=wal.retention_batches, keep_seconds=wal.retention_seconds)
+
+
+class QueryFlusher:
+    """Owns one query's WAL log in the driver and flushes committed batches in order."""
+
+    def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
+                 retry_interval_s: float = 2.0, spark=None):
+        self.wal = WalDir(wal_root)
+        self.checkpoint = checkpoint
+        self.session_conf = session_conf
+        # The WAL is this query's (a pointer copied from another checkpoint must not make this
+        # query replay, discard or skip another's batches): see wal/binding.py.
+        bind(self.wal, ckpt.local_path(checkpoint))
+        self._fingerprint = self._recorded_fingerprint()
+        self.target = load_target(self.wal, session_conf)
+        self.log = open_writer_waiting(self.wal, 30)
+        self.output = CassandraOutput(self.target, self.wal.root)
+        self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
+                                 checkpoint, retention=retention_of(self.target))
+        self.spark = spark
+        self._executors_writer: ExecutorsWriter | None = None
+        self.retry_interval_s = retry_interval_s
+        self.last_error: Exception | None = None
+        self._blocked_reason: str | None = None
+        self.last_report = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.drains = 0                        # drains finished, whatever their outcome
+        self.stopped = threading.Event()       # the final drain is done, the log closed
+        self._stop_lock = threading.Lock()
+        self._hand_over = threading.Event()    # a new run wants the WAL: stop retrying
+
+    # -- runs ----------------------------------------------------------------------------
+    def drain(self, query_running: bool, crash_prefix: str = "flush",
+              executors_allowed: bool = True) -> None:
+        """Write what Spark committed, in order. A failure a retry may cure
+        (:func:`~recovery.errors.is_transient`: Cassandra away, a shared filesystem away)
+        keeps its batch for the next drain; any other blocks the sink (:meth:`_block`). A
+        drain that gets through clears the block."""
+        with self._lock:
+            try:
+                if isinstance(self.last_error, WalStorageError):
+                    # RocksDB refuses every write after an I/O error until it is reopened.
+                    self.log.reopen()
+                self._follow_target()
+                if not self.target.config.wal.flush:
+                    return
+                writer = self._executors() if executors_allowed else None
+                self.last_report = self.replayer.run(query_running, crash_prefix, writer)
+                self.last_error = None
+                self._set_blocked(None)
+            except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
+                if is_transient(exc):   # the batch stays in the WAL, retried in a moment
+                    self.last_error = exc
+                    log.warning("cassandra_wal: %s: flush deferred, retried in %.0f s: %s: %s",
+                                self.wal.root, self.retry_interval_s, type(exc).__name__, exc)
+                else:
+                    self._block(exc)
+                if not isinstance(exc, RecoveryBlocked):   # the session may be the cause
+                    self._reset_output()
+            finally:
+                self.drains += 1
+
+    def _recorded_fingerprint(self) -> str | None:
+        try:
+            return (RecordedTarget.read(self.wal) or RecordedTarget(None)).fingerprint
+        except WalCorrupted:
+            return None
+
+    def _follow_target(self) -> None:
+        """Take up the options of the query as it runs now. The flusher is made at query start,
+        before the restarted query's first batch records its options in ``target.json``: a
+        restart may have turned ``wal.flush`` on, moved the contact points, changed the
+        consistency level or ``wal.flush.mode``. Rows already sealed keep their timestamps;
+        only where and how they are written follows."""
+        fingerprint = self._recorded_fingerprint()
+        if fingerprint is None or fingerprint == self._fingerprint:
+            return
+        target = load_target(self.wal, self.session_conf)
+        self._reset_output()
+        self.target, self._fingerprint = target, fingerprint
+        self.output = CassandraOutput(target, self.wal.root)
+        self.replayer.retention = retention_of(target)
+        self._close_executors()
+        log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
+                 self.wal.root)
+
+    def _executors(self) -> ExecutorsWriter | None:
+        """The segment writer of ``wal.flush.mode=processes`` (worker processes), or of
+        ``executors`` when Spark is up; else None (the Replayer's own driver-side writer)."""
+        wal = self.target.config.wal
+        if wal.flush_mode == "driver":
+            return None
+        if wal.flush_mode == "executors" and (self.spark is None
+                                              or not spark_is_active(self.spark)):
+            if self.spark is not None:
+                log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
+            return None
+        if self._executors_writer is None:
+            if wal.flush_mode == "processes":
+                self._executors_writer = ExecutorsWriter.on_processes(
+                    wal.flush_processes, self.wal.root, self.output.current_target)
+            else:
+                self._executors_writer = ExecutorsWriter.on_spark(
+                    self.spark.sparkContext, self.wal.root, self.output.current_target)
+        return self._executors_writer
+
+    def _close_executors(self) -> None:
+        if self._executors_writer is not None:
+            self._executors_writer.close()
+            self._executors_writer = None
+
+    def _block(self, exc: Exception) -> None:
+        """Nothing later may be flushed before this batch: say so where the next commit sees
+        it (blocked.json), so the query fails with the reason instead of staging forever."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, RecoveryBlocked):   # its own text names the runbook's remedy
+            reason = f"{reason}; {BLOCK_REMEDY}"
+        if reason != self._blocked_reason:   # retried every few seconds: say it once
+            # An error of no family of ours is a bug: its traceback is what to report.
+            typed = isinstance(exc, SINK_ERRORS)
+            log.error("cassandra_wal: %s: blocked: %s", self.wal.root, reason,
+                      exc_info=None if typed else exc)
+        self.last_error, self._blocked_reason = exc, reason
+        self._set_blocked(reason)
+
+    def _reset_output(self) -> None:
+        self.output.close()
+        self.replayer.reset_output()
+        if self._executors_writer is not None:
+            self._executors_writer.reset()
+
+    def _set_blocked(self, reason: str | None) -> None:
+        if reason is None:
+            self._blocked_reason = None
+        self.wal.write_blocked(reason)
+
+    def recover(self) -> None:
+        """At query start, before any batch: replay committed, discard uncommitted. Always from
+        the driver: Spark calls this synchronously, before the query's first batch."""
+        self.drain(query_running=False, crash_prefix="recover", executors_allowed=False)
+
+    # -- background thread -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="cassandra-wal-flusher",
+                                        daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.retry_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            self.drain(query_running=True)
+
+    def stop(self, finish_within_s: float = 0.0) -> None:
+        """Stop the thread, drain what Spark committed, close. A final drain that fails
+        transiently is retried every ``retry_interval_s`` for up to ``finish_within_s``
+        (0: one attempt), or until :meth:`hand_over`; what is left stays in the WAL for the
+        next start of the query. Idempotent: a second call waits for the first."""
+        with self._stop_lock:
+            if self.stopped.is_set():
+                return
+            self._stop.set()
+            self._wake.set()
+            if self._thread is not None:
+                self._thread.join(timeout=60)
+            self._finish(finish_within_s)
+            self._close_executors()
+            self.output.close()
+            self.log.close()
+            self.stopped.set()
+
+    def hand_over(self, timeout_s: float = 60.0) -> None:
+        """A new run of the query needs the WAL: cut a final drain's retries short and wait
+        until the log is closed (the new run's recovery writes the rest)."""
+        self._hand_over.set()
+        self.stopped.wait(timeout_s)
+
+    def _finish(self, within_s: float) -> None:
+        def deferred() -> bool:          # a transient failure: worth another drain
+            self.drain(query_running=True)
+            return self.last_error is not None and self._blocked_reason is None
+
+        left = Retrying(stop=stop_after_delay(within_s) | stop_when_event_set(self._hand_over),
+                        wait=wait_fixed(self.retry_interval_s),
+                        retry=retry_if_result(bool), sleep=self._hand_over.wait,
+                        retry_error_callback=lambda state: state.outcome.result())(deferred)
+        if left and not self._hand_over.is_set():
+            log.warning("cassandra_wal: %s: stopped with committed batches not yet written to "
+                        "Cassandra (%s: %s); they stay in the WAL and the next start of the "
+                        "query (or cassandra-wal recover) writes them", self.wal.root,
+                        type(self.last_error).__name__, self.last_error)

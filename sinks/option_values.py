@@ -1,0 +1,178 @@
+"""The value parsers of the option table (:data:`sinks.options.OPTION_SPECS`): each takes the
+raw string a user gave and returns the value, or raises ``ValueError(reason)``, which
+:func:`sinks.options.parse_options` turns into an :class:`~cql.errors.OptionError` naming the
+option (its value redacted for secrets).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from cassandra import ConsistencyLevel
+
+from cql.config import MAX_TTL_SECONDS
+
+_MIN_PLAUSIBLE_MICROS = 10**14  # 1973-03-03 in microseconds; smaller values are ms or s.
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")
+_NUMBER_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+_SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b)?$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_WRITE_CONSISTENCIES = tuple(
+    n for n in ConsistencyLevel.name_to_value if n not in ("ANY", "SERIAL", "LOCAL_SERIAL")
+)
+_MAX_BIGINT = 2**63 - 1  # a write timestamp is sent as a signed 64-bit integer
+
+
+@dataclass(frozen=True)
+class PerRow:
+    """Value of the DataFrame options ``ttl`` / ``writetime``: a constant or a column name."""
+
+    constant: int | None = None
+    column: str | None = None
+
+
+def text(raw: str) -> str:
+    return raw
+
+
+def nonempty(raw: str) -> str:
+    if not raw.strip():
+        raise ValueError("must not be empty")
+    return raw.strip()
+
+
+def boolean(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError("expected true or false")
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        if not _INT_RE.match(raw.strip()):
+            raise ValueError("expected a whole number")
+        value = int(raw.strip())
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise ValueError(f"must be {bound}")
+        return value
+
+    return parse
+
+
+def positive_float(raw: str) -> float:
+    if not _NUMBER_RE.match(raw.strip()):
+        raise ValueError("expected a number")
+    value = float(raw.strip())
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("must be a positive number")
+    return value
+
+
+def millis_as_seconds(raw: str) -> float:
+    return int_in(1)(raw) / 1000.0
+
+
+def hosts(raw: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in raw.split(",") if h.strip())
+    if not hosts:
+        raise ValueError("expected a comma-separated list of host names or addresses")
+    return hosts
+
+
+def consistency(raw: str) -> str:
+    name = raw.strip().upper()
+    if name in ("SERIAL", "LOCAL_SERIAL"):
+        raise ValueError(f"{name} applies only to lightweight transactions, which this sink never sends")
+    if name == "ANY":
+        raise ValueError(
+            "ANY acknowledges a write that may exist only as a hint on the coordinator, so the "
+            "WAL would mark the batch flushed and delete rows it cannot know are stored; use "
+            "ONE or stronger (LOCAL_QUORUM, the default)")
+    if name not in _WRITE_CONSISTENCIES:
+        raise ValueError(f"expected one of {', '.join(_WRITE_CONSISTENCIES)}")
+    return name
+
+
+def choice(*choices: str, aliases: Mapping[str, str] | None = None) -> Callable[[str], str]:
+    aliases = dict(aliases or {})
+
+    def parse(raw: str) -> str:
+        lowered = raw.strip().lower()
+        lowered = aliases.get(lowered, lowered)
+        if lowered not in choices:
+            raise ValueError(f"expected one of {', '.join(choices + tuple(aliases))}")
+        return lowered
+
+    return parse
+
+
+def auto_or_positive(raw: str) -> int | None:
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return int_in(1)(raw)
+    except ValueError:
+        raise ValueError("expected 'auto' or a positive whole number") from None
+
+
+def ttl_seconds(raw: str) -> int | None:
+    return int_in(0, MAX_TTL_SECONDS)(raw) or None
+
+
+def byte_size(raw: str) -> int:
+    match = _SIZE_RE.match(raw.strip())
+    if not match:
+        raise ValueError("expected a size such as 1048576, 512m or 2g")
+    number, unit = match.group(1), match.group(2).lower()
+    if not unit and "." in number:
+        raise ValueError("a size in bytes must be a whole number")
+    size = int(float(number) * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise ValueError("must be positive")
+    return size
+
+
+def per_row(constant: Callable[[str], int | None]) -> Callable[[str], PerRow]:
+    def parse(raw: str) -> PerRow:
+        stripped = raw.strip()
+        if _NUMBER_RE.match(stripped):
+            return PerRow(constant=constant(stripped))
+        if not stripped:
+            raise ValueError("expected a whole number or a column name")
+        return PerRow(column=stripped)
+
+    return parse
+
+
+def writetime_constant(raw: str) -> int:
+    value = int_in(0, _MAX_BIGINT)(raw)
+    if value < _MIN_PLAUSIBLE_MICROS:
+        raise ValueError(
+            "looks like seconds or milliseconds; writetime is microseconds since the epoch "
+            "(e.g. 1700000000000000)"
+        )
+    return value
+
+
+def ignored(raw: str) -> None:
+    return None
+
+
+JKS_REASON = ("Java key stores (JKS/PKCS12) are not readable by Python's ssl; give PEM files "
+               "through spark.cassandra.connection.ssl.trustStore.path / keyStore.path")
+
+
+def refused(reason: str, *harmless: str) -> Callable[[str], None]:
+    """Refuse an option unless it is set to a value that changes nothing (SCC's default)."""
+
+    def parse(raw: str) -> None:
+        if raw.strip().lower() in harmless:
+            return None
+        raise ValueError(reason)
+
+    return parse

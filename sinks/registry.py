@@ -1,0 +1,212 @@
+"""The listener's side in the driver: one :class:`FlushRegistry` per Spark session, which starts,
+wakes and stops a :class:`~recovery.flusher.QueryFlusher` per run of each query that writes
+through this sink (its checkpoint holds the pointer file ``cassandra_wal_sink.json``).
+
+Runs: in the driver process; ``started`` on the query's thread (Spark calls
+``onQueryStarted`` synchronously, before the first batch), the others on Spark's listener bus
+thread; a run's last drain on a thread of its own, which interpreter exit waits for.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import threading
+
+from recovery.errors import is_transient
+from recovery.flusher import QueryFlusher
+from wal.errors import WalBoundElsewhere
+from wal.layout import WalDir
+from wal.pointer import read_pointer
+
+log = logging.getLogger(__name__)
+
+#: How long a stopped query's flusher (and, at interpreter exit, every flusher) keeps retrying
+#: a final drain that fails transiently (Cassandra unreachable) before it leaves the rest in
+#: the WAL for the next start of the query or ``cassandra-wal recover``.
+FINISH_ON_STOP_S = 30.0
+
+
+class FlushRegistry:
+    """The flushers of one Spark session's queries, driven by the listener's events.
+
+    One flusher per *run* (``runId``): a query restarted on the same checkpoint in the same
+    session is a new run, and Spark may deliver the new run's ``onQueryStarted``
+    (synchronous, on the query's thread) before the old run's ``onQueryTerminated``
+    (asynchronous, on the listener bus). The new run therefore stops the old run's flusher
+    itself (which hands over the WAL's writer lock), and a late termination of the old run
+    leaves the new one alone.
+
+    A run that ends finishes its flusher's last drain on a thread of its own (retrying for up
+    to :data:`FINISH_ON_STOP_S` if Cassandra is away), which interpreter exit waits for; so
+    does :func:`finish_at_exit` for flushers whose run's end Spark has not reported yet. A
+    script that stops its query and exits leaves nothing committed unwritten."""
+
+    def __init__(self, spark, session_conf: dict):
+        self.spark, self.session_conf = spark, session_conf
+        self.flushers: dict[str, QueryFlusher] = {}       # by run id
+        self.runs: dict[str, tuple[str, str]] = {}        # run id -> (query id, checkpoint)
+        self.stopping: dict[str, tuple[str, QueryFlusher]] = {}   # run id -> (query id, flusher)
+        self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
+        self._lock = threading.Lock()
+        registries.append(self)
+        _register_exit_hook()
+
+    def _checkpoint_of(self, query_id: str) -> str | None:
+        query = self.spark.streams.get(query_id)
+        if query is None:
+            return None
+        return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+
+    def _flusher(self, run_id: str) -> QueryFlusher | None:
+        if run_id in self.flushers:
+            return self.flushers[run_id]
+        if run_id not in self.runs:
+            return None     # a run that ended (a late event), or not one we saw start
+        checkpoint = self.runs[run_id][1]
+        wal_root = read_pointer(checkpoint)
+        if wal_root is None:
+            return None     # not our sink, or its first batch is not committed yet
+        try:
+            flusher = QueryFlusher(wal_root, checkpoint, self.session_conf, spark=self.spark)
+        except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
+            # The listener cannot fail the query, but the query's next commit can: a flusher
+            # that cannot start for a reason no retry cures (the WAL is another query's, its
+            # target.json is unreadable) blocks the WAL; the first flusher that starts (on the
+            # next event, or the next run) clears it with its first good drain.
+            if is_transient(exc):   # e.g. the WAL's lock still held by `cassandra-wal recover`
+                log.warning("cassandra_wal: %s: the flusher cannot start yet, tried again at "
+                            "the next batch: %s: %s", wal_root, type(exc).__name__, exc)
+                return None
+            reason = f"{type(exc).__name__}: {exc}"
+            log.error("cassandra_wal: %s: the flusher cannot start: %s", wal_root, reason)
+            if not isinstance(exc, WalBoundElsewhere):   # that WAL's own query is not at fault
+                WalDir(wal_root).write_blocked(f"the flusher cannot start: {reason}")
+            return None
+        with self._lock:
+            self.flushers[run_id] = flusher
+        return flusher
+
+    def flusher_of(self, run_id: str) -> QueryFlusher | None:
+        """The run's flusher, running or finishing its last drain; None if it has none."""
+        with self._lock:
+            if run_id in self.flushers:
+                return self.flushers[run_id]
+            return self.stopping.get(run_id, (None, None))[1]
+
+    def started(self, query_id: str, run_id: str) -> None:
+        with self._lock:
+            previous = [r for r, (q, _) in self.runs.items() if q == query_id and r != run_id]
+            finishing = [f for q, f in self.stopping.values() if q == query_id]
+        for run in previous:      # still running: its flusher lets go of the WAL right now
+            with self._lock:
+                flusher = self.flushers.pop(run, None)
+                self.runs.pop(run, None)
+            if flusher is not None:
+                flusher.stop()
+        for flusher in finishing:   # ended: its last drain stops retrying, recovery goes on
+            flusher.hand_over()
+        checkpoint = self._checkpoint_of(query_id)
+        if checkpoint is None:
+            return
+        with self._lock:
+            self.runs[run_id] = (query_id, checkpoint)
+            self.checkpoints[query_id] = checkpoint
+        flusher = self._flusher(run_id)
+        if flusher is not None:
+            flusher.recover()
+            flusher.start()
+
+    def progressed(self, query_id: str, run_id: str) -> None:
+        flusher = self.flushers.get(run_id)
+        if flusher is None:
+            flusher = self._flusher(run_id)
+            if flusher is None:
+                return
+            flusher.start()
+        flusher.kick()
+
+    def terminated(self, query_id: str, run_id: str) -> None:
+        with self._lock:
+            flusher = self.flushers.pop(run_id, None)
+            self.runs.pop(run_id, None)
+            if flusher is None:
+                return
+            self.stopping[run_id] = (query_id, flusher)
+        # Not on the listener bus, which would hold every later event meanwhile; not a
+        # daemon, so that interpreter exit waits for the drain.
+        threading.Thread(target=self._finish_run, args=(run_id, flusher, FINISH_ON_STOP_S),
+                         name=f"cassandra-wal-final-flush-{run_id[:8]}").start()
+
+    def _finish_run(self, run_id: str, flusher: QueryFlusher, within_s: float) -> None:
+        try:
+            flusher.stop(within_s)
+        except Exception:  # noqa: BLE001 - a thread's error would go to stderr only
+            log.exception("cassandra_wal: %s: the last drain of run %s failed",
+                          flusher.wal.root, run_id)
+        finally:
+            with self._lock:
+                self.stopping.pop(run_id, None)
+
+    def finish(self, within_s: float) -> None:
+        """Stop every running flusher (a last drain, retried for up to ``within_s``) and wait
+        as long for those finishing theirs."""
+        with self._lock:
+            running = list(self.flushers.items())
+            self.flushers.clear()
+            self.runs.clear()
+            finishing = [f for _, f in self.stopping.values()]
+        for run_id, flusher in running:
+            self._finish_run(run_id, flusher, within_s)
+        for flusher in finishing:
+            if not flusher.stopped.wait(within_s):
+                log.warning("cassandra_wal: %s: exiting before the last drain finished; what "
+                            "is not written stays in the WAL", flusher.wal.root)
+
+
+registries: list[FlushRegistry] = []       # every session's: for wait_flushed and exit
+
+
+@functools.cache
+def _register_exit_hook() -> None:
+    # Once, with the first registry: after pyspark has registered its own exit hook (which
+    # kills the JVM), so that this one runs first (atexit runs the last registered first).
+    atexit.register(finish_at_exit)
+
+
+def finish_at_exit() -> None:
+    """At interpreter exit (``atexit``): every flusher writes what Spark committed before the
+    process goes (its thread is a daemon, which exit would otherwise kill mid-way), for up to
+    :data:`FINISH_ON_STOP_S`."""
+    busy = [r for r in registries if r.flushers or r.stopping]
+    if busy:
+        log.info("cassandra_wal: writing what the queries committed before exit (up to %.0f s)",
+                 FINISH_ON_STOP_S)
+    for registry in busy:
+        registry.finish(FINISH_ON_STOP_S)
+
+
+def flusher_of_run(run_id: str) -> QueryFlusher | None:
+    """The flusher of the run ``run_id`` in any session of this process, or None."""
+    for registry in registries:
+        flusher = registry.flusher_of(run_id)
+        if flusher is not None:
+            return flusher
+    return None
+
+
+def session_conf_of(query_id: str) -> dict | None:
+    """The session conf snapshot of the session that started query ``query_id``."""
+    for registry in registries:
+        if query_id in registry.checkpoints:
+            return registry.session_conf
+    return None
+
+
+def checkpoint_reported(query_id: str) -> str | None:
+    """The checkpoint the start of query ``query_id`` reported to a registry of this process."""
+    for registry in registries:
+        if query_id in registry.checkpoints:
+            return registry.checkpoints[query_id]
+    return None

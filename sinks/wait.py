@@ -1,0 +1,103 @@
+"""``sinks.wait_flushed(query, timeout)``: wait until every batch a query committed is in
+Cassandra. Runs in the user's driver process, on the calling thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cql.errors import SinkError
+from recovery.errors import NotFlushedYet, WalBlocked
+from recovery.flusher import QueryFlusher
+from wal import catalog
+from wal import checkpoint as ckpt
+from wal.layout import WalDir
+from wal.pointer import read_pointer
+
+from .registry import checkpoint_reported, flusher_of_run, session_conf_of
+
+WAIT_POLL_S = 0.2
+
+
+def wait_flushed(query, timeout: float | None = None) -> None:
+    """Return once every batch ``query`` has committed (the checkpoint's highest
+    ``commits/N`` when called) is written to Cassandra: the WAL has nothing to replay up to
+    it. Works while the query runs (its flusher is woken at once) and after ``query.stop()``
+    (the stopped run's last drain is waited for; if no flusher is left, this drains the WAL
+    itself).
+
+    Raises :class:`~recovery.errors.WalBlocked` with the reason if the WAL is blocked (after
+    the flusher tried once more), :class:`~recovery.errors.NotFlushedYet` (a ``TimeoutError``)
+    naming the batches still pending and their rows once ``timeout`` seconds have passed, and
+    :class:`~cql.errors.SinkError` for a query that does not write through this sink.
+
+    Runs: in the driver process, on the calling thread."""
+    started = time.monotonic()
+    checkpoint = _checkpoint_root(query)
+    committed = ckpt.committed_batches(checkpoint)
+    if not committed:
+        return
+    through = committed[-1]
+    root = read_pointer(checkpoint)
+    if root is None:
+        raise SinkError(f"query {query.id}: its checkpoint {checkpoint} names no cassandra_wal "
+                        "WAL (cassandra_wal_sink.json): it does not write through this sink")
+    wal, run_id = WalDir(root), str(query.runId)
+    own: QueryFlusher | None = None
+    flusher, drains_before = None, 0
+    try:
+        while True:
+            if own is None and flusher is not None and flusher.stopped.is_set():
+                # The stopped run's last drain gave up (Cassandra away longer than it
+                # retries) and closed the log: nobody else will write the rest.
+                flusher = None
+            if own is None and flusher is None:
+                flusher = flusher_of_run(run_id)
+                if flusher is not None:
+                    drains_before = flusher.drains
+                    flusher.kick()
+                elif not _is_active(query):   # nobody else will: drain it here
+                    own = flusher = QueryFlusher(root, checkpoint, session_conf_of(query.id))
+            if own is not None:
+                own.drain(query_running=True)
+            blocked = wal.read_blocked()
+            if blocked is not None and (flusher is None or flusher.drains > drains_before):
+                raise WalBlocked(root, blocked)
+            if wal.read_flushed_through() >= through and not pending_batches(wal, checkpoint,
+                                                                             through):
+                return
+            waited = time.monotonic() - started
+            if timeout is not None and waited >= timeout:
+                raise NotFlushedYet(root, through, pending_batches(wal, checkpoint, through),
+                                    waited)
+            pause = own.retry_interval_s if own is not None else WAIT_POLL_S
+            time.sleep(pause if timeout is None else max(0.0, min(pause, timeout - waited)))
+    finally:
+        if own is not None:
+            own.stop()
+
+
+def pending_batches(wal: WalDir, checkpoint: str, through: int) -> list[tuple[int, int]]:
+    """``(batch, rows not yet acknowledged)`` of every batch up to ``through`` that the WAL's
+    catalog does not call done, read beside the live flusher (a read-only log instance)."""
+    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
+    return [(v.batch, v.rows - v.flushed_rows) for v in views
+            if v.batch <= through and v.action != catalog.NOTHING]
+
+
+def _checkpoint_root(query) -> str:
+    jsq = getattr(query, "_jsq", None)
+    if jsq is not None:
+        return str(jsq.streamingQuery().resolvedCheckpointRoot())
+    reported = checkpoint_reported(str(query.id))   # Spark Connect: what its start reported
+    if reported is not None:
+        return reported
+    raise SinkError(f"query {query.id}: its checkpoint is unknown here (was sinks.register "
+                    "called on its session before it started?)")
+
+
+def _is_active(query) -> bool:
+    try:
+        return bool(query.isActive)
+    except Exception:  # noqa: BLE001 - Spark itself stopped: the query is not running
+        return False

@@ -1,0 +1,207 @@
+"""The contract every row writer (``wal.flush.mode``: driver, executors, processes) must keep,
+one suite run over each (as Flink's ``WriteAheadSinkTestBase`` runs over every backend).
+
+A :class:`~recovery.replay.RowWriter` writes the rows of one batch that are not acknowledged
+yet, row *i* at ``seal.base_ts_us + i``; yields acknowledgements in seal order, each a longer
+prefix; raises ``WalCorrupted`` before writing a row of a damaged chunk, and the write's error
+when rows were not acknowledged; and never touches the log's states. The Replayer relies on
+exactly that to record progress and mark the batch.
+
+No Cassandra: a file-recording Upserter stands in for it (in this process, in a task played
+the way Spark runs it, or in real worker processes), and fails the rows a test names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+import pytest
+
+from cql.errors import FlushFailed
+from recovery.errors import is_transient
+from recovery.executors import ExecutorsWriter
+from recovery.processes import ProcessPool
+from recovery.replay import Acknowledged, DriverWriter, Replayer
+from tests.helpers.walfactory import WalFactory
+from tests.unit.test_distributed_flush import LocalJob, target
+from wal import format as fmt
+from wal.errors import WalCorrupted
+from wal.states import BatchState
+
+pytestmark = pytest.mark.unit
+
+WRITES_ENV = "CWAL_CONTRACT_WRITES"      # the file every writer's Upserter appends to
+FAIL_ENV = "CWAL_CONTRACT_FAIL_IDS"      # row ids whose chunk fails (comma separated)
+BATCH = 3
+ROWS = (4, 3, 5)                         # three segments ...
+CHUNK_ROWS = 2                           # ... of 2, 2, 2 and 1 rows a chunk
+
+
+class ContractUpserter:
+    """Records ``[batch, first_ts, ids]`` per chunk; a chunk holding a failing id fails, as a
+    write whose retries are spent does."""
+
+    def write_chunks(self, chunks, batch_id: int, sealed_at_us: int | None = None):
+        failing = {int(i) for i in os.environ.get(FAIL_ENV, "").split(",") if i}
+        for rb, first_ts, tag in chunks:
+            ids = rb.column("id").to_pylist()
+            if failing & set(ids):
+                raise FlushFailed(batch_id, "injected: retry budget spent")
+            with open(os.environ[WRITES_ENV], "a") as fh:
+                fh.write(json.dumps([batch_id, first_ts, ids]) + "\n")
+            yield tag
+
+
+@contextlib.contextmanager
+def contract_upserter(_target):
+    yield ContractUpserter()
+
+
+@pytest.fixture(params=["driver", "executors", "processes"])
+def writer(request, tmp_path, monkeypatch):
+    """One row writer of each flush mode, over the WAL at ``tmp_path / "wal"``."""
+    monkeypatch.setenv(WRITES_ENV, str(tmp_path / "writes.jsonl"))
+    monkeypatch.setenv(FAIL_ENV, "")
+    root = str(tmp_path / "wal")
+    if request.param == "driver":
+        made = DriverWriter(lambda seal: ContractUpserter())
+    elif request.param == "executors":
+        made = ExecutorsWriter(LocalJob(), root, target, open_upserter=contract_upserter)
+    else:
+        made = ExecutorsWriter(ProcessPool(2), root, target, open_upserter=contract_upserter)
+    yield made
+    made.reset()
+
+
+@pytest.fixture
+def wal(tmp_path):
+    """A WAL holding batch 3, committed, ingested and FLUSHING, no progress recorded."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.flushing(BATCH, rows=ROWS, chunk_rows=CHUNK_ROWS)
+        yield f
+
+
+def written(tmp_path) -> list[tuple[int, int]]:
+    """``(row id, write timestamp)`` of every row written, in the order written."""
+    path = tmp_path / "writes.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        _, first_ts, ids = json.loads(line)
+        out += [(row, first_ts + i) for i, row in enumerate(ids)]
+    return out
+
+
+def ids_of_segment(segment: int) -> list[int]:
+    start = BATCH * 1000 + sum(ROWS[:segment])
+    return list(range(start, start + ROWS[segment]))
+
+
+ALL_IDS = [i for s in range(len(ROWS)) for i in ids_of_segment(s)]
+
+
+def write(writer, f: WalFactory) -> list[Acknowledged]:
+    return list(writer.write(f.log, f.built[BATCH].seal, f.log.get(BATCH)))
+
+
+def test_every_row_is_written_once_at_its_sealed_timestamp(writer, wal, tmp_path):
+    acks = write(writer, wal)
+    rows = written(tmp_path)
+    assert sorted(row for row, _ in rows) == ALL_IDS          # each row, once
+    base = wal.built[BATCH].seal.base_ts_us
+    assert all(ts == base + (row - BATCH * 1000) for row, ts in rows)
+    assert sum(a.rows for a in acks) == len(ALL_IDS)
+
+
+def test_acknowledgements_are_growing_prefixes_in_seal_order(writer, wal, tmp_path):
+    acks = write(writer, wal)
+    marks = [(a.next_segment, a.next_chunk) for a in acks]
+    assert marks == sorted(set(marks)) and marks
+    assert all(a.rows > 0 for a in acks)
+
+
+def test_a_write_resumes_after_the_acknowledged_prefix(writer, wal, tmp_path):
+    wal.log.record_progress(BATCH, 1, 0, ROWS[0])    # segment 0 acknowledged
+    acks = write(writer, wal)
+    assert sorted(row for row, _ in written(tmp_path)) == ids_of_segment(1) + ids_of_segment(2)
+    assert sum(a.rows for a in acks) == ROWS[1] + ROWS[2]
+
+
+def test_a_damaged_chunk_raises_before_any_of_its_rows_is_written(writer, wal, tmp_path):
+    """Segment 1's second chunk damaged, in its file (what flush tasks read) and in the log
+    (what the driver reads)."""
+    seal = wal.built[BATCH].seal
+    with open(wal.wal.segment_path(seal.segments[1].name), "r+b") as fh:
+        data = bytearray(fh.read())
+        data[-30] ^= 0xFF                     # inside the last chunk's payload
+        fh.seek(0)
+        fh.write(data)
+    key = fmt.rows_key(BATCH, 1, 1)
+    value = bytearray(wal.log._db[key])
+    value[-1] ^= 0xFF
+    wal.log._db[key] = bytes(value)
+    with pytest.raises(WalCorrupted):
+        write(writer, wal)
+    damaged = ids_of_segment(1)[2:]             # the chunk of rows 2.. of segment 1
+    assert not set(damaged) & {row for row, _ in written(tmp_path)}
+
+
+def test_a_failed_write_raises_having_acknowledged_only_rows_written(writer, wal, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(2)[0]))
+    acks = []
+    with pytest.raises(Exception) as raised:
+        for ack in writer.write(wal.log, wal.built[BATCH].seal, wal.log.get(BATCH)):
+            acks.append(ack)
+    assert is_transient(raised.value), raised.value        # the batch is kept and retried
+    done = {row for row, _ in written(tmp_path)}
+    acknowledged = ALL_IDS[:sum(a.rows for a in acks)]
+    assert set(acknowledged) <= done
+    assert not set(ids_of_segment(2)[:2]) & set(acknowledged)
+
+
+def test_the_writer_leaves_the_log_alone(writer, wal, tmp_path):
+    before = wal.log.get(BATCH)
+    write(writer, wal)
+    after = wal.log.get(BATCH)
+    assert after.state is BatchState.FLUSHING
+    assert (after.next_segment, after.next_chunk, after.flushed_rows) == \
+        (before.next_segment, before.next_chunk, before.flushed_rows)
+
+
+def test_written_twice_the_cells_are_the_same(writer, wal, tmp_path):
+    write(writer, wal)
+    first = sorted(written(tmp_path))
+    write(writer, wal)                           # a replay of the whole batch
+    both = sorted(written(tmp_path))
+    assert both == sorted(first + first)
+
+
+def test_through_the_replayer_the_batch_is_marked_once_every_row_is_written(writer, wal,
+                                                                            tmp_path):
+    replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
+    report = replayer.run(query_running=True)
+    assert report.replayed == [BATCH]
+    assert wal.log.get(BATCH).state is BatchState.FLUSHED
+    assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
+
+
+def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_rest(
+        writer, wal, tmp_path, monkeypatch):
+    monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(2)[0]))
+    replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
+    with pytest.raises(Exception):
+        replayer.run(query_running=True)
+    assert wal.log.get(BATCH).state is BatchState.FLUSHING
+    progress = wal.log.get(BATCH)
+    monkeypatch.setenv(FAIL_ENV, "")
+    writer.reset()                               # as the flusher does after a failure
+    replayer.run(query_running=True)
+    assert wal.log.get(BATCH).state is BatchState.FLUSHED
+    rows = written(tmp_path)
+    assert sorted(set(row for row, _ in rows)) == ALL_IDS
+    rewritten = [row for row in ALL_IDS if [r for r, _ in rows].count(row) > 1]
+    assert not set(rewritten) & set(ALL_IDS[:progress.flushed_rows])   # the prefix stays written
