@@ -287,8 +287,8 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
         output = CassandraOutput(target, wal.root)
         try:
             seal = read_seal(wal, 1)
-            upserter = output.upserter()    # connect and prepare outside the timings
-            replayer = Replayer(wal, log, lambda: upserter, prep["checkpoint"])
+            upserter = output.upserter(seal)    # connect and prepare outside the timings
+            replayer = Replayer(wal, log, lambda _seal: upserter, prep["checkpoint"])
             if profile:
                 profile.enable()
             w0, c0 = time.perf_counter(), time.process_time()

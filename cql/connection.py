@@ -1,4 +1,4 @@
-"""Opening a cassandra-driver session from a :class:`~sinks.options.ConnectionConfig`.
+"""Opening a cassandra-driver session from a :class:`~cql.config.ConnectionConfig`.
 
 One place builds clusters, so the sink's validation, the flusher, recovery and the tools all
 connect the same way: token-aware routing (the driver's default), the configured local DC,
@@ -8,17 +8,8 @@ protocol v5 when the node speaks it, credentials that never reach a log line.
 from __future__ import annotations
 
 import logging
-import ssl
 
 from cassandra import AuthenticationFailed
-from cassandra.auth import PlainTextAuthProvider
-from cassandra.cluster import (
-    EXEC_PROFILE_DEFAULT,
-    Cluster,
-    ExecutionProfile,
-    NoHostAvailable,
-)
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 from .config import ConnectionConfig
 from .errors import ConnectionFailed
@@ -63,7 +54,16 @@ def _explain(reason: str, errors, conn: ConnectionConfig) -> str:
     return f"{hint} ({reason})"
 
 
-def build_cluster(conn: ConnectionConfig) -> Cluster:
+def build_cluster(conn: ConnectionConfig):
+    """A ``cassandra.cluster.Cluster`` for ``conn`` (not connected yet).
+
+    The driver's cluster modules are imported here, on first use: they take about 85 ms to import,
+    and Spark's one-shot Python workers import this module twice a micro-batch while needing
+    it only when a table's schema must be read (``tests/unit/test_architecture.py``)."""
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=conn.local_dc)),
         consistency_level=conn.consistency_level,
@@ -86,6 +86,8 @@ def build_cluster(conn: ConnectionConfig) -> Cluster:
 def _ssl_context(conn: ConnectionConfig):
     if not conn.ssl_enabled:
         return None
+    import ssl  # on first use, as the cluster module in build_cluster
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if conn.ssl_truststore_path:
         ctx.load_verify_locations(cafile=conn.ssl_truststore_path)
@@ -99,6 +101,8 @@ def _ssl_context(conn: ConnectionConfig):
 
 def connect(conn: ConnectionConfig):
     """Return ``(cluster, session)``; raises ConnectionFailed naming the hosts, never secrets."""
+    from cassandra.cluster import NoHostAvailable  # on first use, as in build_cluster
+
     cluster = build_cluster(conn)
     try:
         session = cluster.connect()

@@ -29,7 +29,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from cassandra.query import UNSET_VALUE
 
 from cql.errors import InvalidValueError, SchemaError
 from cql.table import TableSchema
@@ -319,6 +318,10 @@ class RowConverter:
             except (ValueError, TypeError) as exc:
                 raise _locate(values, fn, name, len(values)) from exc
         if self.ignore_nulls and array.null_count:
+            # On first use: cassandra.query takes 25 ms to import, and Spark's one-shot
+            # workers import this module (tests/unit/test_architecture.py).
+            from cassandra.query import UNSET_VALUE
+
             values = [UNSET_VALUE if v is None else v for v in values]
         return values
 

@@ -345,7 +345,7 @@ def send(address: str, wal_root: str, creds: Mapping[str, str | None],
 
 
 def hand_over(address: str | None, wal_root: str, connection) -> bool:
-    """Make ``connection``'s credentials (a :class:`~sinks.options.ConnectionConfig`) known to
+    """Make ``connection``'s credentials (a :class:`~cql.config.ConnectionConfig`) known to
     the flusher of ``wal_root``. In the process that runs the server (``foreachBatch``), they
     go to the store directly; elsewhere over the socket at ``address``. Returns False when
     there is no channel at all (no ``sinks.register`` anywhere we can see)."""

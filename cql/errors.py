@@ -17,6 +17,7 @@ and a reason only (callers pass the driver's reason, which never holds the passw
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -27,9 +28,6 @@ from cassandra import (
     WriteFailure,
     WriteTimeout,
 )
-from cassandra.cluster import NoHostAvailable
-from cassandra.connection import ConnectionException
-from cassandra.protocol import OverloadedErrorMessage
 
 REDACTED = "<redacted>"
 
@@ -198,9 +196,18 @@ class FlushFailed(Exception):
                 f"rows: {self.detail}; the batch stays in the WAL and is retried in order")
 
 
-#: Errors of the Cassandra driver that a later attempt may not meet: timeouts, a replica or
-#: the coordinator unavailable or overloaded, no connection. The Upserter retries statements
-#: that fail with them; anything else Cassandra answers is a refusal of the write.
-TRANSIENT_DRIVER_ERRORS = (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
-                           NoHostAvailable, ConnectionException, CoordinationFailure,
-                           WriteFailure)
+@functools.cache
+def transient_driver_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the Cassandra driver that a later attempt may not meet: timeouts, a replica or
+    the coordinator unavailable or overloaded, no connection. The Upserter retries statements
+    that fail with them; anything else Cassandra answers is a refusal of the write.
+
+    Three of them are imported on first use: the driver's cluster, connection and protocol
+    modules take about 75 ms to import, and Spark's one-shot Python workers, which import this
+    module twice a micro-batch, never need them (``tests/unit/test_architecture.py``)."""
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.connection import ConnectionException
+    from cassandra.protocol import OverloadedErrorMessage
+
+    return (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
+            NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)

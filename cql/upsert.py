@@ -41,7 +41,7 @@ from .batch_limits import BatchLimits, read_batch_limits
 from .config import WriteConfig
 from .convert import parse_cql_type, row_converter
 from .encode import CellEncoder, fixed_width
-from .errors import TRANSIENT_DRIVER_ERRORS, FlushFailed
+from .errors import FlushFailed, transient_driver_errors
 from .table import TableSchema
 
 T = TypeVar("T")
@@ -418,7 +418,7 @@ class Upserter:
         for stmt, (ok, result) in zip(pending, list(results)):
             if ok:
                 continue
-            if not isinstance(result, TRANSIENT_DRIVER_ERRORS):
+            if not isinstance(result, transient_driver_errors()):
                 raise FlushFailed(batch_id, f"{type(result).__name__}: {result}", permanent=True)
             failed.append(stmt)
             last = result

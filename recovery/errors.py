@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pickle
 
-from cql.errors import TRANSIENT_DRIVER_ERRORS, ConnectionFailed, FlushFailed, SinkError
+from cql.errors import ConnectionFailed, FlushFailed, SinkError, transient_driver_errors
 from wal.errors import WalCorrupted, WalError, WalLocked, WalStorageError
 
 
@@ -103,7 +103,7 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, (SinkError, WalError)):
         return False
-    return isinstance(exc, (TRANSIENT_DRIVER_ERRORS, OSError))
+    return isinstance(exc, (*transient_driver_errors(), OSError))
 
 
 def portable_error(exc: BaseException) -> BaseException:

@@ -32,7 +32,6 @@ batch a query committed is in Cassandra (:mod:`sinks.wait`).
 
 from __future__ import annotations
 
-from cql import credentials
 from cql.errors import (
     ConnectionFailed,
     CounterTableError,
@@ -44,15 +43,16 @@ from cql.errors import (
     UnknownTableError,
 )
 from recovery.errors import NotFlushedYet, WalBlocked
-from wal.checkpoint import Filesystems
 
 from .foreach_batch import CassandraWalWriter
-from .listener import CassandraWalListener
-from .registry import FlushRegistry
 from .source import FORMAT_NAME, CassandraWalDataSource
-from .wait import wait_flushed
 
-_registries: dict[int, FlushRegistry] = {}     # by id(spark): one per session
+# Why register and wait_flushed import the driver side when called, not above: Spark's
+# one-shot Python workers import this package (to unpickle the data source) twice a
+# micro-batch and never need the flusher, which brings recovery's writers and the Cassandra
+# driver's cluster module: about 90 ms a worker (tests/unit/test_architecture.py keeps the
+# workers' imports light, and these two the only imports of the project's own modules that
+# wait for a call).
 
 
 def register(spark):
@@ -67,21 +67,21 @@ def register(spark):
     credential channel (:mod:`cql.credentials`), through which credentials given as write
     options reach the driver's flusher, in memory only.
     """
-    conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
-    channel = credentials.ensure_server().path
-    source = type("CassandraWalDataSource", (CassandraWalDataSource,),
-                  {"session_conf": conf, "credential_channel": channel,
-                   "filesystems": Filesystems.of_session(spark), "__module__": __name__,
-                   "__qualname__": "CassandraWalDataSource<registered>"})
-    spark.dataSource.register(source)
-    registry = _registries.get(id(spark))
-    if registry is None:
-        registry = FlushRegistry(spark, conf)
-        spark.streams.addListener(CassandraWalListener(registry))
-        _registries[id(spark)] = registry
-    else:
-        registry.session_conf = conf
-    return registry
+    from .registry import register_session
+
+    return register_session(spark)
+
+
+def wait_flushed(query, timeout: float | None = None) -> None:
+    """Return once every batch ``query`` has committed so far is written to Cassandra; works
+    while it runs and after ``query.stop()``. Raises ``WalBlocked`` (the WAL is blocked: the
+    reason and the remedy), ``NotFlushedYet`` (a ``TimeoutError`` naming the pending batches
+    and their rows) after ``timeout`` seconds. See :func:`sinks.wait.wait_flushed`.
+
+    Runs: in the driver process, on the calling thread."""
+    from .wait import wait_flushed as wait
+
+    wait(query, timeout)
 
 
 __all__ = ["register", "wait_flushed", "WalBlocked", "NotFlushedYet",

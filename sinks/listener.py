@@ -14,15 +14,13 @@ import logging
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from .registry import FlushRegistry
-
 log = logging.getLogger(__name__)
 
 
 class CassandraWalListener(StreamingQueryListener):
     """Hands each event of a query to the session's :class:`~sinks.registry.FlushRegistry`."""
 
-    def __init__(self, registry: FlushRegistry):
+    def __init__(self, registry):     # the session's sinks.registry.FlushRegistry
         self.registry = registry
 
     def _safely(self, what, query_id, run_id) -> None:

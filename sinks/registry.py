@@ -14,11 +14,16 @@ import functools
 import logging
 import threading
 
+from cql import credentials
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher
+from wal.checkpoint import Filesystems
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import read_pointer
+
+from .listener import CassandraWalListener
+from .source import CassandraWalDataSource
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +171,27 @@ class FlushRegistry:
 
 
 registries: list[FlushRegistry] = []       # every session's: for wait_flushed and exit
+
+
+def register_session(spark) -> FlushRegistry:
+    """What :func:`sinks.register` does: the data source, baked with the session's
+    ``spark.cassandra.*`` conf, the credential channel and the filesystems checkpoints resolve
+    against, registered with ``spark``; and the session's registry and listener, made once
+    (a second call takes up the session's current conf)."""
+    conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
+    channel = credentials.ensure_server().path
+    source = type("CassandraWalDataSource", (CassandraWalDataSource,),
+                  {"session_conf": conf, "credential_channel": channel,
+                   "filesystems": Filesystems.of_session(spark), "__module__": "sinks",
+                   "__qualname__": "CassandraWalDataSource<registered>"})
+    spark.dataSource.register(source)
+    registry = next((r for r in registries if r.spark is spark), None)
+    if registry is None:
+        registry = FlushRegistry(spark, conf)
+        spark.streams.addListener(CassandraWalListener(registry))
+    else:
+        registry.session_conf = conf
+    return registry
 
 
 @functools.cache

@@ -32,7 +32,6 @@ from cql.errors import OptionError
 from wal import checkpoint as ckpt
 from wal.jobs import JOB_BATCH
 
-from .batch_jobs import abort_job, commit_job
 from .plan import WritePlan, commit_batch, prepare_write, stage_partition
 
 log = logging.getLogger(__name__)
@@ -95,12 +94,18 @@ class CassandraWalBatchWriter(DataSourceArrowWriter):
         (:mod:`sinks.batch_jobs`).
 
         Runs: in a one-shot Python worker of the driver, once per job."""
+        # Imported here: a stream's one-shot workers import this module too and never need
+        # recovery's writers (see sinks/__init__.py).
+        from .batch_jobs import commit_job
+
         commit_job(self.plan, messages)
 
     def abort(self, messages):
         """Remove the job's WAL unless it is sealed.
 
         Runs: in a one-shot Python worker of the driver, once per failed job."""
+        from .batch_jobs import abort_job  # as in commit
+
         log.warning("write job aborted: its staged segments will never be flushed")
         abort_job(self.plan)
 

@@ -135,7 +135,7 @@ class WalDir:
             raise WalCorrupted(self.target_file, f"unreadable target.json: {exc}") from None
 
     def write_target(self, target: dict) -> None:
-        """Record what this WAL writes to (never secrets: see sinks.options.public_dict)."""
+        """Record what this WAL writes to (never secrets: see recovery.target.RecordedTarget)."""
         atomic_write(self.target_file, json.dumps(target, indent=2, sort_keys=True).encode())
 
 

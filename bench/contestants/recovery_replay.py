@@ -28,25 +28,17 @@ def main() -> None:
     ap.add_argument("--profile")
     args = ap.parse_args()
     spec = common.load_spec()
-    import sinks  # noqa: F401  (first: recovery.target and sinks.plan import each other)
+    from recovery.output import CassandraOutput
     from recovery.replay import Replayer
-    from recovery.target import Target
-    from cql.upsert import Upserter
-    from cql.connection import connect
+    from recovery.target import RecordedTarget
     from wal.files import tree_size
     from wal.layout import WalDir
     from wal.log import WalLog
 
     checkpoint = spec["checkpoint"]
     wal = WalDir(os.path.join(checkpoint, "cassandra_wal")).check()
-    target = Target.from_dict(wal.read_target()["target"])
-    clusters = []
-
-    def upserter():
-        cluster, session = connect(target.config.connection)
-        clusters.append(cluster)
-        return Upserter(session, target.table, target.columns, target.config.write,
-                        target.config.connection.consistency_level)
+    # The flusher's own: one session, an Upserter per way a batch was sealed to be written.
+    output = CassandraOutput(RecordedTarget.require(wal).target)
 
     profiler = None
     if args.profile:
@@ -58,7 +50,7 @@ def main() -> None:
         profiler.start()
     wal_log = WalLog.open_writer(wal)
     try:
-        report = Replayer(wal, wal_log, upserter, checkpoint).run(query_running=False)
+        report = Replayer(wal, wal_log, output.upserter, checkpoint).run(query_running=False)
         log_bytes = tree_size(wal.log)
     finally:
         wal_log.close()
@@ -67,8 +59,7 @@ def main() -> None:
         profiler.stop()
         with open(args.profile, "w") as f:
             f.write(profiler.output_text(unicode=False, color=False, show_all=False))
-    for c in clusters:
-        c.shutdown()
+    output.close()
     rss = monitor.stop()
     common.emit({"rows": report.rows_written, "seconds": seconds, "batches": len(report.replayed),
                  "rocksdb_log_bytes": log_bytes, "rss_mb": rss, "peak_rss_mb": rss["driver"]})

@@ -30,15 +30,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sinkutil import (
+    REPO_ROOT,
+    cassandra_wal,
+    committed_batches,
+    count_rows,
+    create_table,
+    error_text,
+    read_table,
+    register,
+    running,
+    sink_options,
+    stream_wal,
+    wait_all_flushed,
+    wait_log_released,
+    wait_query_done,
+    wal_files,
+    write_json_files,
+)
 
-from sinks import credentials
+from cql import credentials
 from cql.errors import OptionError
 from sinks.plan import open_wal_dir
 from wal.layout import WalDir
-from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, count_rows, create_table,
-                      error_text, read_table, register, running, sink_options, stream_wal,
-                      wait_all_flushed, wait_log_released, wait_query_done, wal_files,
-                      write_json_files)
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +69,6 @@ SCHEMA = "id INT, name STRING"
 
 # ------------------------------------------------------------------------------ nodes
 from tests.helpers.node import load_cassandra_node_module, start_timeout  # noqa: E402
-
 
 cn = load_cassandra_node_module()
 
@@ -488,7 +501,7 @@ spark = (SparkSession.builder.master("local[2]").appName("secret-search")
          .config("spark.local.dir", launch["local_dir"])
          .getOrCreate())
 import sinks
-from sinks import credentials
+from cql import credentials
 from wal.log import WalLog
 from wal.layout import WalDir
 

@@ -15,14 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from sinks import credentials  # first: importing recovery.target first is circular
-from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
-from recovery.target import Target
-from cql.credentials import CredentialChannelError, CredentialServer, CredentialStore
+from cql import credentials
+from cql.credentials import (
+    ENV_KEYSTORE_PASSWORD,
+    ENV_PASSWORD,
+    ENV_USERNAME,
+    CredentialChannelError,
+    CredentialServer,
+    CredentialStore,
+)
+from cql.table import TableSchema
 from recovery.flusher import load_target
 from recovery.output import CassandraOutput
+from recovery.target import Target
 from sinks.options import parse_options
-from cql.table import TableSchema
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.unit
@@ -61,7 +67,7 @@ def process_server(monkeypatch):
 def _send_from_other_process(address: str, wal_root: str, **creds) -> subprocess.CompletedProcess:
     code = textwrap.dedent(f"""
         import json, sys
-        from sinks import credentials
+        from cql import credentials
         try:
             credentials.send({address!r}, {wal_root!r}, json.loads(sys.argv[1]))
         except credentials.CredentialChannelError as exc:
