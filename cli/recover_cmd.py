@@ -1,6 +1,6 @@
 """``cassandra-wal recover``: its arguments, the checks before anything is changed (the
 checkpoint is local, Spark's, and this WAL's query's), the plan of ``--dry-run``, progress and
-exit codes. The recovery itself is :func:`recovery.recover.recover`.
+exit codes. The recovery itself is :func:`recovery.recover.replay_wal`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cql import credentials
 from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
 from cql.errors import ConnectionFailed, FlushFailed
 from recovery.errors import RecoveryBlocked
-from recovery.recover import recover
+from recovery.recover import replay_wal
 from recovery.replay import Progress
 from recovery.target import RecordedTarget, Target
 from wal import binding, catalog
@@ -56,7 +56,8 @@ Examples:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(NAME, help="replay committed batches not yet flushed, discard the rest",
+    p = sub.add_parser(NAME, help="replay committed batches not yet flushed, discard the rest "
+                            "(takes the WAL's lock)",
                        description=DESCRIPTION,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
@@ -79,7 +80,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def _target(wal: WalDir, args) -> Target:
     recorded = RecordedTarget.read(wal)
     if recorded is None or not recorded.target_fields:
-        raise UsageError(f"{wal.root} has no target.json", "is this the WAL of a cassandra_wal sink?")
+        raise UsageError(f"{wal.root} records no target (target.json)",
+                         "is this the WAL of a cassandra_wal sink?")
     hosts = tuple(h.strip() for h in args.host.split(",")) if args.host else None
     given = {"username": args.username, "password": os.environ.get(args.password_env),
              "ssl_keystore_password": os.environ.get(args.keystore_password_env)}
@@ -152,8 +154,8 @@ def run(args) -> int:
                   if rows else "nothing to do")
         return EXIT_OK
     try:
-        report = recover(wal, checkpoint, _target(wal, args),
-                         on_progress=_Reporter(quiet=args.json))
+        report = replay_wal(wal, checkpoint, _target(wal, args),
+                            on_progress=_Reporter(quiet=args.json))
     except RecoveryBlocked as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_CORRUPT

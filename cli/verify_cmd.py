@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
 from cli.render import human_bytes, table
+from recovery.target import RecordedTarget
 from wal import format as fmt
 from wal.errors import WalCorrupted
 from wal.files import tree_size
@@ -332,7 +333,7 @@ class Verifier:
 
     def check_target(self) -> None:
         try:
-            self.wal.read_target()
+            RecordedTarget.read(self.wal)
         except WalCorrupted as exc:
             self.add(WARNING, f"target.json unreadable ({exc.detail}): inspect cannot find the "
                      f"checkpoint by itself", segment=fmt.TARGET_FILE, path=self.wal.target_file)

@@ -104,6 +104,13 @@ def layered(*sources: Mapping[str, str | None]) -> dict[str, str]:
     return {f: str(v) for f, v in creds.items() if v is not None}
 
 
+def of_stream(wal_root: str, session_conf: Mapping[str, object] | None) -> dict[str, str]:
+    """What a stream's flusher connects with: :func:`layered` over the session conf snapshot
+    taken by ``sinks.register`` and the write's options handed over for ``wal_root`` (asked
+    anew at every connection: a restarted query hands them over with its first batch)."""
+    return layered(in_conf(session_conf), lookup(wal_root))
+
+
 def _key(wal_root: str) -> str:
     return os.path.normpath(os.path.abspath(wal_root))
 
@@ -362,4 +369,4 @@ def hand_over(address: str | None, wal_root: str, connection) -> bool:
 
 __all__ = ["CredentialServer", "CredentialStore", "CredentialChannelError", "ensure_server",
            "hand_over", "lookup", "forget", "given_in", "send", "layered", "in_conf",
-           "of_connection", "CREDENTIAL_OPTIONS", "ENV_VARIABLES"]
+           "of_connection", "of_stream", "CREDENTIAL_OPTIONS", "ENV_VARIABLES"]

@@ -1,8 +1,11 @@
 """Typed exceptions of the Cassandra sink.
 
-Every error the sink raises on purpose is a :class:`SinkError`. Each subclass keeps the
-thing at fault as attributes (``option``, ``column``, ``keyspace`` ...) so callers and tests
-can react to it without parsing text, and renders a one-line message that names it.
+Every error about what the user gave (options, schema, values, the connection) is a
+:class:`SinkError`; a write that Cassandra did not acknowledge is a :class:`FlushFailed`
+(recovery's and the WAL's own errors complete the families: ``recovery.errors.SINK_ERRORS``).
+Each keeps the thing at fault as attributes (``option``, ``column``, ``keyspace`` ...) so
+callers and tests can react to it without parsing text, and renders a one-line message that
+names it.
 
 Why the pickling care: these exceptions are raised inside Spark's Python workers and travel
 back to the driver pickled. ``Exception`` pickles as ``cls(*self.args)``; because our

@@ -47,9 +47,7 @@ import socket
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, ContextManager, Iterable, Iterator
-
-from py4j.protocol import Py4JError
+from typing import Callable, ContextManager, Iterable, Iterator, Protocol
 
 from cql.errors import FlushFailed, SinkError
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
@@ -193,26 +191,14 @@ def _crash_env() -> tuple[tuple[str, str], ...]:
 JobRunner = Callable[[int, list, Callable], list]
 
 
-def spark_job_runner(spark_context) -> JobRunner:
-    """Runs ``fn`` over ``tasks`` as one Spark job, one task (partition) per segment."""
-    def run(batch: int, tasks: list[SegmentTask], fn) -> list[SegmentResult]:
-        spark_context.setJobDescription(f"cassandra_wal: flush batch {batch} "
-                                        f"({len(tasks)} segments)")
-        try:
-            return spark_context.parallelize(tasks, len(tasks)).mapPartitions(fn).collect()
-        except Py4JError as exc:   # tasks lost beyond spark.task.maxFailures, Spark stopping
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise FlushFailed(batch, f"the Spark job of the flush failed: {first}") from None
+class SparkJobs(Protocol):
+    """Runs a flush job on Spark (``sinks.spark_jobs``, which is Spark-facing): ``fn`` over
+    ``tasks``, one task each; raises :class:`~cql.errors.FlushFailed` if the job fails."""
 
-    return run
+    def __call__(self, batch: int, tasks: list, fn: Callable) -> list: ...
 
-
-def spark_is_active(spark) -> bool:
-    try:
-        jsc = spark.sparkContext._jsc
-        return jsc is not None and not jsc.sc().isStopped()
-    except Exception:  # noqa: BLE001 - a gateway that is gone: not active
-        return False
+    def active(self) -> bool:
+        """Whether Spark can still run a job (it stops before the query's last drain may)."""
 
 
 class ExecutorsWriter:
@@ -228,8 +214,8 @@ class ExecutorsWriter:
         self._open_upserter = open_upserter
 
     @classmethod
-    def on_spark(cls, spark_context, wal_root: str, target: Callable[[], Target]):
-        return cls(spark_job_runner(spark_context), wal_root, target)
+    def on_spark(cls, spark_jobs: SparkJobs, wal_root: str, target: Callable[[], Target]):
+        return cls(spark_jobs, wal_root, target)
 
     @classmethod
     def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target]):

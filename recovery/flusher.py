@@ -27,7 +27,6 @@ import threading
 
 from tenacity import (
     Retrying,
-    retry_if_exception_type,
     retry_if_result,
     stop_after_delay,
     stop_when_event_set,
@@ -37,14 +36,14 @@ from tenacity import (
 from cql import credentials
 from wal import checkpoint as ckpt
 from wal.binding import bind
-from wal.errors import WalCorrupted, WalLocked, WalStorageError
+from wal.errors import WalCorrupted, WalStorageError
 from wal.layout import WalDir
-from wal.log import WalLog
 from wal.retention import RetentionPolicy
 
 from .errors import SINK_ERRORS, RecoveryBlocked, is_transient
-from .executors import ExecutorsWriter, spark_is_active
+from .executors import ExecutorsWriter, SparkJobs
 from .output import CassandraOutput
+from .recover import open_writer_waiting
 from .replay import Replayer
 from .target import RecordedTarget, Target
 
@@ -55,21 +54,10 @@ BLOCK_REMEDY = ("the flusher tries again every few seconds and the block clears 
 
 
 def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
-    """The WAL's recorded target (secret-free) with the credentials of
-    :func:`cql.credentials.layered`: the environment, the session conf snapshot taken by
-    ``sinks.register``, the write's options (handed over in memory through
-    :mod:`cql.credentials`)."""
+    """The WAL's recorded target (secret-free) with a stream's credentials
+    (:func:`cql.credentials.of_stream`)."""
     target = RecordedTarget.require(wal).target
-    return target.with_credentials(credentials.layered(credentials.in_conf(session_conf),
-                                                       credentials.lookup(wal.root)))
-
-
-def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
-    """Open the log for writing, waiting for a previous owner (a finishing job) to let go."""
-    for attempt in Retrying(stop=stop_after_delay(seconds), wait=wait_fixed(0.2),
-                            retry=retry_if_exception_type(WalLocked), reraise=True):
-        with attempt:
-            return WalLog.open_writer(wal)
+    return target.with_credentials(credentials.of_stream(wal.root, session_conf))
 
 
 def retention_of(target: Target) -> RetentionPolicy:
@@ -81,7 +69,8 @@ class QueryFlusher:
     """Owns one query's WAL log in the driver and flushes committed batches in order."""
 
     def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
-                 retry_interval_s: float = 2.0, spark=None):
+                 retry_interval_s: float = 2.0,
+                 spark_jobs: SparkJobs | None = None):
         self.wal = WalDir(wal_root)
         self.checkpoint = checkpoint
         self.session_conf = session_conf
@@ -91,10 +80,10 @@ class QueryFlusher:
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
-        self.output = CassandraOutput(self.target, self.wal.root)
+        self.output = CassandraOutput(self.target, self.wal.root, session_conf)
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target))
-        self.spark = spark
+        self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
@@ -158,7 +147,7 @@ class QueryFlusher:
         target = load_target(self.wal, self.session_conf)
         self._reset_output()
         self.target, self._fingerprint = target, fingerprint
-        self.output = CassandraOutput(target, self.wal.root)
+        self.output = CassandraOutput(target, self.wal.root, self.session_conf)
         self.replayer.retention = retention_of(target)
         self._close_executors()
         log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
@@ -170,9 +159,9 @@ class QueryFlusher:
         wal = self.target.config.wal
         if wal.flush_mode == "driver":
             return None
-        if wal.flush_mode == "executors" and (self.spark is None
-                                              or not spark_is_active(self.spark)):
-            if self.spark is not None:
+        if wal.flush_mode == "executors" and (self.spark_jobs is None
+                                              or not self.spark_jobs.active()):
+            if self.spark_jobs is not None:
                 log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
             return None
         if self._executors_writer is None:
@@ -181,7 +170,7 @@ class QueryFlusher:
                     wal.flush_processes, self.wal.root, self.output.current_target)
             else:
                 self._executors_writer = ExecutorsWriter.on_spark(
-                    self.spark.sparkContext, self.wal.root, self.output.current_target)
+                    self.spark_jobs, self.wal.root, self.output.current_target)
         return self._executors_writer
 
     def _close_executors(self) -> None:

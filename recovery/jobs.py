@@ -18,32 +18,26 @@ from wal.jobs import TableJobs, last_timestamp
 from wal.layout import WalDir
 
 from .errors import RecoveryBlocked
-from .flusher import open_writer_waiting
-from .output import CassandraOutput
-from .replay import Replayer, ReplayReport
+from .recover import replay_wal
+from .replay import ReplayReport
 from .target import RecordedTarget, Target
 
 log = logging.getLogger(__name__)
 
 
 def flush_sealed(wal: WalDir, target: Target) -> ReplayReport:
-    """Write everything sealed in ``wal`` (its seals are their own commit point), in order."""
-    output = CassandraOutput(target)
-    wal_log = open_writer_waiting(wal, 60)
-    try:
-        return Replayer(wal, wal_log, output.upserter, checkpoint=None).run(query_running=False)
-    finally:
-        wal_log.close()
-        output.close()
+    """Write everything sealed in a job's ``wal`` (its seals are their own commit point), in
+    order, waiting a minute for a job that still holds it."""
+    return replay_wal(wal, None, target, lock_wait_s=60, crash_prefix="flush")
 
 
-def _recorded_target(wal: WalDir, credentials: Mapping[str, str]) -> Target:
+def _recorded_target(wal: WalDir, creds: Mapping[str, str]) -> Target:
     """The target ``wal`` recorded, with this job's credentials: none are recorded in a WAL, and
     a job left by another has only the current job's to go with."""
-    return RecordedTarget.require(wal).target.with_credentials(credentials)
+    return RecordedTarget.require(wal).target.with_credentials(creds)
 
 
-def flush_shared_wal(jobs: TableJobs, credentials: Mapping[str, str]) -> None:
+def flush_shared_wal(jobs: TableJobs, creds: Mapping[str, str]) -> None:
     """A WAL of the earlier layout at the table root (every job in one WAL): write what it
     holds, carry its timestamps into the floor, and remove it, before this job seals. Under
     the table's lock, so that one job does it and none seals meanwhile."""
@@ -52,7 +46,7 @@ def flush_shared_wal(jobs: TableJobs, credentials: Mapping[str, str]) -> None:
         if wal is None:
             return
         wal.check()
-        report = flush_sealed(wal, _recorded_target(wal, credentials))
+        report = flush_sealed(wal, _recorded_target(wal, creds))
         if report.waiting_at is not None:
             raise SinkError(
                 f"{wal.root} holds a WAL whose batch {report.waiting_at} waits for a Spark "
@@ -64,7 +58,7 @@ def flush_shared_wal(jobs: TableJobs, credentials: Mapping[str, str]) -> None:
                  "(%d batches written)", wal.root, len(report.replayed))
 
 
-def complete_orphans(jobs: TableJobs, own_root: str, credentials: Mapping[str, str]) -> None:
+def complete_orphans(jobs: TableJobs, own_root: str, creds: Mapping[str, str]) -> None:
     """Write the job WALs that other jobs sealed and left (their lock is free: their process
     died after the seal), each with the options it recorded. A failure is logged and leaves
     that WAL for the next job or ``cassandra-wal recover``: it does not fail this job, whose
@@ -74,7 +68,7 @@ def complete_orphans(jobs: TableJobs, own_root: str, credentials: Mapping[str, s
             if wal is None:
                 continue
             try:
-                report = flush_sealed(wal, _recorded_target(wal, credentials))
+                report = flush_sealed(wal, _recorded_target(wal, creds))
             except (RecoveryBlocked, FlushFailed, ConnectionFailed, SinkError, WalError,
                     OSError) as exc:
                 log.error("cassandra_wal: could not complete the sealed WAL %s left by a job "

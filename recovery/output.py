@@ -22,18 +22,21 @@ class CassandraOutput:
     """A lazily opened session, and an Upserter for each way a batch was sealed to be written
     (``Seal.write``: columns, TTL, write time, nulls); closed with the flusher.
 
-    With ``wal_root``, every (re)connection picks up the newest credentials the write's
-    options handed over (a restarted query hands them over with its first batch, after the
-    flusher was made)."""
+    With ``wal_root`` (a stream's flusher), every (re)connection takes the credentials of
+    :func:`cql.credentials.of_stream` anew (a restarted query hands its options' over with its
+    first batch, after the flusher was made)."""
 
-    def __init__(self, target: Target, wal_root: str | None = None):
-        self.target, self._cluster, self._session, self.wal_root = target, None, None, wal_root
+    def __init__(self, target: Target, wal_root: str | None = None,
+                 session_conf: dict | None = None):
+        self.target, self._cluster, self._session = target, None, None
+        self.wal_root, self.session_conf = wal_root, session_conf
         self._upserters: dict[str, Upserter] = {}
 
     def current_target(self) -> Target:
         """The target with the newest credentials (what the executors' tasks get, too)."""
         if self.wal_root is not None:
-            return self.target.with_connection(**credentials.lookup(self.wal_root))
+            return self.target.with_credentials(
+                credentials.of_stream(self.wal_root, self.session_conf))
         return self.target
 
     def upserter(self, seal: Seal | None = None) -> Upserter:

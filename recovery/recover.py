@@ -1,15 +1,19 @@
-"""Recovery by hand: what ``cassandra-wal recover`` runs, with the query stopped.
+"""A WAL replayed whole from this process: what ``cassandra-wal recover`` runs with the query
+stopped, and what a batch job's commit runs over its own WAL (:mod:`recovery.jobs`).
 
 The same :class:`~recovery.replay.Replayer` the flusher runs at query start: it takes the
 WAL's writer lock (so it cannot run beside a live sink), discards batches Spark never committed
-and replays committed ones in order, at their sealed write timestamps, from this process.
-What blocked the sink is then written, so the block is cleared.
+and replays committed ones in order, at their sealed write timestamps. What blocked the sink is
+then written, so the block is cleared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from wal.errors import WalLocked
 from wal.layout import WalDir
 from wal.log import WalLog
 
@@ -18,18 +22,28 @@ from .replay import Progress, Replayer, ReplayReport
 from .target import Target
 
 
-def recover(wal: WalDir, checkpoint: str | None, target: Target,
-            on_progress: Callable[[Progress], None] | None = None) -> ReplayReport:
+def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
+    """Open the log for writing, waiting up to ``seconds`` for a previous owner (a finishing
+    job, a stopping flusher) to let go; ``WalLocked`` after that (at once with 0)."""
+    for attempt in Retrying(stop=stop_after_delay(seconds), wait=wait_fixed(0.2),
+                            retry=retry_if_exception_type(WalLocked), reraise=True):
+        with attempt:
+            return WalLog.open_writer(wal)
+
+
+def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
+               on_progress: Callable[[Progress], None] | None = None,
+               lock_wait_s: float = 0.0, crash_prefix: str = "recover") -> ReplayReport:
     """Replay ``wal`` against the checkpoint ``checkpoint`` (a local folder; None for a batch
     job's WAL, whose seals are their own commit point), writing to ``target``. Raises
-    ``WalLocked`` (a running sink holds the WAL), ``RecoveryBlocked`` (a batch cannot be
+    ``WalLocked`` (another process holds the WAL), ``RecoveryBlocked`` (a batch cannot be
     replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
-    wal_log = WalLog.open_writer(wal)
+    wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint,
                           on_progress=on_progress).run(query_running=False,
-                                                       crash_prefix="recover")
+                                                       crash_prefix=crash_prefix)
     finally:
         wal_log.close()
         output.close()

@@ -94,7 +94,7 @@ class RowWriter(Protocol):
     ``write`` starts at ``(record.next_segment, record.next_chunk)``, writes row *i* of the
     batch at ``seal.base_ts_us + i``, and yields acknowledgements in seal order, each one a
     longer prefix of the batch. It raises :class:`~wal.errors.WalCorrupted` before writing
-    any row of a damaged chunk or segment, and :class:`~recovery.errors.FlushFailed` (or a
+    any row of a damaged chunk or segment, and :class:`~cql.errors.FlushFailed` (or a
     connection error) when rows were not acknowledged. It never touches the log's states:
     recording progress and marking the batch are the Replayer's.
     """

@@ -69,9 +69,9 @@ class Target:
         conn = replace(self.config.connection, **changes)
         return replace(self, config=replace(self.config, connection=conn))
 
-    def with_credentials(self, credentials: Mapping[str, str]) -> "Target":
-        """A copy connecting with ``credentials`` (what :func:`cql.credentials.layered` chose)."""
-        return self.with_connection(**credentials)
+    def with_credentials(self, creds: Mapping[str, str]) -> "Target":
+        """A copy connecting with ``creds`` (what :func:`cql.credentials.layered` chose)."""
+        return self.with_connection(**creds)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from wal.pointer import read_pointer
 
 from .listener import CassandraWalListener
 from .source import CassandraWalDataSource
+from .spark_jobs import SparkJobs
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,8 @@ class FlushRegistry:
         if wal_root is None:
             return None     # not our sink, or its first batch is not committed yet
         try:
-            flusher = QueryFlusher(wal_root, checkpoint, self.session_conf, spark=self.spark)
+            flusher = QueryFlusher(wal_root, checkpoint, self.session_conf,
+                                   spark_jobs=SparkJobs(self.spark))
         except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
             # The listener cannot fail the query, but the query's next commit can: a flusher
             # that cannot start for a reason no retry cures (the WAL is another query's, its

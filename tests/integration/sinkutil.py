@@ -256,7 +256,7 @@ def wait_query_done(spark, query, timeout: float = DEFAULT_TIMEOUT) -> None:
 
 def wait_log_released(wal: WalDir, timeout: float = 60.0) -> WalLog:
     """Open the WAL log for writing once the driver's flusher (a finished query) let it go."""
-    from recovery.flusher import open_writer_waiting
+    from recovery.recover import open_writer_waiting
 
     return open_writer_waiting(wal, timeout)
 

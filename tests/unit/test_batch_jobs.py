@@ -101,7 +101,7 @@ def recorder(monkeypatch):
         return ReplayReport(replayed=[JOB_BATCH], rows_written=5)
 
     monkeypatch.setattr(job_flush, "flush_sealed", fake_flush)
-    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, credentials: wal.read_target())
+    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, creds: wal.read_target())
     return flushed
 
 
@@ -164,7 +164,7 @@ def test_an_orphan_that_cannot_be_written_is_logged_and_kept_for_the_next_job(
         tmp_path, monkeypatch, caplog):
     jobs = TableJobs(str(tmp_path / "table"))
     orphan = _job(jobs, "dead", sealed=True)
-    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, credentials: None)
+    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, creds: None)
 
     def failing(wal, target):
         raise SinkError("Cassandra refused it")
@@ -230,7 +230,7 @@ def test_a_shared_layout_wal_that_waits_for_a_checkpoint_is_kept_and_the_job_fai
         tmp_path, monkeypatch):
     root = str(tmp_path / "table")
     WalFactory(root, target={"keyspace": "ks", "table": "t"}).sealed(3, committed=None)
-    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, credentials: None)
+    monkeypatch.setattr(job_flush, "_recorded_target", lambda wal, creds: None)
     monkeypatch.setattr(job_flush, "flush_sealed",
                         lambda wal, target: ReplayReport(waiting_at=3))
     jobs = TableJobs(root)

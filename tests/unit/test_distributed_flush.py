@@ -16,13 +16,13 @@ import pickle
 import pytest
 from pyspark import cloudpickle
 
+from cql.table import TableSchema
 from recovery.errors import FlushFailed, RecoveryBlocked
+from recovery.executors import ExecutorsWriter, SegmentJob, _armed, segment_tasks, write_segments
 from recovery.replay import Replayer
 from recovery.target import Target
-from recovery.executors import (ExecutorsWriter, SegmentJob, _armed, segment_tasks,
-                                     write_segments)
 from sinks.options import ConnectionConfig, SinkConfig
-from cql.table import TableSchema
+from sinks.spark_jobs import SparkJobs
 from tests.helpers.walfactory import WalFactory
 from wal.crashpoints import ENV_POINT
 from wal.states import BatchState
@@ -302,7 +302,8 @@ def flusher_for(tmp_path, mode: str, spark):
     t = target()
     t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
     wal.write_target({"fingerprint": "f", "target": t.to_dict()})
-    flusher = QueryFlusher(wal.root, str(tmp_path / "cp"), spark=spark)
+    flusher = QueryFlusher(wal.root, str(tmp_path / "cp"),
+                           spark_jobs=SparkJobs(spark) if spark is not None else None)
     runs = []
     flusher.replayer.run = lambda query_running, prefix, writer=None: runs.append(writer)
     return flusher, runs
@@ -323,13 +324,13 @@ def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp
     flusher, runs = flusher_for(tmp_path, "driver", FakeSpark())
     try:
         flusher.drain(query_running=True)
-        flusher.spark = FakeSpark(stopped=True)
+        flusher.spark_jobs = SparkJobs(FakeSpark(stopped=True))
         target_json = flusher.wal.read_target()
         target_json["target"]["config"]["wal"]["flush_mode"] = "executors"   # a restarted query
         target_json["fingerprint"] = "g"                      # (new options, new fingerprint)
         flusher.wal.write_target(target_json)
         flusher.drain(query_running=True)
-        flusher.spark = FakeSpark()
+        flusher.spark_jobs = SparkJobs(FakeSpark())
         flusher.drain(query_running=True)
         assert runs[:2] == [None, None] and isinstance(runs[2], ExecutorsWriter)
     finally:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 class FakeFlusher:
     made: list["FakeFlusher"] = []
 
-    def __init__(self, wal_root, checkpoint, session_conf, spark=None):
+    def __init__(self, wal_root, checkpoint, session_conf, spark_jobs=None):
         self.wal_root, self.checkpoint = wal_root, checkpoint
         self.calls: list[str] = []
         self.finish_within: list[float] = []    # each stop's bound for retrying its last drain
@@ -158,7 +158,7 @@ def test_exit_stops_running_flushers_and_waits_for_finishing_ones(registry):
 # -- a flusher that cannot start is never silent (issue 17, item 5) -------------------------
 
 def failing_flusher(error):
-    def make(wal_root, checkpoint, session_conf, spark=None):
+    def make(wal_root, checkpoint, session_conf, spark_jobs=None):
         raise error
     return make
 
