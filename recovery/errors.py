@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 
 from cql.errors import ConnectionFailed, FlushFailed, SinkError, transient_driver_errors
-from wal.errors import WalCorrupted, WalError, WalLocked, WalStorageError
+from wal.errors import StoreUnavailable, WalCorrupted, WalError, WalLocked, WalStorageError
 
 
 class RecoveryError(Exception):
@@ -99,7 +99,7 @@ def is_transient(exc: BaseException) -> bool:
         return exc.transient
     if isinstance(exc, (RecoveryBlocked, WalCorrupted)):
         return False
-    if isinstance(exc, (ConnectionFailed, WalLocked, WalStorageError)):
+    if isinstance(exc, (ConnectionFailed, WalLocked, WalStorageError, StoreUnavailable)):
         return True
     if isinstance(exc, (SinkError, WalError)):
         return False

@@ -95,6 +95,18 @@ class WalLocked(WalError):
                 f"(a running sink or recovery); stop it first or use read-only commands")
 
 
+class StoreUnavailable(WalError):
+    """The store that holds a WAL's files (HDFS, an S3 bucket) did not answer, or answered an
+    error a retry may not meet again (:mod:`wal.store`): transient, it never blocks the sink."""
+
+    def __init__(self, store: str, detail: str):
+        super().__init__(store, detail)
+        self.store, self.detail = store, detail
+
+    def __str__(self) -> str:
+        return f"{self.store}: the store holding the WAL's files failed: {self.detail}"
+
+
 class WalStorageError(WalError):
     """The RocksDB log could not write: its disk is full or failing (RocksDB's "IO error").
 

@@ -1,0 +1,79 @@
+"""The contract of :mod:`wal.store` that every store must keep, as a base class: a test module
+subclasses :class:`StoreContract` and gives it a ``store`` fixture (a fresh, empty store)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from wal.errors import StoreUnavailable
+
+
+class StoreContract:
+    """Publish once, read whole, list in key order, delete."""
+
+    def test_a_created_object_reads_back_whole(self, store):
+        assert store.create("seals/00000000000000000001.seal", b"seal one\n") is True
+        assert store.read("seals/00000000000000000001.seal") == b"seal one\n"
+
+    def test_a_key_is_published_once_and_the_first_object_stays(self, store):
+        assert store.create("a/b.seg", b"first") is True
+        assert store.create("a/b.seg", b"second") is False
+        assert store.read("a/b.seg") == b"first"
+
+    def test_of_writers_racing_for_one_key_exactly_one_wins_and_its_bytes_stay(self, store):
+        results: dict[int, bool] = {}
+        barrier = threading.Barrier(6)
+
+        def writer(i: int) -> None:
+            barrier.wait()
+            results[i] = store.create("race/seal", f"writer {i} ".encode() * 1000)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        winners = [i for i, won in results.items() if won]
+        assert len(results) == 6 and len(winners) == 1, results
+        assert store.read("race/seal") == f"writer {winners[0]} ".encode() * 1000
+        assert store.list("race") == ["race/seal"]          # no temp file left behind
+
+    def test_an_empty_object_is_an_object(self, store):
+        assert store.create("empty", b"") is True
+        assert store.read("empty") == b""
+        assert store.create("empty", b"x") is False
+
+    def test_a_missing_key_reads_as_none(self, store):
+        assert store.read("nothing/here") is None
+
+    def test_list_gives_every_key_under_a_prefix_in_key_order(self, store):
+        for key in ("segments/2/b.seg", "segments/10/a.seg", "segments/2/a.seg",
+                    "seals/2.seal", "target.json"):
+            assert store.create(key, key.encode())
+        assert store.list("segments") == ["segments/10/a.seg", "segments/2/a.seg",
+                                          "segments/2/b.seg"]
+        assert store.list() == ["seals/2.seal", "segments/10/a.seg", "segments/2/a.seg",
+                                "segments/2/b.seg", "target.json"]
+        assert store.list("nowhere") == []
+
+    def test_delete_removes_and_a_second_delete_is_harmless(self, store):
+        store.create("x/y", b"1")
+        store.delete("x/y")
+        assert store.read("x/y") is None
+        store.delete("x/y")
+        assert store.create("x/y", b"2") is True     # the name is free again
+
+    @pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "./a"])
+    def test_a_key_that_is_not_a_plain_relative_path_is_refused(self, store, key):
+        with pytest.raises(ValueError, match="bad store key"):
+            store.create(key, b"x")
+
+
+def assert_unavailable(store) -> None:
+    """A store whose server is gone: every call fails as StoreUnavailable (transient)."""
+    for call in (lambda: store.create("k", b"v"), lambda: store.read("k"),
+                 lambda: store.list(), lambda: store.delete("k")):
+        with pytest.raises(StoreUnavailable):
+            call()

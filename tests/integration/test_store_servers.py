@@ -1,0 +1,82 @@
+"""wal/store.py against real servers, started by the project's own scripts: HDFS
+(``scripts/hdfs``, a MiniDFSCluster, through WebHDFS) and S3 (``scripts/s3``, moto). Each runs
+the store contract (tests/helpers/store_contract.py), publish-once under a race included; and a
+store whose server is gone fails as StoreUnavailable, which the sink treats as transient."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.store_contract import StoreContract, assert_unavailable
+from wal.store import S3Store, WebHdfsStore
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def script(name: str, *args, timeout: float = 300) -> str:
+    """Run ``scripts/<name> ...``; its last stdout line (a start prints where it listens)."""
+    done = subprocess.run([str(REPO / "scripts" / name), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"scripts/{name} {' '.join(map(str, args))}:\n{done.stderr}"
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+@pytest.fixture(scope="module")
+def hdfs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hdfs")
+    port, http_port = free_port(), free_port()
+    script("hdfs", "start", "--port", port, "--http-port", http_port, "--dir", folder)
+    yield f"http://127.0.0.1:{http_port}"
+    script("hdfs", "stop", "--port", port, "--dir", folder, "--purge")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    import boto3
+
+    folder = tmp_path_factory.mktemp("s3")
+    port = free_port()
+    endpoint = script("s3", "start", "--port", port, "--dir", folder, "--bucket", "wal-bucket",
+                      timeout=120)
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    yield client
+    script("s3", "stop", "--port", port, "--dir", folder, "--purge", timeout=120)
+
+
+class TestWebHdfsStore(StoreContract):
+    @pytest.fixture
+    def store(self, hdfs):
+        return WebHdfsStore(hdfs, f"/wal-{uuid.uuid4().hex[:8]}", user="tester")
+
+
+class TestS3Store(StoreContract):
+    @pytest.fixture
+    def store(self, s3):
+        return S3Store("wal-bucket", f"wal-{uuid.uuid4().hex[:8]}", client=s3)
+
+
+def test_a_store_whose_server_is_gone_fails_as_unavailable():
+    import boto3
+    from botocore.config import Config
+
+    port = free_port()                  # nothing listens there
+    assert_unavailable(WebHdfsStore(f"http://127.0.0.1:{port}", "/wal", timeout_s=5))
+    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
+                          aws_access_key_id="testing", aws_secret_access_key="testing",
+                          region_name="us-east-1",
+                          config=Config(retries={"max_attempts": 1}, connect_timeout=2))
+    assert_unavailable(S3Store("wal-bucket", "wal", client=client))
