@@ -16,12 +16,12 @@ import os
 from dataclasses import dataclass
 
 from . import format as fmt
+from .checkpoint import SparkCheckpoint
 from .errors import WalBoundElsewhere, WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
 from .seal import read_seal
-
-METADATA_FILE = "metadata"      # Spark's <checkpoint>/metadata: {"id": "<query id>"}
+from .store import LocalStore
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,7 @@ class Binding:
 
 def query_id_of(checkpoint: str) -> str:
     """The query id Spark recorded in ``<checkpoint>/metadata`` ("" if there is none yet)."""
-    try:
-        with open(os.path.join(checkpoint, METADATA_FILE), "rb") as f:
-            first_line = f.readline()
-        return str(json.loads(first_line).get("id", ""))
-    except (FileNotFoundError, ValueError, AttributeError):
-        return ""
+    return SparkCheckpoint(LocalStore(checkpoint)).query_id() or ""
 
 
 def read_binding(wal: WalDir) -> Binding | None:

@@ -13,11 +13,15 @@ not on the local filesystem instead of reading a different folder than Spark wri
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import re
 from dataclasses import dataclass
 
+from .store import Store
+
 LOCAL_SCHEME = "file"
+COMMITS, OFFSETS, METADATA = "commits", "offsets", "metadata"   # in a checkpoint
 LOCAL_DEFAULT_FS = "file:///"        # Hadoop's fs.defaultFS when nothing sets it
 # Hadoop's Path: a scheme is what comes before the first ':' when no '/' comes earlier.
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -135,3 +139,34 @@ def committed_batches(checkpoint: str) -> list[int]:
     except FileNotFoundError:
         return []
     return sorted(int(n) for n in names if n.isdigit())
+
+
+@dataclass(frozen=True)
+class SparkCheckpoint:
+    """A Spark checkpoint read through a store (:mod:`wal.store`): on HDFS or S3 as well as
+    on a local folder, from processes without a JVM (Spark's Python workers, the offline
+    tool). Read-only, like the rest of this module."""
+
+    store: Store
+
+    def committed_batches(self) -> list[int]:
+        """Every ``commits/N`` Spark wrote (and has not purged yet), in order."""
+        names = (key.rsplit("/", 1)[-1] for key in self.store.list(COMMITS))
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def is_committed(self, batch: int) -> bool:
+        return self.store.read(f"{COMMITS}/{batch}") is not None
+
+    def query_id(self) -> str | None:
+        """Spark's id of the query (``metadata``: ``{"id": ...}``), the same in every run."""
+        raw = self.store.read(METADATA)
+        try:
+            found = json.loads(raw.decode().splitlines()[0]).get("id") if raw else None
+        except (ValueError, AttributeError, IndexError):    # torn or not Spark's
+            return None
+        return str(found) if found else None
+
+    def written_by_spark(self) -> bool:
+        """See :func:`written_by_spark`: ``metadata``, ``offsets/`` or ``commits/`` exists."""
+        return self.store.read(METADATA) is not None or \
+            any(self.store.list(folder) for folder in (OFFSETS, COMMITS))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.store_contract import StoreContract, assert_unavailable
-from wal.store import S3Store, WebHdfsStore
+from wal.s3 import S3Store
+from wal.webhdfs import WebHdfsStore
 
 pytestmark = [pytest.mark.integration]
 

@@ -126,7 +126,8 @@ def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
     heavy = ["cassandra.cluster", "cassandra.connection", "cassandra.query",
              "cassandra.concurrent", "cassandra.protocol", "recovery.flusher",
              "recovery.executors", "recovery.processes", "recovery.output", "recovery.jobs",
-             "cql.upsert", "cql.encode", "sinks.registry", "sinks.wait", "sinks.batch_jobs"]
+             "cql.upsert", "cql.encode", "sinks.registry", "sinks.wait", "sinks.batch_jobs",
+             "wal.s3", "wal.webhdfs", "boto3", "botocore", "urllib.request"]
     probe = ("import sys, sinks, sinks.source, sinks.plan\n"
              f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,

@@ -44,3 +44,46 @@ def test_a_local_create_fsyncs_the_object_and_its_folder(tmp_path, monkeypatch):
 
 def test_a_store_that_cannot_answer_is_transient():
     assert is_transient(StoreUnavailable("s3://b/p", "EndpointConnectionError"))
+
+
+def test_a_spark_checkpoint_is_read_through_a_store(tmp_path):
+    """What a checkpoint Spark wrote looks like on a local filesystem: commits with checksum
+    siblings (``.N.crc``), offsets, a metadata file whose first line holds the query id."""
+    from wal.checkpoint import SparkCheckpoint
+
+    cp = tmp_path / "cp"
+    (cp / "commits").mkdir(parents=True)
+    (cp / "offsets").mkdir()
+    for n in (0, 1, 2, 10):
+        (cp / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+        (cp / "commits" / f".{n}.crc").write_bytes(b"crc")
+    (cp / "offsets" / "11").write_text("v1\n")
+    checkpoint = SparkCheckpoint(LocalStore(str(cp)))
+    (cp / "metadata").write_text('{"id":"1c0a7c3e-8e43-4d5e-9a0e-2f1d2c3b4a59"}\n')
+    assert checkpoint.committed_batches() == [0, 1, 2, 10]
+    assert checkpoint.is_committed(10) and not checkpoint.is_committed(11)
+    assert checkpoint.query_id() == "1c0a7c3e-8e43-4d5e-9a0e-2f1d2c3b4a59"
+    assert checkpoint.written_by_spark()
+    empty = SparkCheckpoint(LocalStore(str(tmp_path / "nothing")))
+    assert (empty.committed_batches(), empty.query_id(), empty.written_by_spark()) == \
+        ([], None, False)
+
+
+def test_a_store_is_opened_by_its_uri(tmp_path, monkeypatch):
+    from wal.s3 import S3Store
+    from wal.stores import ENV_WEBHDFS, open_store
+    from wal.webhdfs import WebHdfsStore
+
+    assert open_store(str(tmp_path)).uri == f"file:{tmp_path}"
+    assert open_store(f"file:{tmp_path}/wal").uri == f"file:{tmp_path}/wal"
+    web = open_store("webhdfs://127.0.0.1:29870/data/wal")
+    assert isinstance(web, WebHdfsStore) and (web.base, web.root) == \
+        ("http://127.0.0.1:29870", "/data/wal")
+    monkeypatch.delenv(ENV_WEBHDFS, raising=False)
+    assert open_store("hdfs://nn.example:8020/cp").base == "http://nn.example:9870"
+    monkeypatch.setenv(ENV_WEBHDFS, "http://127.0.0.1:29870")
+    assert open_store("hdfs://127.0.0.1:29000/cp").base == "http://127.0.0.1:29870"
+    s3 = open_store("s3a://wal-bucket/streams/orders", s3_client=object())
+    assert isinstance(s3, S3Store) and (s3.bucket, s3.prefix) == ("wal-bucket", "streams/orders")
+    with pytest.raises(ValueError, match="no store for the scheme 'gs'"):
+        open_store("gs://bucket/cp")
