@@ -28,7 +28,6 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from cassandra.concurrent import execute_concurrent
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 from tenacity import (
     Retrying,
@@ -362,7 +361,12 @@ class Upserter:
         """Send the first ``concurrent.writes`` requests and return at once; the driver's
         event loop sends each next one as an answer comes. The results come in order from
         the generator. (``execute_concurrent_async`` would not do: in driver 3.30 it waits
-        for every answer before it returns its future.)"""
+        for every answer before it returns its future.)
+
+        The driver's concurrent module is imported on first use: it brings the driver's
+        cluster module, which ``cassandra-wal inspect``, ``dump`` and ``verify`` never need."""
+        from cassandra.concurrent import execute_concurrent
+
         return iter(execute_concurrent(self.session, pending,
                                        concurrency=self.write.concurrent_writes,
                                        raise_on_first_error=False, results_generator=True))

@@ -66,7 +66,8 @@ OWN_DEFERRED = {("sinks/__init__.py", "register", "sinks.registry"),
                 ("sinks/source.py", "abort", "sinks.batch_jobs")}
 #: Third-party modules that may be imported on first use, for the same reason.
 HEAVY_THIRD_PARTY = ("cassandra.cluster", "cassandra.connection", "cassandra.protocol",
-                     "cassandra.query", "cassandra.auth", "cassandra.policies", "ssl")
+                     "cassandra.query", "cassandra.auth", "cassandra.policies",
+                     "cassandra.concurrent", "ssl")
 
 
 def _deferred_imports(path: Path, package: str = "") -> list[tuple[str, str, str]]:
@@ -165,3 +166,15 @@ def _spark_facing_methods():
 def test_each_spark_facing_method_says_where_it_runs(name, method):
     doc = method.__doc__ or ""     # its own: inspect.getdoc would take pyspark's
     assert "Runs:" in doc, f"{name}: its docstring does not say where it runs ('Runs: ...')"
+
+
+def test_the_read_only_tools_load_no_cassandra_cluster_module():
+    """``cassandra-wal inspect|dump|verify`` read files: they start without the driver's
+    cluster module (which needs an event loop implementation to even import)."""
+    probe = ("import sys, cli.main\n"
+             "print([m for m in ('cassandra.cluster', 'cassandra.connection', 'pyspark')"
+             " if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
