@@ -9,12 +9,88 @@ Built from the user's options by :func:`sinks.options.parse_options`; recorded i
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from cassandra import ConsistencyLevel
 
 MAX_TTL_SECONDS = 630_720_000  # Cassandra's limit: 20 years.
+
+#: ``spark.cassandra.connection.ssl.protocol`` values we can honour, each as the lowest and
+#: highest ``ssl.TLSVersion`` member name. As in SCC (Java's ``SSLContext.getInstance``), the
+#: name is the *highest* version offered: ``TLSv1.3`` still talks to a node that speaks only
+#: 1.2, ``TLSv1.2`` never offers 1.3. The floor is 1.2 throughout: Java disables 1.0 and 1.1 by
+#: default (RFC 8996), and so does Python's ssl. Names are kept as strings so that this module
+#: does not import ssl (:mod:`cql.connection` does, on first use).
+TLS_PROTOCOLS: dict[str, tuple[str, str]] = {
+    "TLS": ("TLSv1_2", "MAXIMUM_SUPPORTED"),
+    "TLSv1.2": ("TLSv1_2", "TLSv1_2"),
+    "TLSv1.3": ("TLSv1_2", "TLSv1_3"),
+}
+_OLD_TLS = ("ssl", "sslv2", "sslv3", "tlsv1", "tlsv1.1")
+_PORT_RE = re.compile(r"^[0-9]{1,5}$")
+_BRACKETED_RE = re.compile(r"^\[([^\]]*)\](?::(.*))?$")
+
+
+def tls_protocol(name: str) -> str:
+    """The canonical spelling of an accepted TLS protocol name (matched ignoring case);
+    ``ValueError`` naming what is accepted otherwise."""
+    stripped = name.strip()
+    for known in TLS_PROTOCOLS:
+        if known.lower() == stripped.lower():
+            return known
+    if stripped.lower() in _OLD_TLS:
+        raise ValueError(
+            f"{stripped} is older than TLS 1.2, which Python's ssl refuses (RFC 8996 deprecates "
+            f"it); use one of {', '.join(TLS_PROTOCOLS)}")
+    raise ValueError(f"expected one of {', '.join(TLS_PROTOCOLS)}")
+
+
+def contact_point(entry: str) -> tuple[str, int | None]:
+    """One ``spark.cassandra.connection.host`` entry as ``(host, port)``; port None when the
+    entry has none (``spark.cassandra.connection.port`` applies). ``ValueError`` if malformed.
+
+    Forms: ``host``, ``host:port``, ``[ipv6]``, ``[ipv6]:port``, and a bare IPv6 address
+    (``::1``: more than one colon and no brackets is an address without a port, so a port
+    after an IPv6 address needs the brackets)."""
+    entry = entry.strip()
+    bracketed = _BRACKETED_RE.match(entry)
+    if bracketed:
+        host, port = bracketed.group(1).strip(), bracketed.group(2)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(
+                f"{entry!r}: brackets hold an IPv6 address, {host!r} is not one") from None
+    elif entry.startswith("[") or "]" in entry:
+        raise ValueError(f"{entry!r}: unbalanced brackets (IPv6 with a port: [::1]:9042)")
+    elif entry.count(":") > 1:
+        try:
+            ipaddress.IPv6Address(entry)
+        except ValueError:
+            raise ValueError(f"{entry!r} is neither host:port nor an IPv6 address "
+                             "(IPv6 with a port: [::1]:9042)") from None
+        return entry, None
+    elif ":" in entry:
+        host, port = (part.strip() for part in entry.split(":"))
+    else:
+        host, port = entry, None
+    if not host:
+        raise ValueError(f"{entry!r}: empty host before the port")
+    if port is None:
+        return host, None
+    if not _PORT_RE.match(port) or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{entry!r}: the port must be a whole number between 1 and 65535")
+    return host, int(port)
+
+
+def format_contact_point(host: str, port: int | None) -> str:
+    """The canonical spelling of a contact point (inverse of :func:`contact_point`)."""
+    if port is None:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -34,6 +110,7 @@ class ConnectionConfig:
     ssl_keystore_path: str | None = None
     ssl_keystore_password: str | None = field(default=None, repr=False)
     ssl_protocol: str = "TLS"
+    cloud_bundle_path: str | None = None  # a secure connect bundle; then hosts and TLS come from it
 
     SECRET_FIELDS = ("password", "ssl_keystore_password")
 
@@ -41,6 +118,13 @@ class ConnectionConfig:
     def consistency_level(self) -> int:
         """The driver's ``cassandra.ConsistencyLevel`` value for :attr:`consistency`."""
         return ConsistencyLevel.name_to_value[self.consistency]
+
+    @property
+    def contact_points(self) -> list:
+        """The driver's ``Cluster(contact_points=...)``: a host alone (the driver adds
+        :attr:`port`) or ``(host, port)`` for an entry with a port of its own."""
+        points = (contact_point(entry) for entry in self.hosts)
+        return [host if port is None else (host, port) for host, port in points]
 
     def public_dict(self) -> dict[str, Any]:
         """The config as JSON-ready data without any secret (safe to record in the WAL)."""

@@ -7,13 +7,14 @@ option (its value redacted for secrets).
 from __future__ import annotations
 
 import math
+import os.path
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cassandra import ConsistencyLevel
 
-from cql.config import MAX_TTL_SECONDS
+from cql.config import MAX_TTL_SECONDS, contact_point, format_contact_point, tls_protocol
 
 _MIN_PLAUSIBLE_MICROS = 10**14  # 1973-03-03 in microseconds; smaller values are ms or s.
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")
@@ -78,10 +79,34 @@ def millis_as_seconds(raw: str) -> float:
 
 
 def hosts(raw: str) -> tuple[str, ...]:
-    hosts = tuple(h.strip() for h in raw.split(",") if h.strip())
-    if not hosts:
+    """Contact points, each ``host``, ``host:port`` or ``[ipv6]:port`` (SCC's form), in their
+    canonical spelling; empty entries (a trailing comma) are skipped."""
+    entries = [h.strip() for h in raw.split(",") if h.strip()]
+    if not entries:
         raise ValueError("expected a comma-separated list of host names or addresses")
-    return hosts
+    return tuple(format_contact_point(*contact_point(entry)) for entry in entries)
+
+
+def ssl_protocol(raw: str) -> str:
+    return tls_protocol(raw)
+
+
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def cloud_bundle(raw: str) -> str:
+    """A secure connect bundle: an absolute local path (the Python driver opens it as a file).
+    SCC also takes URLs and bare ``spark.files`` names; the driver cannot fetch the first, and
+    the second would resolve against each process's working directory, not Spark's files."""
+    path = nonempty(raw)
+    if _URL_RE.match(path) and not path.startswith("file://"):
+        raise ValueError("a URL is not supported: the Python driver reads the bundle from a local "
+                         "file; copy it to the same absolute path on every node")
+    path = path.removeprefix("file://")
+    if not os.path.isabs(path):
+        raise ValueError("expected an absolute path (the bundle at the same path on every node); "
+                         "a spark.files name is not resolved through Spark's files here")
+    return path
 
 
 def consistency(raw: str) -> str:

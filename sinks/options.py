@@ -14,6 +14,11 @@ defaults and the write's options override them (SCC semantics). Session conf is 
 every reader in the session, so unknown ``spark.cassandra.*`` keys there are ignored (with a
 warning when they look like a typo of a known name); unknown *options* are an error.
 
+Old spellings: SCC still accepts the names it deprecated (``throughput_mb_per_sec`` for
+``throughputMBPerSec`` ...), rewriting them to the new name with a warning; so do we
+(``OptionSpec.old_names``, taken from SCC's ``DeprecatedConfigParameter`` list). One source
+giving both spellings different values is an error (SCC would let the old one win silently).
+
 Secrets (passwords) are ``field(repr=False)``, redacted in errors and left out of
 ``public_dict()``, which is what gets recorded in the write-ahead log. They still pickle:
 executors need them to connect.
@@ -46,6 +51,7 @@ class OptionSpec:
 
     ``default`` is the raw string a user would type (None: unset). ``target`` is
     ``"section.field"`` in :class:`SinkConfig` (None for ignored/refused options).
+    ``old_names``: spellings SCC deprecated but still accepts for this option.
     """
 
     name: str
@@ -57,9 +63,14 @@ class OptionSpec:
     status: str = "supported"  # supported | ignored | refused
     secret: bool = False
     required: bool = False
+    old_names: tuple[str, ...] = ()
 
 
 def _spec(name: str, default: str | None, parser: Callable[[str], Any], doc: str, **kw: Any) -> OptionSpec:
+    old = kw.get("old_names", ())
+    if old:
+        doc += (f" SCC's old spelling {', '.join(f'`{n}`' for n in old)} is accepted too, with a "
+                "warning.")
     return OptionSpec(name, default, parser, doc, **kw)
 
 
@@ -128,23 +139,27 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.connection.host", "localhost", values.hosts,
-        "Comma-separated contact points.",
+        "Comma-separated contact points, each `host` or `host:port` (a port of its own, as in "
+        "SCC; otherwise `spark.cassandra.connection.port`). IPv6: `[::1]:9042`, or `::1` "
+        "without a port (a port after an IPv6 address needs the brackets).",
         section=_C, target="connection.hosts",
     ),
     _spec(
         "spark.cassandra.connection.port", "9042", values.int_in(1, 65535),
-        "Native protocol port.",
+        "Native protocol port of the contact points that do not name their own.",
         section=_C, target="connection.port",
     ),
     _spec(
         "spark.cassandra.connection.localDC", None, values.nonempty,
         "Local data center for DC-aware load balancing.",
         section=_C, target="connection.local_dc",
+        old_names=("spark.cassandra.connection.local_dc",),
     ),
     _spec(
         "spark.cassandra.connection.timeoutMS", "5000", values.millis_as_seconds,
         "Connect timeout in milliseconds.",
         section=_C, target="connection.connect_timeout_s",
+        old_names=("spark.cassandra.connection.timeout_ms",),
     ),
     _spec(
         "spark.cassandra.read.timeoutMS", "30000", values.millis_as_seconds,
@@ -152,6 +167,18 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         " not answered in 30 s is better failed and retried (writes are idempotent here) than"
         " waited on.",
         section=_C, target="connection.request_timeout_s",
+        old_names=("spark.cassandra.read.timeout_ms",),
+    ),
+    _spec(
+        "spark.cassandra.connection.config.cloud.path", None, values.cloud_bundle,
+        "Secure connect bundle (a zip) of a cloud database, handed to the Python driver "
+        "(`Cluster(cloud={'secure_connect_bundle': path})`): the bundle names the nodes and "
+        "brings its own TLS, so `connection.host`, `connection.port` and the `ssl.*` options "
+        "are refused beside it; credentials still come from `spark.cassandra.auth.*` (or the "
+        "bundle). An absolute local path that every node reads at the same place: SCC's URLs and"
+        " `spark.files` names are refused. Tested on the arguments built only: no cloud service "
+        "was reachable to test it end to end.",
+        section=_C, target="connection.cloud_bundle_path",
     ),
     _spec(
         "spark.cassandra.query.retry.count", "10", values.int_in(0),
@@ -189,8 +216,11 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_A, target="connection.ssl_keystore_password", secret=True,
     ),
     _spec(
-        "spark.cassandra.connection.ssl.protocol", "TLS", values.nonempty,
-        "TLS protocol name.",
+        "spark.cassandra.connection.ssl.protocol", "TLS", values.ssl_protocol,
+        "Highest TLS version offered, as in SCC (Java's protocol names): `TLS` (any, at least "
+        "1.2), `TLSv1.3` (1.2 or 1.3), `TLSv1.2` (1.2 only). 1.2 is the floor throughout, as "
+        "in current JDKs: `TLSv1`, `TLSv1.1` and `SSL*` are refused (deprecated by RFC 8996), "
+        "whether TLS is enabled or not.",
         section=_A, target="connection.ssl_protocol",
     ),
     _spec(
@@ -249,6 +279,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "spark.cassandra.output.throughputMBPerSec", None, values.positive_float,
         "Cap on the bytes written per second by the flusher, in MB (unset: no cap).",
         target="write.throughput_mb_per_s",
+        old_names=("spark.cassandra.output.throughput_mb_per_sec",),
     ),
     _spec(
         "wal.path", None, values.nonempty,
@@ -333,6 +364,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "spark.cassandra.connection.keepAliveMS", None, values.ignored,
         "The driver's idle heartbeat keeps connections alive.",
         section=_I, status="ignored",
+        old_names=("spark.cassandra.connection.keep_alive_ms",),
     ),
     _spec(
         "spark.cassandra.connection.compression", None, values.ignored,
@@ -343,11 +375,13 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "spark.cassandra.connection.reconnectionDelayMS.min", None, values.ignored,
         "The driver's reconnection policy applies.",
         section=_I, status="ignored",
+        old_names=("spark.cassandra.connection.reconnection_delay_ms.min",),
     ),
     _spec(
         "spark.cassandra.connection.reconnectionDelayMS.max", None, values.ignored,
         "The driver's reconnection policy applies.",
         section=_I, status="ignored",
+        old_names=("spark.cassandra.connection.reconnection_delay_ms.max",),
     ),
     _spec(
         "spark.cassandra.output.ifNotExists", None, values.refused(_LWT_REASON, "false"),
@@ -384,6 +418,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
 )
 
 _BY_KEY: dict[str, OptionSpec] = {spec.name.lower(): spec for spec in OPTION_SPECS}
+_BY_OLD_KEY: dict[str, OptionSpec] = {
+    old.lower(): spec for spec in OPTION_SPECS for old in spec.old_names}
 KNOWN_NAMES: tuple[str, ...] = tuple(spec.name for spec in OPTION_SPECS)
 
 
@@ -410,6 +446,7 @@ def parse_options(options: Mapping[str, str], session_conf: Mapping[str, str] | 
         if spec.target is not None:
             section, name = spec.target.split(".")
             sections[section][name] = value
+    _check_cloud(raw, sections["connection"])
     write = sections["write"]
     ttl, writetime = write.pop("ttl_per_row"), write.pop("writetime_per_row")
     if ttl is not None:
@@ -434,6 +471,10 @@ def _collect(mapping: Mapping[str, Any], *, from_session: bool) -> dict[str, str
         if from_session and not lowered.startswith(SCC_PREFIX):
             continue
         spec = _BY_KEY.get(lowered)
+        if spec is None and lowered in _BY_OLD_KEY:
+            spec = _BY_OLD_KEY[lowered]
+            log.warning("%s is deprecated (Spark Cassandra Connector) and is read as %s; "
+                        "rename it", key, spec.name)
         if spec is None:
             if not from_session:
                 raise OptionError.unknown(key, KNOWN_NAMES)
@@ -444,6 +485,30 @@ def _collect(mapping: Mapping[str, Any], *, from_session: bool) -> dict[str, str
             raise OptionError(spec.name, None, f"given twice with different values (as {given_as[spec.name]!r} and {key!r})")
         found[spec.name], given_as[spec.name] = text, key
     return found
+
+
+#: Options a secure connect bundle decides: given beside it, they would be ignored (by the
+#: driver, which also refuses an SSL context with a bundle), so they are refused instead.
+_CLOUD_DECIDES = {
+    "spark.cassandra.connection.host": "the bundle names the nodes",
+    "spark.cassandra.connection.port": "the bundle names the nodes",
+    "spark.cassandra.connection.ssl.enabled": "the bundle brings its own TLS",
+    "spark.cassandra.connection.ssl.trustStore.path": "the bundle brings its own CA",
+    "spark.cassandra.connection.ssl.keyStore.path": "the bundle brings its own client key",
+    "spark.cassandra.connection.ssl.keyStore.password": "the bundle brings its own client key",
+    "spark.cassandra.connection.ssl.protocol": "the bundle brings its own TLS",
+}
+_HARMLESS_BESIDE_CLOUD = {"spark.cassandra.connection.ssl.enabled": "false",
+                          "spark.cassandra.connection.ssl.protocol": "tls"}
+
+
+def _check_cloud(raw: Mapping[str, str], connection: Mapping[str, Any]) -> None:
+    if connection.get("cloud_bundle_path") is None:
+        return
+    for name, why in _CLOUD_DECIDES.items():
+        if name in raw and raw[name].strip().lower() != _HARMLESS_BESIDE_CLOUD.get(name):
+            raise OptionError(name, raw[name], f"{why}: drop this option beside "
+                              "spark.cassandra.connection.config.cloud.path")
 
 
 def _warn_unknown_session_key(key: str) -> None:

@@ -53,6 +53,7 @@ def test_defaults_of_every_field():
     assert c.ssl_truststore_path is None and c.ssl_keystore_path is None
     assert c.ssl_keystore_password is None
     assert c.ssl_protocol == "TLS"
+    assert c.cloud_bundle_path is None
     w = cfg.write
     assert w.concurrent_writes == 32
     assert w.batch_size_rows is None
@@ -194,6 +195,8 @@ def test_per_row_writetime_column_and_constant():
 
 MALFORMED = [
     ("spark.cassandra.connection.host", " , "),
+    ("spark.cassandra.connection.host", "10.0.0.1:70000"),
+    ("spark.cassandra.connection.host", ":9042"),
     ("spark.cassandra.connection.port", "abc"),
     ("spark.cassandra.connection.port", "0"),
     ("spark.cassandra.connection.port", "70000"),
@@ -208,6 +211,10 @@ MALFORMED = [
     ("spark.cassandra.connection.ssl.trustStore.path", ""),
     ("spark.cassandra.connection.ssl.keyStore.path", " "),
     ("spark.cassandra.connection.ssl.protocol", ""),
+    ("spark.cassandra.connection.ssl.protocol", "TLSv1.1"),
+    ("spark.cassandra.connection.ssl.protocol", "SSL"),
+    ("spark.cassandra.connection.config.cloud.path", ""),
+    ("spark.cassandra.connection.config.cloud.path", "bundle.zip"),
     ("spark.cassandra.output.consistency.level", "MOST"),
     ("spark.cassandra.output.consistency.level", "SERIAL"),
     ("spark.cassandra.output.consistency.level", "local_serial"),
