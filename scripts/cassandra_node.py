@@ -34,41 +34,34 @@ written only to ``conf/cassandra.yaml`` (mode 0600), never to ``node.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
-import fcntl
-import glob
-import hashlib
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import struct
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import List, Optional
+
+SCRIPTS_DIR = Path(__file__).resolve().parent
+if str(SCRIPTS_DIR) not in sys.path:  # local_server.py, however this file is loaded
+    sys.path.insert(0, str(SCRIPTS_DIR))
+
+import local_server  # noqa: E402
+from local_server import HOST, free_port, log, port_in_use  # noqa: E402
 
 CASSANDRA_VERSION = "5.0.8"
-HOST = "127.0.0.1"
 DEFAULT_PORT = 9042
 DEFAULT_TIMEOUT = 180.0
 DEFAULT_HEAP = "1g"
 STOP_TIMEOUT = 30.0
-DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 
-SCRIPTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = SCRIPTS_DIR.parent
 POM = SCRIPTS_DIR / "cassandra-node" / "pom.xml"
-MARKER = ".complete"
-
-# Files/dirs that this module creates in a node dir (purge removes only these).
-_NODE_ENTRIES = ("data", "logs", "conf", "node.json", "cassandra.pid", ".lock")
+CACHE = local_server.Cache("CASSANDRA_WAL_CACHE", "cassandra")
 
 # JPMS flags from Cassandra 5.0's conf/jvm17-server.options.
 JVM17_MODULE_FLAGS = [
@@ -115,8 +108,7 @@ DEFAULT_SUPERUSER = ("cassandra", "cassandra")
 ENV_PROBE_USERNAME = "CASSANDRA_WAL_NODE_USERNAME"
 ENV_PROBE_PASSWORD = "CASSANDRA_WAL_NODE_PASSWORD"
 
-
-class CassandraNodeError(Exception):
+class CassandraNodeError(local_server.ServerError):
     """A start/stop failure with a message meant for humans."""
 
 
@@ -124,218 +116,45 @@ class PortInUseError(CassandraNodeError):
     pass
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------------------------
 # paths, jars, java
 
 
-def cache_root() -> Path:
-    env = os.environ.get("CASSANDRA_WAL_CACHE")
-    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".cache" / "cassandra"
-
-
 def lib_dir(version: str = CASSANDRA_VERSION) -> Path:
-    return cache_root() / version / "lib"
+    return CACHE.root() / version / "lib"
 
 
-def default_node_dir(port: int) -> Path:
-    return cache_root() / f"node-{port}"
+def _jars() -> local_server.MavenJars:
+    return local_server.MavenJars(
+        lib=lib_dir(), pom=POM, what=f"Cassandra {CASSANDRA_VERSION} jars", cost="~1 min",
+        name="Cassandra jars", cache_env=CACHE.env_var, needed="cassandra-all-",
+        about={"version": CASSANDRA_VERSION})
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
-
-
-def jars_complete(lib: Optional[Path] = None) -> bool:
-    lib = lib or lib_dir()
-    try:
-        marker = json.loads((lib / MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    if marker.get("pom_sha256") != _pom_digest():
-        return False
-    jars = marker.get("jars") or []
-    return bool(jars) and all((lib / j).is_file() for j in jars)
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def jars_complete() -> bool:
+    return _jars().marker() is not None
 
 
 def ensure_jars(java_home: Optional[Path] = None) -> Path:
     """Return the lib dir, fetching the jars with Maven if the cache is missing/incomplete."""
-    lib = lib_dir()
-    if jars_complete(lib):
-        return lib
-    with _flock(lib.parent / ".fetch.lock"):
-        if jars_complete(lib):  # another process fetched meanwhile
-            return lib
-        mvn = shutil.which("mvn")
-        if not mvn:
-            raise CassandraNodeError(
-                f"Cassandra jars are not cached in {lib} and `mvn` is not on PATH; install "
-                "Maven (apt-get install maven) or point CASSANDRA_WAL_CACHE at a filled cache")
-        log(f"fetching Cassandra {CASSANDRA_VERSION} jars from Maven Central "
-            f"(one time, ~1 min) into {lib} ...")
-        t0 = time.monotonic()
-        tmp = lib.parent / f"lib.partial-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        env = dict(os.environ)
-        if java_home:
-            env["JAVA_HOME"] = str(java_home)
-        cmd = [mvn, "-B", "-q", "-f", str(POM), DEPENDENCY_PLUGIN,
-               f"-DoutputDirectory={tmp}"]
-        # Captured (our stdout carries only the address); shown if Maven fails.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                              stdin=subprocess.DEVNULL, text=True, errors="replace")
-        jars = sorted(p.name for p in tmp.glob("*.jar")) if tmp.is_dir() else []
-        if proc.returncode != 0 or not any(j.startswith("cassandra-all-") for j in jars):
-            shutil.rmtree(tmp, ignore_errors=True)
-            output = "\n".join(proc.stdout.splitlines()[-40:])
-            raise CassandraNodeError(
-                f"fetching jars failed (mvn exit {proc.returncode}): {' '.join(cmd)}\n{output}")
-        (tmp / MARKER).write_text(json.dumps(
-            {"version": CASSANDRA_VERSION, "pom_sha256": _pom_digest(), "jars": jars,
-             "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
-        shutil.rmtree(lib, ignore_errors=True)
-        os.replace(tmp, lib)
-        log(f"fetched {len(jars)} jars in {time.monotonic() - t0:.0f}s")
-    return lib
-
-
-def _java_major(home: Path) -> Optional[int]:
-    try:
-        text = (home / "release").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("JAVA_VERSION="):
-            v = line.split("=", 1)[1].strip().strip('"')
-            head = v.split(".")[0]
-            if head == "1":  # 1.8.0
-                head = v.split(".")[1]
-            try:
-                return int(head)
-            except ValueError:
-                return None
-    return None
+    _jars().ensure(CassandraNodeError, java_home=java_home)
+    return lib_dir()
 
 
 def find_java_home() -> Path:
     """A JDK 17 (or 11) home. Cassandra 5.0 refuses newer JDKs (security manager)."""
-    override = os.environ.get("CASSANDRA_WAL_JAVA_HOME")
-    if override:
-        home = Path(override)
-        if not (home / "bin" / "java").exists():
-            raise CassandraNodeError(f"CASSANDRA_WAL_JAVA_HOME={override} has no bin/java")
-        return home
-    candidates: List[Path] = [Path("/usr/lib/jvm/java-17-openjdk-amd64")]
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/jvm/*17*"))]
-    if os.environ.get("JAVA_HOME"):
-        candidates.append(Path(os.environ["JAVA_HOME"]))
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/jvm/*"))]
-    java = shutil.which("java")
-    if java:
-        candidates.append(Path(os.path.realpath(java)).parent.parent)
-    found = {}
-    for home in candidates:
-        if (home / "bin" / "java").exists():
-            major = _java_major(home)
-            if major in (17, 11):
-                found.setdefault(major, home)
-    if 17 in found:
-        return found[17]
-    if 11 in found:
-        return found[11]
-    raise CassandraNodeError(
-        "no JDK 17 found (Cassandra 5.0 needs Java 17 or 11, not newer); "
-        "set CASSANDRA_WAL_JAVA_HOME")
+    return local_server.find_java_home(
+        "CASSANDRA_WAL_JAVA_HOME", also=lambda major: major == 11, error=CassandraNodeError,
+        none_found="no JDK 17 found (Cassandra 5.0 needs Java 17 or 11, not newer); "
+                   "set CASSANDRA_WAL_JAVA_HOME")
 
 
 # --------------------------------------------------------------------------------------------
-# processes and ports
-
-
-def _read_cmdline(pid: int) -> List[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+# processes
 
 
 def _config_arg(node_dir: Path) -> str:
     return f"-Dcassandra.config={(node_dir / 'conf' / 'cassandra.yaml').as_uri()}"
-
-
-def is_our_process(pid: int, node_dir: Path) -> bool:
-    """True if pid is a live CassandraDaemon JVM started for node_dir."""
-    _reap(pid)
-    if _is_zombie(pid):
-        return False
-    args = _read_cmdline(pid)
-    return MAIN_CLASS in args and _config_arg(node_dir) in args
-
-
-def find_node_pids(node_dir: Path) -> List[int]:
-    """All live CassandraDaemon JVMs whose command line points at node_dir's config."""
-    node_dir = Path(node_dir).resolve()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and is_our_process(int(entry), node_dir):
-            pids.append(int(entry))
-    return sorted(pids)
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """True if something holds (host, port) or the wildcard address for it."""
-    for addr in (host, "0.0.0.0"):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT
-            s.bind((addr, port))
-        except OSError as e:
-            if e.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
-            raise
-        finally:
-            s.close()
-    return False
-
-
-def free_port(exclude: tuple = ()) -> int:
-    while True:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        finally:
-            s.close()
-        if port not in exclude:
-            return port
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,47 +302,6 @@ class NodeInfo:
             ssl_context=probe_ssl_context() if self.tls_keystore else None)
 
 
-def _node_json(node_dir: Path) -> Path:
-    return node_dir / "node.json"
-
-
-def _pid_file(node_dir: Path) -> Path:
-    return node_dir / "cassandra.pid"
-
-
-def load_info(node_dir: Path) -> Optional[NodeInfo]:
-    try:
-        data = json.loads(_node_json(node_dir).read_text())
-    except (OSError, ValueError):
-        return None
-    known = {k: v for k, v in data.items() if k in NodeInfo.__dataclass_fields__}
-    try:
-        return NodeInfo(**known)
-    except TypeError:
-        return None
-
-
-def _save_info(info: NodeInfo) -> None:
-    path = _node_json(Path(info.node_dir))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(info), indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def read_pid(node_dir: Path) -> Optional[int]:
-    try:
-        return int(_pid_file(node_dir).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def running_pid(node_dir: Path) -> Optional[int]:
-    """Pid of this node dir's live JVM (pid file first, then a /proc scan)."""
-    pid = read_pid(node_dir)
-    if pid and is_our_process(pid, node_dir):
-        return pid
-    pids = find_node_pids(node_dir)
-    return pids[0] if pids else None
 
 
 def _is_pem(path: str) -> bool:
@@ -632,70 +410,20 @@ def java_command(info: NodeInfo, java_home: Path, lib: Path) -> List[str]:
 
 
 def tail_logs(node_dir: Path, lines: int = 40) -> str:
-    out = []
-    for name in ("logs/system.log", "logs/stdout.log"):
-        path = Path(node_dir) / name
-        try:
-            text = path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        if text:
-            out.append(f"--- last {min(lines, len(text))} lines of {path} ---")
-            out.extend(text[-lines:])
-    return "\n".join(out) if out else f"(no logs in {node_dir}/logs)"
+    logs = Path(node_dir) / "logs"
+    return local_server.tail_logs([logs / "system.log", logs / "stdout.log"], lines,
+                                  nothing=f"(no logs in {node_dir}/logs)")
+
+
+KIND = local_server.ServerKind(
+    noun="node", cache=CACHE, default_port=DEFAULT_PORT, state=NodeInfo, dir_key="node_dir",
+    state_file="node.json", pid_file="cassandra.pid", files=("data", "logs", "conf"),
+    matches=lambda pid, d: local_server.runs_with(pid, MAIN_CLASS, _config_arg(d)),
+    tail=tail_logs, error=CassandraNodeError, port_error=PortInUseError)
 
 
 # --------------------------------------------------------------------------------------------
 # start / stop / status
-
-
-def resolve(port: Optional[int], node_dir: Optional[os.PathLike]) -> tuple:
-    """(port, node_dir): an explicit --port wins, else the dir's recorded port, else 9042."""
-    if node_dir is None:
-        port = port or DEFAULT_PORT
-        return port, default_node_dir(port)
-    node_dir = Path(node_dir).expanduser().resolve()
-    if port is None:
-        info = load_info(node_dir)
-        port = info.port if info else DEFAULT_PORT
-    return port, node_dir
-
-
-def _kill(pid: int, node_dir: Path, timeout: float = STOP_TIMEOUT) -> None:
-    if not is_our_process(pid, node_dir):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_our_process(pid, node_dir):
-            return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and is_our_process(pid, node_dir):
-        time.sleep(0.1)
-
-
-def _wait_ready(info: NodeInfo, timeout: float,
-                alive: Optional[Callable[[], bool]] = None) -> Optional[str]:
-    """Wait until the node answers CQL (and, with --auth, the probe login works); returns its
-    release_version, None if the JVM died. ``alive``: whether the JVM still runs (default: its
-    pid is still our node's process)."""
-    node_dir = Path(info.node_dir)
-    if alive is None:
-        alive = lambda: bool(info.pid) and is_our_process(info.pid, node_dir)  # noqa: E731
-    deadline = time.monotonic() + timeout
-    while True:
-        if not alive():
-            return None
-        version = info.probe()
-        if version is not None:
-            return version
-        if time.monotonic() >= deadline:
-            raise TimeoutError
-        time.sleep(0.5)
 
 
 # Nodes launched by this process with wait=False, until wait_started() reaps them.
@@ -732,22 +460,18 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
     result (lets a caller boot several nodes at once from one thread).
     Raises PortInUseError / CassandraNodeError on failure.
     """
-    port, node_dir = resolve(port, node_dir)
+    port, node_dir = KIND.resolve(port, node_dir)
     heap = heap or os.environ.get("CASSANDRA_WAL_HEAP") or DEFAULT_HEAP
     node_dir.mkdir(parents=True, exist_ok=True)
     tls_keystore = str(Path(tls_keystore).expanduser().resolve()) if tls_keystore else None
     if tls_keystore and not Path(tls_keystore).is_file():
         raise CassandraNodeError(f"TLS key store {tls_keystore} does not exist")
     say = (lambda m: None) if quiet else log
-    with _flock(node_dir / ".lock"):
-        pid = running_pid(node_dir)
-        if pid:
-            info = load_info(node_dir) or NodeInfo(str(node_dir), port)
-            info.pid = pid
-            if info.port != port:
-                raise CassandraNodeError(
-                    f"node in {node_dir} is already running on port {info.port} (pid {pid}); "
-                    f"stop it first to use port {port}")
+    with KIND.lock(node_dir):
+        info = KIND.running(node_dir, port)
+        if info:
+            pid = info.pid
+            KIND.refuse_other_port(info, port)
             mismatch = _security_mismatch(info, auth, tls_keystore)
             if mismatch:
                 raise CassandraNodeError(f"node in {node_dir} is already running (pid {pid}) but "
@@ -755,22 +479,20 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
             if not wait:
                 return info
             try:
-                if _wait_ready(info, timeout) is None:
+                if local_server.wait_until(info.probe, KIND.still_ours(pid, node_dir), timeout,
+                                           interval=0.5) is None:
                     raise CassandraNodeError(f"node in {node_dir} (pid {pid}) died while starting\n"
                                              + tail_logs(node_dir))
             except TimeoutError:
                 raise CassandraNodeError(f"node in {node_dir} (pid {pid}) runs but does not answer "
                                          f"CQL on {info.address}\n" + tail_logs(node_dir))
             return info
-        _pid_file(node_dir).unlink(missing_ok=True)
-
-        if port_in_use(port):
-            raise PortInUseError(f"port {port} is in use by another process")
+        KIND.require_free((port, "port"))
 
         java_home = find_java_home()
         lib = ensure_jars(java_home)
 
-        prev = load_info(node_dir)
+        prev = KIND.load(node_dir)
         storage_port = prev.storage_port if prev and prev.storage_port else 0
         if not storage_port or storage_port == port or port_in_use(storage_port):
             storage_port = free_port(exclude=(port,))
@@ -790,24 +512,15 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         setpriv = shutil.which("setpriv") if die_with_parent else None
         if setpriv:
             cmd = [setpriv, "--pdeathsig", "TERM", "--", *cmd]
-        env = dict(os.environ, JAVA_HOME=str(java_home))
-        for var in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "CLASSPATH"):
-            env.pop(var, None)
         extras = ", ".join(filter(None, ["auth" if auth else "", "TLS only" if tls_keystore else ""]))
         say(f"starting Cassandra {CASSANDRA_VERSION} on {info.address} "
             f"(storage port {storage_port}, dir {node_dir}{', ' + extras if extras else ''}) ...")
-        with open(node_dir / "logs" / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(cmd, cwd=node_dir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
-        info.pid = proc.pid
-        info.started_at = time.time()
-        _pid_file(node_dir).write_text(f"{proc.pid}\n")
-        _save_info(info)
+        proc = KIND.launch(info, cmd, node_dir / "logs" / "stdout.log",
+                           local_server.java_env(java_home))
         # Give setpriv a moment to exec java so the cmdline check sees CassandraDaemon.
         exec_deadline = time.monotonic() + 5
         while (setpriv and proc.poll() is None and time.monotonic() < exec_deadline
-               and MAIN_CLASS not in _read_cmdline(proc.pid)):
+               and MAIN_CLASS not in local_server.read_cmdline(proc.pid)):
             time.sleep(0.02)
         _launched[str(node_dir)] = proc
         if not wait:
@@ -826,30 +539,13 @@ def wait_started(info: NodeInfo, timeout: float = DEFAULT_TIMEOUT, *,
         return start(info.port, node_dir, timeout=timeout, quiet=True, auth=info.auth,
                      tls_keystore=info.tls_keystore)
     t0 = info.started_at or time.time()
-    try:
-        # Our own child: ask it, not /proc. A JVM that is still starting (or exiting) may
-        # not look like our node there yet, and was taken for dead with no exit code or log.
-        version = _wait_ready(info, timeout, alive=lambda: proc.poll() is None)
-    except TimeoutError:
-        version = None
-        reason = f"did not answer CQL within {timeout:.0f}s"
-        if info.auth:
-            reason += " (with --auth: or the probe login was refused)"
-    except BaseException:  # KeyboardInterrupt while waiting: do not leak the JVM
-        _kill(proc.pid, node_dir, timeout=10)
-        proc.poll()
-        _pid_file(node_dir).unlink(missing_ok=True)
-        raise
-    else:
-        reason = f"exited with code {proc.poll()}"
-    if version is None:
-        logs = tail_logs(node_dir)
-        _kill(proc.pid, node_dir, timeout=10)
-        proc.poll()
-        _pid_file(node_dir).unlink(missing_ok=True)
-        raise CassandraNodeError(f"Cassandra in {node_dir} {reason}\n{logs}")
+    not_ready = f"did not answer CQL within {timeout:.0f}s" + (
+        " (with --auth: or the probe login was refused)" if info.auth else "")
+    version = KIND.wait_launched(proc, node_dir, info.probe, timeout=timeout, interval=0.5,
+                                 what=f"Cassandra in {node_dir}", not_ready=lambda: not_ready,
+                                 kill_timeout=10)
     info.extra = {"release_version": version, "startup_seconds": round(time.time() - t0, 1)}
-    _save_info(info)
+    KIND.save(info)
     say(f"Cassandra {version} is up on {info.address} after "
         f"{info.extra['startup_seconds']}s (pid {proc.pid})")
     return info
@@ -858,57 +554,21 @@ def wait_started(info: NodeInfo, timeout: float = DEFAULT_TIMEOUT, *,
 def stop(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
          purge: bool = False, timeout: float = STOP_TIMEOUT) -> Optional[int]:
     """Stop the node of node_dir; returns the pid that was stopped (None if none ran)."""
-    port, node_dir = resolve(port, node_dir)
-    if not node_dir.exists():
-        return None
-    stopped = None
-    with _flock(node_dir / ".lock"):
-        pids = set(find_node_pids(node_dir))
-        pid = read_pid(node_dir)
-        if pid and is_our_process(pid, node_dir):
-            pids.add(pid)
-        for p in sorted(pids):
-            _kill(p, node_dir, timeout=timeout)
-            if is_our_process(p, node_dir):
-                raise CassandraNodeError(f"could not stop pid {p}")
-            stopped = stopped or p
-        _pid_file(node_dir).unlink(missing_ok=True)
-    if purge:
-        for name in _NODE_ENTRIES:
-            path = node_dir / name
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            node_dir.rmdir()  # only if nothing else is in it
-    return stopped
+    return KIND.stop(port, node_dir, purge=purge, timeout=timeout)
 
 
 def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -> dict:
     """{'state': 'up'|'starting'|'down', 'pid', 'address', ...}."""
-    port, node_dir = resolve(port, node_dir)
-    info = load_info(node_dir) if node_dir.exists() else None
-    pid = running_pid(node_dir) if node_dir.exists() else None
-    if info and pid:
-        port = info.port
+    port, node_dir, info, pid = KIND.observe(port, node_dir)
     probe_as = info if info and info.port == port else NodeInfo(str(node_dir), port)
     version = probe_as.probe() if pid else None
     refused = pid is not None and version is None and last_probe_failure == LOGIN_REFUSED
     state = "up" if pid and version is not None else ("starting" if pid else "down")
-    result = {
-        "state": state,
-        "pid": pid,
-        "host": HOST,
-        "port": port,
-        "address": f"{HOST}:{port}",
-        "node_dir": str(node_dir),
-        "storage_port": info.storage_port if info else None,
-        "release_version": version,
-        "log": str(node_dir / "logs" / "system.log"),
-        "auth": bool(info and info.auth),
-        "tls": bool(info and info.tls_keystore),
-    }
+    result = KIND.status(
+        state, pid, port, address=f"{HOST}:{port}", node_dir=str(node_dir),
+        storage_port=info.storage_port if info else None, release_version=version,
+        log=str(node_dir / "logs" / "system.log"), auth=bool(info and info.auth),
+        tls=bool(info and info.tls_keystore))
     if state == "down" and port_in_use(port):
         result["note"] = f"port {port} is in use by another process"
     if refused:
@@ -948,20 +608,13 @@ environment:
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--port", type=int, default=None,
-                        help=f"CQL native port (default: the dir's recorded port, else {DEFAULT_PORT})")
-    common.add_argument("--dir", dest="node_dir", default=None,
-                        help="node directory (default: <cache>/node-<port>)")
-    common.add_argument("--json", action="store_true", help="print a JSON object on stdout")
-    p = argparse.ArgumentParser(
-        prog="cassandra",
-        description=f"Run a local single-node Apache Cassandra {CASSANDRA_VERSION} "
-                    "(jars from Maven Central, JDK 17) for development and tests.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{start,stop,status}")
-    s = sub.add_parser("start", parents=[common], help="start a node (no-op if already up)",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli = local_server.CommandLine(
+        "cassandra",
+        f"Run a local single-node Apache Cassandra {CASSANDRA_VERSION} "
+        "(jars from Maven Central, JDK 17) for development and tests.", EPILOG,
+        port_help=f"CQL native port (default: the dir's recorded port, else {DEFAULT_PORT})",
+        dir_dest="node_dir", dir_help="node directory (default: <cache>/node-<port>)")
+    s = cli.command("start", "start a node (no-op if already up)")
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for CQL (default {DEFAULT_TIMEOUT:.0f})")
     s.add_argument("--fast", action="store_true",
@@ -980,64 +633,34 @@ def _parser() -> argparse.ArgumentParser:
                          "visible in `ps`: prefer --tls-keystore-password-env")
     pw.add_argument("--tls-keystore-password-env", metavar="VAR", default=None,
                     help="environment variable holding the key store password")
-    t = sub.add_parser("stop", parents=[common], help="stop the node (SIGTERM, then SIGKILL)",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--purge", action="store_true", help="also delete the node's data, logs and config")
-    t.add_argument("--timeout", type=float, default=STOP_TIMEOUT,
-                   help=f"seconds to wait after SIGTERM before SIGKILL (default {STOP_TIMEOUT:.0f})")
-    sub.add_parser("status", parents=[common], help="is the node up? (exit 0 up, 1 not)",
-                   epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    return p
+    cli.stop_command("stop the node (SIGTERM, then SIGKILL)",
+                     "also delete the node's data, logs and config", STOP_TIMEOUT)
+    cli.command("status", "is the node up? (exit 0 up, 1 not)")
+    return cli.parser
+
+
+def _start_command(args) -> int:
+    password = args.tls_keystore_password
+    if args.tls_keystore_password_env:
+        password = os.environ.get(args.tls_keystore_password_env)
+        if password is None:
+            raise CassandraNodeError(
+                f"--tls-keystore-password-env: ${args.tls_keystore_password_env} is not set")
+    if password is not None and not args.tls_keystore:
+        raise CassandraNodeError("a key store password needs --tls-keystore")
+    info = start(args.port, args.node_dir, timeout=args.timeout, fast=args.fast,
+                 heap=args.heap, auth=args.auth, tls_keystore=args.tls_keystore,
+                 tls_keystore_password=password)
+    return local_server.answer(args, {"address": info.address, "host": HOST, **asdict(info)},
+                               info.address)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "start":
-            password = args.tls_keystore_password
-            if args.tls_keystore_password_env:
-                password = os.environ.get(args.tls_keystore_password_env)
-                if password is None:
-                    raise CassandraNodeError(
-                        f"--tls-keystore-password-env: ${args.tls_keystore_password_env} is not set")
-            if password is not None and not args.tls_keystore:
-                raise CassandraNodeError("a key store password needs --tls-keystore")
-            info = start(args.port, args.node_dir, timeout=args.timeout, fast=args.fast,
-                         heap=args.heap, auth=args.auth, tls_keystore=args.tls_keystore,
-                         tls_keystore_password=password)
-            if args.json:
-                print(json.dumps({"address": info.address, "host": HOST, **asdict(info)}))
-            else:
-                print(info.address)
-            return 0
-        if args.command == "stop":
-            pid = stop(args.port, args.node_dir, purge=args.purge, timeout=args.timeout)
-            _, node_dir = resolve(args.port, args.node_dir)
-            if args.json:
-                print(json.dumps({"stopped_pid": pid, "node_dir": str(node_dir),
-                                  "purged": args.purge}))
-            else:
-                log(f"stopped pid {pid}" if pid else f"no node running in {node_dir}")
-            return 0
-        st = status(args.port, args.node_dir)
-        if args.json:
-            print(json.dumps(st))
-        elif st["state"] == "up":
-            print(f"up: pid {st['pid']} at {st['address']} (Cassandra {st['release_version']}, "
-                  f"dir {st['node_dir']})")
-        elif st["state"] == "starting":
-            print(f"starting: pid {st['pid']}, {st['address']} not answering CQL yet "
-                  f"(log {st['log']})" + (f"; {st['note']}" if st.get("note") else ""))
-        else:
-            print(f"down: no node running in {st['node_dir']}"
-                  + (f" ({st['note']})" if st.get("note") else ""))
-        return 0 if st["state"] == "up" else 1
-    except CassandraNodeError as e:
-        log(f"error: {e}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    return local_server.main(
+        _parser().parse_args(argv), KIND, start=_start_command,
+        status=lambda args: status(args.port, args.node_dir),
+        up="up: pid {pid} at {address} (Cassandra {release_version}, dir {node_dir})",
+        starting="starting: pid {pid}, {address} not answering CQL yet (log {log})")
 
 
 if __name__ == "__main__":

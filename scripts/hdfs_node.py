@@ -34,94 +34,50 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
-import glob
-import hashlib
 import http.client
 import ipaddress
 import json
 import os
-import shutil
-import signal
-import socket
 import struct
-import subprocess
 import sys
 import time
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
+
+SCRIPTS_DIR = Path(__file__).resolve().parent
+if str(SCRIPTS_DIR) not in sys.path:  # local_server.py, however this file is loaded
+    sys.path.insert(0, str(SCRIPTS_DIR))
+
+import local_server  # noqa: E402
+from local_server import HOST, free_port, log, port_in_use  # noqa: E402, F401 (API)
 
 HADOOP_VERSION = "3.5.0"
-HOST = "127.0.0.1"
 DEFAULT_PORT = 29000        # namenode RPC (hdfs://127.0.0.1:29000)
 DEFAULT_HTTP_PORT = 29870   # namenode HTTP / WebHDFS
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_HEAP = "256m"
 STOP_TIMEOUT = 30.0
-DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 MAIN_CLASS = "org.apache.hadoop.test.MiniDFSClusterManager"
 DIR_MARKER_PROP = "-Dhdfs_node.dir="    # on the JVM's command line: which server dir it serves
 PROBE_PATH = "/.hdfs_node_probe"
 
-SCRIPTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = SCRIPTS_DIR.parent
-MARKER = ".complete"
-
-# Files/dirs that this module creates in a server dir (purge removes only these).
-_NODE_ENTRIES = ("data", "logs", "hdfs.json", "hdfs.pid", "details.json", ".lock")
+CACHE = local_server.Cache("HDFS_WAL_CACHE", "hdfs")
 
 # The jars: the shaded minicluster (it carries MiniDFSClusterManager) with the shaded client;
 # MiniDFSCluster needs JUnit's assertion classes at run time (else NoClassDefFoundError:
 # org/junit/jupiter/api/Assertions); slf4j-simple gives the otherwise silent JVM a log.
-POM_TEMPLATE = """\
-<?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by scripts/hdfs_node.py; the jars of a local MiniDFSCluster (scripts/hdfs). -->
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local.cassandra-wal</groupId>
-  <artifactId>hdfs-node</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.hadoop</groupId>
-      <artifactId>hadoop-client-minicluster</artifactId>
-      <version>{hadoop}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.hadoop</groupId>
-      <artifactId>hadoop-client-runtime</artifactId>
-      <version>{hadoop}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.hadoop</groupId>
-      <artifactId>hadoop-client-api</artifactId>
-      <version>{hadoop}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.junit.jupiter</groupId>
-      <artifactId>junit-jupiter-api</artifactId>
-      <version>5.11.4</version>
-    </dependency>
-    <dependency>
-      <groupId>junit</groupId>
-      <artifactId>junit</artifactId>
-      <version>4.13.2</version>
-    </dependency>
-    <dependency>
-      <groupId>org.slf4j</groupId>
-      <artifactId>slf4j-simple</artifactId>
-      <version>1.7.36</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
+DEPENDENCIES = [
+    *(("org.apache.hadoop", f"hadoop-client-{a}", HADOOP_VERSION)
+      for a in ("minicluster", "runtime", "api")),
+    ("org.junit.jupiter", "junit-jupiter-api", "5.11.4"),
+    ("junit", "junit", "4.13.2"),
+    ("org.slf4j", "slf4j-simple", "1.7.36"),
+]
 
 
-class HdfsNodeError(Exception):
+class HdfsNodeError(local_server.ServerError):
     """A start/stop failure with a message meant for humans."""
 
 
@@ -129,217 +85,54 @@ class PortInUseError(HdfsNodeError):
     pass
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------------------------
 # paths, jars, java
 
 
-def cache_root() -> Path:
-    env = os.environ.get("HDFS_WAL_CACHE")
-    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".cache" / "hdfs"
-
-
 def lib_dir(version: str = HADOOP_VERSION) -> Path:
-    return cache_root() / version / "lib"
-
-
-def default_node_dir(port: int) -> Path:
-    return cache_root() / f"node-{port}"
+    return CACHE.root() / version / "lib"
 
 
 def pom_text() -> str:
-    return POM_TEMPLATE.format(hadoop=HADOOP_VERSION)
+    return local_server.pom_xml(
+        "hdfs-node", "Written by scripts/hdfs_node.py; the jars of a local MiniDFSCluster "
+        "(scripts/hdfs).", DEPENDENCIES)
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(pom_text().encode()).hexdigest()
+def _jars() -> local_server.MavenJars:
+    lib = lib_dir()
+    return local_server.MavenJars(
+        lib=lib, pom=lib.parent / "pom.xml", text=pom_text(), cost="~105 MB",
+        what=f"Hadoop {HADOOP_VERSION} minicluster jars", name="HDFS jars",
+        cache_env=CACHE.env_var, needed="hadoop-client-minicluster-",
+        about={"version": HADOOP_VERSION})
 
 
-def jars_complete(lib: Optional[Path] = None) -> bool:
-    lib = lib or lib_dir()
-    try:
-        marker = json.loads((lib / MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    if marker.get("pom_sha256") != _pom_digest():
-        return False
-    jars = marker.get("jars") or []
-    return bool(jars) and all((lib / j).is_file() for j in jars)
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def jars_complete() -> bool:
+    return _jars().marker() is not None
 
 
 def ensure_jars(java_home: Optional[Path] = None, say: Callable[[str], None] = log) -> Path:
     """Return the lib dir, fetching the jars with Maven if the cache is missing/incomplete."""
-    lib = lib_dir()
-    if jars_complete(lib):
-        return lib
-    with _flock(lib.parent / ".fetch.lock"):
-        if jars_complete(lib):  # another process fetched meanwhile
-            return lib
-        mvn = shutil.which("mvn")
-        if not mvn:
-            raise HdfsNodeError(
-                f"HDFS jars are not cached in {lib} and `mvn` is not on PATH; install Maven "
-                "(apt-get install maven) or point HDFS_WAL_CACHE at a filled cache")
-        pom = lib.parent / "pom.xml"
-        pom.write_text(pom_text())
-        say(f"fetching Hadoop {HADOOP_VERSION} minicluster jars from Maven Central "
-            f"(one time, ~105 MB) into {lib} ...")
-        t0 = time.monotonic()
-        tmp = lib.parent / f"lib.partial-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        env = dict(os.environ)
-        if java_home:
-            env["JAVA_HOME"] = str(java_home)
-        cmd = [mvn, "-B", "-q", "-f", str(pom), DEPENDENCY_PLUGIN, f"-DoutputDirectory={tmp}"]
-        # Captured (our stdout carries only the URIs); shown if Maven fails.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                              stdin=subprocess.DEVNULL, text=True, errors="replace")
-        jars = sorted(p.name for p in tmp.glob("*.jar")) if tmp.is_dir() else []
-        if proc.returncode != 0 or not any(j.startswith("hadoop-client-minicluster-")
-                                           for j in jars):
-            shutil.rmtree(tmp, ignore_errors=True)
-            output = "\n".join(proc.stdout.splitlines()[-40:])
-            raise HdfsNodeError(
-                f"fetching jars failed (mvn exit {proc.returncode}): {' '.join(cmd)}\n{output}")
-        (tmp / MARKER).write_text(json.dumps(
-            {"version": HADOOP_VERSION, "pom_sha256": _pom_digest(), "jars": jars,
-             "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
-        shutil.rmtree(lib, ignore_errors=True)
-        os.replace(tmp, lib)
-        say(f"fetched {len(jars)} jars in {time.monotonic() - t0:.0f}s")
-    return lib
-
-
-def _java_major(home: Path) -> Optional[int]:
-    try:
-        text = (home / "release").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("JAVA_VERSION="):
-            v = line.split("=", 1)[1].strip().strip('"')
-            head = v.split(".")[0]
-            if head == "1":  # 1.8.0
-                head = v.split(".")[1]
-            try:
-                return int(head)
-            except ValueError:
-                return None
-    return None
+    _jars().ensure(HdfsNodeError, say=say, java_home=java_home)
+    return lib_dir()
 
 
 def find_java_home() -> Path:
     """A JDK for Hadoop 3.5: $HDFS_WAL_JAVA_HOME, else a JDK 17 (the one measured here), else
     $JAVA_HOME or the `java` on the PATH if it is 11 or newer."""
-    override = os.environ.get("HDFS_WAL_JAVA_HOME")
-    if override:
-        home = Path(override)
-        if not (home / "bin" / "java").exists():
-            raise HdfsNodeError(f"HDFS_WAL_JAVA_HOME={override} has no bin/java")
-        return home
-    candidates: List[Path] = [Path("/usr/lib/jvm/java-17-openjdk-amd64")]
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/jvm/*17*"))]
-    if os.environ.get("JAVA_HOME"):
-        candidates.append(Path(os.environ["JAVA_HOME"]))
-    java = shutil.which("java")
-    if java:
-        candidates.append(Path(os.path.realpath(java)).parent.parent)
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/jvm/*"))]
-    others = []
-    for home in candidates:
-        if (home / "bin" / "java").exists():
-            major = _java_major(home)
-            if major == 17:
-                return home
-            if major and major >= 11:
-                others.append(home)
-    if others:
-        return others[0]
-    raise HdfsNodeError("no JDK 11 or newer found (JDK 17 preferred); set HDFS_WAL_JAVA_HOME")
+    return local_server.find_java_home(
+        "HDFS_WAL_JAVA_HOME", also=lambda major: major >= 11, error=HdfsNodeError,
+        none_found="no JDK 11 or newer found (JDK 17 preferred); set HDFS_WAL_JAVA_HOME")
 
 
 # --------------------------------------------------------------------------------------------
-# processes, ports, sockets
-
-
-def _read_cmdline(pid: int) -> List[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+# processes, sockets
 
 
 def _dir_arg(node_dir: Path) -> str:
     return f"{DIR_MARKER_PROP}{node_dir}"
 
-
-def is_our_process(pid: int, node_dir: Path) -> bool:
-    """True if pid is a live MiniDFSClusterManager JVM started for node_dir."""
-    _reap(pid)
-    if _is_zombie(pid):
-        return False
-    args = _read_cmdline(pid)
-    return MAIN_CLASS in args and _dir_arg(node_dir) in args
-
-
-def find_node_pids(node_dir: Path) -> List[int]:
-    """All live MiniDFSClusterManager JVMs started for node_dir."""
-    node_dir = Path(node_dir).resolve()
-    return sorted(int(e) for e in os.listdir("/proc")
-                  if e.isdigit() and is_our_process(int(e), node_dir))
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """True if something holds (host, port) or the wildcard address for it."""
-    for addr in (host, "0.0.0.0"):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT
-            s.bind((addr, port))
-        except OSError as e:
-            if e.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
-            raise
-        finally:
-            s.close()
-    return False
-
-
-def free_port(exclude: Tuple[int, ...] = ()) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port not in exclude:
-            return port
 
 
 def _proc_net_addr(hexaddr: str) -> str:
@@ -490,47 +283,7 @@ class NodeInfo:
         return f"{self.uri} {self.webhdfs_url}"
 
 
-def _info_file(node_dir: Path) -> Path:
-    return node_dir / "hdfs.json"
 
-
-def _pid_file(node_dir: Path) -> Path:
-    return node_dir / "hdfs.pid"
-
-
-def load_info(node_dir: Path) -> Optional[NodeInfo]:
-    try:
-        data = json.loads(_info_file(node_dir).read_text())
-    except (OSError, ValueError):
-        return None
-    known = {k: v for k, v in data.items() if k in NodeInfo.__dataclass_fields__}
-    try:
-        return NodeInfo(**known)
-    except TypeError:
-        return None
-
-
-def _save_info(info: NodeInfo) -> None:
-    path = _info_file(Path(info.node_dir))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(info), indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def read_pid(node_dir: Path) -> Optional[int]:
-    try:
-        return int(_pid_file(node_dir).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def running_pid(node_dir: Path) -> Optional[int]:
-    """Pid of this dir's live JVM (pid file first, then a /proc scan)."""
-    pid = read_pid(node_dir)
-    if pid and is_our_process(pid, node_dir):
-        return pid
-    pids = find_node_pids(node_dir)
-    return pids[0] if pids else None
 
 
 def is_formatted(node_dir: Path) -> bool:
@@ -573,14 +326,14 @@ def java_command(info: NodeInfo, java_home: Path, lib: Path, format_fs: bool) ->
 
 
 def tail_logs(node_dir: Path, lines: int = 40) -> str:
-    path = Path(node_dir) / "logs" / "stdout.log"
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"(no log at {path})"
-    if not text:
-        return f"({path} is empty)"
-    return "\n".join([f"--- last {min(lines, len(text))} lines of {path} ---", *text[-lines:]])
+    return local_server.tail_log(Path(node_dir) / "logs" / "stdout.log", lines)
+
+
+KIND = local_server.ServerKind(
+    noun="HDFS", cache=CACHE, default_port=DEFAULT_PORT, state=NodeInfo, dir_key="node_dir",
+    state_file="hdfs.json", pid_file="hdfs.pid", files=("data", "logs", "details.json"),
+    matches=lambda pid, d: local_server.runs_with(pid, MAIN_CLASS, _dir_arg(d)),
+    tail=tail_logs, error=HdfsNodeError, port_error=PortInUseError)
 
 
 # --------------------------------------------------------------------------------------------
@@ -591,34 +344,12 @@ def resolve(port: Optional[int], node_dir: Optional[os.PathLike],
             http_port: Optional[int] = None) -> Tuple[int, Path, int]:
     """(port, node_dir, http_port): explicit options win, else the dir's recorded ports,
     else the defaults."""
-    if node_dir is None:
-        port = port or DEFAULT_PORT
-        node_dir = default_node_dir(port)
-    else:
-        node_dir = Path(node_dir).expanduser().resolve()
-    info = load_info(node_dir)
-    if port is None:
-        port = info.port if info else DEFAULT_PORT
+    port, node_dir = KIND.resolve(port, node_dir)
     if http_port is None:
+        info = KIND.load(node_dir)
         http_port = info.http_port if info and info.port == port else DEFAULT_HTTP_PORT
     return port, node_dir, http_port
 
-
-def _kill(pid: int, node_dir: Path, timeout: float = STOP_TIMEOUT) -> None:
-    if not is_our_process(pid, node_dir):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_our_process(pid, node_dir):
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and is_our_process(pid, node_dir):
-        time.sleep(0.1)
 
 
 def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
@@ -647,27 +378,28 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
 
 def _start_locked(port: int, node_dir: Path, http_port: int, timeout: float, heap: str,
                   say: Callable[[str], None]) -> NodeInfo:
-    with _flock(node_dir / ".lock"):
-        pid = running_pid(node_dir)
-        if pid:
-            info = load_info(node_dir) or NodeInfo(str(node_dir), port, http_port)
-            info.pid = pid
+    with KIND.lock(node_dir):
+        info = KIND.running(node_dir, port, http_port)
+        if info:
+            pid = info.pid
             if (info.port, info.http_port) != (port, http_port):
                 raise HdfsNodeError(
                     f"HDFS in {node_dir} is already running on ports {info.port}/"
                     f"{info.http_port} (pid {pid}); stop it first to use {port}/{http_port}")
             say(f"HDFS in {node_dir} is already running (pid {pid}) on {info.uri}")
-            why = _wait_ready(info, timeout, alive=lambda: is_our_process(pid, node_dir))
+            probe, not_ready = _readiness(info, timeout)
+            try:
+                ready = local_server.wait_until(probe, KIND.still_ours(pid, node_dir), timeout,
+                                                interval=0.5)
+                why = None if ready else "exited while starting"
+            except TimeoutError:
+                why = not_ready()
             if why:
                 raise HdfsNodeError(f"HDFS in {node_dir} (pid {pid}) runs but is not ready: "
                                     f"{why}\n" + tail_logs(node_dir))
             info.extra["already_running"] = True
             return info
-        _pid_file(node_dir).unlink(missing_ok=True)
-
-        for p, what in ((port, "namenode port"), (http_port, "http port")):
-            if port_in_use(p):
-                raise PortInUseError(f"{what} {p} is in use by another process")
+        KIND.require_free((port, "namenode port"), (http_port, "http port"))
 
         java_home = find_java_home()
         lib = ensure_jars(java_home, say=say)
@@ -679,128 +411,71 @@ def _start_locked(port: int, node_dir: Path, http_port: int, timeout: float, hea
         (node_dir / "data").mkdir(exist_ok=True)
         (node_dir / "details.json").unlink(missing_ok=True)
         cmd = java_command(info, java_home, lib, format_fs)
-        env = dict(os.environ, JAVA_HOME=str(java_home))
-        for var in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "CLASSPATH",
-                    "HADOOP_CONF_DIR", "HADOOP_HOME"):
-            env.pop(var, None)
         say(f"starting HDFS (Hadoop {HADOOP_VERSION} MiniDFSCluster, 1 datanode) on {info.uri}, "
             f"WebHDFS {info.webhdfs_url} (dir {node_dir}, "
             f"{'new file system' if format_fs else 'existing file system'}) ...")
-        with open(node_dir / "logs" / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(cmd, cwd=node_dir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
-        info.pid = proc.pid
-        info.started_at = time.time()
-        _pid_file(node_dir).write_text(f"{proc.pid}\n")
-        _save_info(info)
-        try:
-            why = _wait_ready(info, timeout, alive=lambda: proc.poll() is None, say=say)
-            if why is None:
-                info.listening = listening_addresses(proc.pid)
-                outside = [a for a in info.listening if not is_loopback(a)]
-                if outside:
-                    why = f"it listens on non-loopback addresses {outside}; stopped it"
-        except BaseException:  # KeyboardInterrupt while waiting: do not leak the JVM
-            _kill(proc.pid, node_dir, timeout=10)
-            proc.poll()
-            _pid_file(node_dir).unlink(missing_ok=True)
-            raise
-        if why:
-            if proc.poll() is not None:
-                why = f"exited with code {proc.returncode} while starting"
-            logs = tail_logs(node_dir)
-            _kill(proc.pid, node_dir, timeout=10)
-            proc.poll()
-            _pid_file(node_dir).unlink(missing_ok=True)
-            raise HdfsNodeError(f"HDFS in {node_dir} {why}\n{logs}")
+        proc = KIND.launch(info, cmd, node_dir / "logs" / "stdout.log",
+                           local_server.java_env(java_home, "HADOOP_CONF_DIR", "HADOOP_HOME"))
+        probe, not_ready = _readiness(info, timeout, say)
+        KIND.wait_launched(proc, node_dir, probe, timeout=timeout, interval=0.5,
+                           what=f"HDFS in {node_dir}", not_ready=not_ready, kill_timeout=10,
+                           exited="exited with code {} while starting")
+        info.listening = listening_addresses(proc.pid)
+        outside = [a for a in info.listening if not is_loopback(a)]
+        if outside:
+            raise KIND.failed_start(proc, node_dir, f"HDFS in {node_dir} it listens on "
+                                    f"non-loopback addresses {outside}; stopped it", timeout=10)
         info.extra = {"startup_seconds": round(time.time() - info.started_at, 1)}
-        _save_info(info)
+        KIND.save(info)
         say(f"HDFS is up on {info.uri} after {info.extra['startup_seconds']}s (pid {proc.pid}; "
             f"listening on {', '.join(info.listening)})")
         return info
 
 
-def _wait_ready(info: NodeInfo, timeout: float, alive: Callable[[], bool],
-                say: Callable[[str], None] = lambda m: None) -> Optional[str]:
-    """Wait until a WebHDFS create/read/delete round trip works. None when ready, else why not
-    (the JVM exited, or the timeout passed)."""
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    announced = False
-    while True:
-        if not alive():
-            return "exited while starting"
-        if namenode_answers(info.http_port):
-            if not announced:
-                say("namenode answers WebHDFS; waiting for the datanode ...")
-                announced = True
-            problem = webhdfs_roundtrip(info.http_port)
-            if problem is None:
-                return None
-            last = problem
-        if time.monotonic() >= deadline:
-            return f"was not ready within {timeout:.0f}s (last WebHDFS probe: {last})"
-        time.sleep(0.5)
+def _readiness(info: NodeInfo, timeout: float,
+               say: Callable[[str], None] = lambda m: None) -> tuple:
+    """(probe, not_ready) for waiting until a WebHDFS create/read/delete round trip works:
+    probe() is True once it does, None until then; not_ready() says why it did not in time."""
+    last, announced = "no answer yet", False
+
+    def probe() -> Optional[bool]:
+        nonlocal last, announced
+        if not namenode_answers(info.http_port):
+            return None
+        if not announced:
+            say("namenode answers WebHDFS; waiting for the datanode ...")
+            announced = True
+        problem = webhdfs_roundtrip(info.http_port)
+        if problem is None:
+            return True
+        last = problem
+        return None
+
+    return probe, lambda: f"was not ready within {timeout:.0f}s (last WebHDFS probe: {last})"
 
 
 def stop(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
          purge: bool = False, timeout: float = STOP_TIMEOUT) -> Optional[int]:
     """Stop the HDFS of node_dir (SIGTERM, then SIGKILL); returns the pid stopped (None if
     none ran). purge: also delete its data, logs and state files."""
-    _, node_dir, _ = resolve(port, node_dir)
-    if not node_dir.exists():
-        return None
-    stopped = None
-    with _flock(node_dir / ".lock"):
-        pids = set(find_node_pids(node_dir))
-        pid = read_pid(node_dir)
-        if pid and is_our_process(pid, node_dir):
-            pids.add(pid)
-        for p in sorted(pids):
-            _kill(p, node_dir, timeout=timeout)
-            if is_our_process(p, node_dir):
-                raise HdfsNodeError(f"could not stop pid {p}")
-            stopped = stopped or p
-        _pid_file(node_dir).unlink(missing_ok=True)
-    if purge:
-        for name in _NODE_ENTRIES:
-            path = node_dir / name
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            node_dir.rmdir()  # only if nothing else is in it
-    return stopped
+    return KIND.stop(port, node_dir, purge=purge, timeout=timeout)
 
 
 def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None,
            http_port: Optional[int] = None) -> dict:
     """{'state': 'up'|'starting'|'down', 'pid', 'uri', 'webhdfs', ...}. Up: the JVM runs,
     WebHDFS answers and at least one datanode is live."""
-    port, node_dir, http_port = resolve(port, node_dir, http_port)
-    info = load_info(node_dir) if node_dir.exists() else None
-    pid = running_pid(node_dir) if node_dir.exists() else None
-    if info and pid:
-        port, http_port = info.port, info.http_port
+    port, node_dir, info, pid = KIND.observe(port, node_dir)
+    http_port = info.http_port if info and pid else resolve(port, node_dir, http_port)[2]
     answers = bool(pid) and namenode_answers(http_port)
     datanodes = live_datanodes(http_port) if answers else None
     state = "up" if answers and datanodes else ("starting" if pid else "down")
     probe = NodeInfo(str(node_dir), port, http_port)
-    result = {
-        "state": state,
-        "pid": pid,
-        "host": HOST,
-        "port": port,
-        "http_port": http_port,
-        "uri": probe.uri,
-        "webhdfs": probe.webhdfs_url,
-        "node_dir": str(node_dir),
-        "live_datanodes": datanodes,
-        "listening": listening_addresses(pid) if pid else [],
-        "log": str(node_dir / "logs" / "stdout.log"),
-    }
+    result = KIND.status(
+        state, pid, port, http_port=http_port, uri=probe.uri, webhdfs=probe.webhdfs_url,
+        node_dir=str(node_dir), live_datanodes=datanodes,
+        listening=listening_addresses(pid) if pid else [],
+        log=str(node_dir / "logs" / "stdout.log"))
     if state == "down":
         busy = [str(p) for p in (port, http_port) if port_in_use(p)]
         if busy:
@@ -840,82 +515,41 @@ environment:
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--port", type=int, default=None,
-                        help=f"namenode RPC port (default: the dir's recorded port, "
-                             f"else {DEFAULT_PORT})")
-    common.add_argument("--dir", dest="node_dir", default=None,
-                        help="server directory (default: <cache>/node-<port>)")
-    common.add_argument("--json", action="store_true", help="print a JSON object on stdout")
+    cli = local_server.CommandLine(
+        "hdfs",
+        f"Run a local single-node HDFS (Hadoop {HADOOP_VERSION} MiniDFSCluster: one namenode "
+        "and one datanode in one JVM; jars from Maven Central) for development and tests.",
+        EPILOG,
+        port_help=f"namenode RPC port (default: the dir's recorded port, else {DEFAULT_PORT})",
+        dir_dest="node_dir", dir_help="server directory (default: <cache>/node-<port>)")
     http = argparse.ArgumentParser(add_help=False)
     http.add_argument("--http-port", type=int, default=None,
                       help=f"namenode HTTP / WebHDFS port (default: the dir's recorded port, "
                            f"else {DEFAULT_HTTP_PORT})")
-    p = argparse.ArgumentParser(
-        prog="hdfs",
-        description=f"Run a local single-node HDFS (Hadoop {HADOOP_VERSION} MiniDFSCluster: "
-                    "one namenode and one datanode in one JVM; jars from Maven Central) for "
-                    "development and tests.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{start,stop,status}")
-    s = sub.add_parser("start", parents=[common, http],
-                       help="start HDFS (no-op if already running)",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = cli.command("start", "start HDFS (no-op if already running)", http)
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for WebHDFS (default {DEFAULT_TIMEOUT:.0f})")
     s.add_argument("--heap", default=None, help=f"JVM heap, e.g. 256m, 1g (default {DEFAULT_HEAP})")
-    t = sub.add_parser("stop", parents=[common], help="stop HDFS (SIGTERM, then SIGKILL)",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--purge", action="store_true",
-                   help="also delete its data (the file system), logs and state files")
-    t.add_argument("--timeout", type=float, default=STOP_TIMEOUT,
-                   help="seconds to wait after SIGTERM before SIGKILL "
-                        f"(default {STOP_TIMEOUT:.0f})")
-    sub.add_parser("status", parents=[common, http], help="is HDFS up? (exit 0 up, 1 not)",
-                   epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    return p
+    cli.stop_command("stop HDFS (SIGTERM, then SIGKILL)",
+                     "also delete its data (the file system), logs and state files", STOP_TIMEOUT)
+    cli.command("status", "is HDFS up? (exit 0 up, 1 not)", http)
+    return cli.parser
+
+
+def _start_command(args) -> int:
+    info = start(args.port, args.node_dir, http_port=args.http_port, timeout=args.timeout,
+                 heap=args.heap)
+    return local_server.answer(
+        args, {"uri": info.uri, "webhdfs": info.webhdfs_url, "host": HOST, **asdict(info)},
+        info.line)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "start":
-            info = start(args.port, args.node_dir, http_port=args.http_port,
-                         timeout=args.timeout, heap=args.heap)
-            if args.json:
-                print(json.dumps({"uri": info.uri, "webhdfs": info.webhdfs_url, "host": HOST,
-                                  **asdict(info)}))
-            else:
-                print(info.line)
-            return 0
-        if args.command == "stop":
-            pid = stop(args.port, args.node_dir, purge=args.purge, timeout=args.timeout)
-            _, node_dir, _ = resolve(args.port, args.node_dir)
-            if args.json:
-                print(json.dumps({"stopped_pid": pid, "node_dir": str(node_dir),
-                                  "purged": args.purge}))
-            else:
-                log((f"stopped pid {pid}" if pid else f"no HDFS running in {node_dir}")
-                    + (f"; purged {node_dir}" if args.purge else ""))
-            return 0
-        st = status(args.port, args.node_dir, args.http_port)
-        if args.json:
-            print(json.dumps(st))
-        elif st["state"] == "up":
-            print(f"up: pid {st['pid']} at {st['uri']} {st['webhdfs']} "
-                  f"({st['live_datanodes']} live datanode, dir {st['node_dir']})")
-        elif st["state"] == "starting":
-            print(f"starting: pid {st['pid']}, {st['webhdfs']} not ready yet (log {st['log']})")
-        else:
-            print(f"down: no HDFS running in {st['node_dir']}"
-                  + (f" ({st['note']})" if st.get("note") else ""))
-        return 0 if st["state"] == "up" else 1
-    except HdfsNodeError as e:
-        log(f"error: {e}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
+    return local_server.main(
+        _parser().parse_args(argv), KIND, start=_start_command, say_purged=True,
+        status=lambda args: status(args.port, args.node_dir, args.http_port),
+        up="up: pid {pid} at {uri} {webhdfs} ({live_datanodes} live datanode, dir {node_dir})",
+        starting="starting: pid {pid}, {webhdfs} not ready yet (log {log})")
 
 
 if __name__ == "__main__":
