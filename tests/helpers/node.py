@@ -1,26 +1,82 @@
-"""What tests share about the Cassandra node: the node script as a module, JDK 17 for Spark,
-and throwaway keyspaces."""
+"""What tests share about the local servers of scripts/ (cassandra, hdfs, s3): the scripts as
+modules and as command lines, servers started in a temp dir and purged, JDK 17 for Spark, and
+throwaway keyspaces on the Cassandra node."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
 
-NODE_MODULE = Path(__file__).resolve().parents[2] / "scripts" / "cassandra_node.py"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def load_script_module(name: str):
+    """Import scripts/<name>.py (stdlib only) as module ``name``, once."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_cassandra_node_module():
-    """Import scripts/cassandra_node.py (stdlib only) as module ``cassandra_node``, once."""
-    if "cassandra_node" in sys.modules:
-        return sys.modules["cassandra_node"]
-    spec = importlib.util.spec_from_file_location("cassandra_node", NODE_MODULE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cassandra_node"] = module
-    spec.loader.exec_module(module)
-    return module
+    """scripts/cassandra_node.py as module ``cassandra_node``."""
+    return load_script_module("cassandra_node")
+
+
+class ServerScript:
+    """One of scripts/cassandra, scripts/hdfs, scripts/s3 as the tests drive it: its command
+    line, and a scan of /proc for its servers independent of the script's own bookkeeping
+    (processes whose command line names ``program`` and whose command line names the server
+    dir, or, ``by_cwd``, which run in it)."""
+
+    def __init__(self, name: str, program: str, *, by_cwd: bool = False, timeout: float = 60):
+        self.path, self.program = SCRIPTS / name, program
+        self.by_cwd, self.timeout = by_cwd, timeout
+
+    def run(self, *args, timeout: float | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.path), *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout or self.timeout, stdin=subprocess.DEVNULL)
+
+    def pids(self, server_dir: Path) -> list[int]:
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+                mine = (os.readlink(f"/proc/{entry}/cwd") == str(server_dir) if self.by_cwd
+                        else str(server_dir) in cmdline)
+            except OSError:
+                continue
+            if self.program in cmdline and mine:
+                pids.append(int(entry))
+        return sorted(pids)
+
+    @contextlib.contextmanager
+    def started(self, server_dir: Path, *args, timeout: float | None = None):
+        """``start --dir server_dir *args`` (which must succeed); yields its result; then
+        :meth:`stop_purged`, whatever happened."""
+        try:
+            result = self.run("start", "--dir", server_dir, *args, timeout=timeout)
+            assert result.returncode == 0, result.stderr
+            yield result
+        finally:
+            self.stop_purged(server_dir)
+
+    def stop_purged(self, server_dir: Path) -> None:
+        """``stop --purge``: no server of the dir is left, nor the dir."""
+        result = self.run("stop", "--dir", server_dir, "--purge")
+        assert self.pids(server_dir) == []
+        assert result.returncode == 0, result.stderr
+        assert not server_dir.exists()
 
 
 def java_home_env() -> dict:
@@ -35,8 +91,6 @@ def java_home_env() -> dict:
 def start_timeout() -> float:
     """Seconds a test node may take to answer CQL: ``CASSANDRA_WAL_START_TIMEOUT``, else the
     node script's default."""
-    import os
-
     return float(os.environ.get("CASSANDRA_WAL_START_TIMEOUT",
                                 load_cassandra_node_module().DEFAULT_TIMEOUT))
 

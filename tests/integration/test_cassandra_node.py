@@ -6,52 +6,26 @@ The CLI tests use their own node dir and port, so they never touch the session n
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.node import ServerScript, load_cassandra_node_module
+
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "scripts" / "cassandra"
-
-
-from tests.helpers.node import load_cassandra_node_module  # noqa: E402
-
-
 cn = load_cassandra_node_module()
-
-
-def run_cli(*args, timeout=300):
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def daemon_pids(node_dir: Path):
-    """Pids of CassandraDaemon JVMs whose command line mentions node_dir (independent scan)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "CassandraDaemon" in cmdline and str(node_dir) in cmdline:
-            pids.append(int(entry))
-    return pids
+CASSANDRA = ServerScript("cassandra", "CassandraDaemon", timeout=300)
+run_cli = CASSANDRA.run
+daemon_pids = CASSANDRA.pids  # CassandraDaemon JVMs whose command line mentions the dir
 
 
 @pytest.fixture
 def node_dir(tmp_path):
     d = tmp_path / "cli-node"
     yield d
-    cn.stop(None, d, purge=True)  # never leave a JVM behind, whatever the test did
-    assert daemon_pids(d) == []
+    CASSANDRA.stop_purged(d)  # never leave a JVM behind, whatever the test did
 
 
 def test_status_of_unknown_dir_is_down(node_dir):

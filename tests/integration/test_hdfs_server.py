@@ -7,12 +7,10 @@ The tests run in file order: the last one stops the server.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -22,46 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.node import ServerScript, load_script_module
+
 pytestmark = [pytest.mark.integration]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "scripts" / "hdfs"
 START_TIMEOUT = float(os.environ.get("HDFS_WAL_START_TIMEOUT", "180"))
 
-
-def _load_hdfs_node():
-    """scripts/hdfs_node.py (stdlib only) as module ``hdfs_node``, once."""
-    if "hdfs_node" in sys.modules:
-        return sys.modules["hdfs_node"]
-    spec = importlib.util.spec_from_file_location("hdfs_node", SCRIPT.parent / "hdfs_node.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hdfs_node"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-hn = _load_hdfs_node()
-
-
-def run_cli(*args, timeout=60):
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def server_pids(node_dir: Path) -> list[int]:
-    """Pids of MiniDFSClusterManager JVMs whose command line mentions node_dir (a scan of
-    /proc independent of the script's own bookkeeping)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "MiniDFSClusterManager" in cmdline and str(node_dir) in cmdline:
-            pids.append(int(entry))
-    return sorted(pids)
+hn = load_script_module("hdfs_node")
+HDFS = ServerScript("hdfs", "MiniDFSClusterManager", timeout=60)
+run_cli = HDFS.run
+server_pids = HDFS.pids  # MiniDFSClusterManager JVMs whose command line mentions the dir
 
 
 class Hdfs:
@@ -119,16 +87,9 @@ def hdfs(tmp_path_factory):
     node_dir = tmp_path_factory.mktemp("hdfs") / "server"
     port = hn.free_port()
     http_port = hn.free_port(exclude=(port,))
-    start = run_cli("start", "--port", port, "--http-port", http_port, "--dir", node_dir,
-                    "--timeout", START_TIMEOUT, timeout=START_TIMEOUT + 600)  # + a jar fetch
-    try:
-        assert start.returncode == 0, start.stderr
+    with HDFS.started(node_dir, "--port", port, "--http-port", http_port,
+                      "--timeout", START_TIMEOUT, timeout=START_TIMEOUT + 600) as start:  # + jars
         yield Hdfs(node_dir, port, http_port, start)
-    finally:
-        stop = run_cli("stop", "--dir", node_dir, "--purge")
-        assert server_pids(node_dir) == []
-        assert stop.returncode == 0, stop.stderr
-        assert not node_dir.exists()
 
 
 def test_start_prints_the_uris_and_binds_loopback_only(hdfs):

@@ -8,7 +8,6 @@ suite's shared session does not have).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -21,28 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.node import java_home_env
+from tests.helpers.node import ServerScript, java_home_env, load_script_module
 
 pytestmark = [pytest.mark.integration]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "scripts" / "s3"
 BUCKET = "wal-bucket"
 
-
-def _load_s3_server_module():
-    """scripts/s3_server.py (stdlib only) as module ``s3_server``, once."""
-    if "s3_server" in sys.modules:
-        return sys.modules["s3_server"]
-    spec = importlib.util.spec_from_file_location(
-        "s3_server", REPO_ROOT / "scripts" / "s3_server.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["s3_server"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-s3s = _load_s3_server_module()
+s3s = load_script_module("s3_server")
 
 try:
     s3s.find_moto_server()
@@ -51,26 +35,9 @@ except s3s.S3ServerError as e:  # moto[server] is a test dependency
 boto3 = pytest.importorskip("boto3")
 from botocore.exceptions import ClientError  # noqa: E402  (comes with boto3)
 
-
-def run_cli(*args, timeout=120):
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def moto_pids(server_dir: Path):
-    """Pids of moto_server processes working in server_dir (independent /proc scan)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-        except OSError:
-            continue
-        if "moto_server" in cmdline and cwd == str(server_dir):
-            pids.append(int(entry))
-    return pids
+S3 = ServerScript("s3", "moto_server", by_cwd=True, timeout=120)
+run_cli = S3.run
+moto_pids = S3.pids  # moto_server processes working in the dir
 
 
 @dataclass
@@ -83,32 +50,22 @@ class Server:
         return boto3.client("s3", **s3s.boto3_kwargs(self.endpoint))
 
 
+def _buckets(*names: str) -> list[str]:
+    return [arg for name in names for arg in ("--bucket", name)]
+
+
 def _start(server_dir: Path, port: int, *buckets: str):
-    args = ["start", "--port", port, "--dir", server_dir]
-    for b in buckets:
-        args += ["--bucket", b]
-    return run_cli(*args)
-
-
-def _stop_purge(server_dir: Path):
-    result = run_cli("stop", "--dir", server_dir, "--purge", timeout=60)
-    assert result.returncode == 0, result
-    assert moto_pids(server_dir) == []
-    assert not server_dir.exists()
+    return run_cli("start", "--port", port, "--dir", server_dir, *_buckets(*buckets))
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     server_dir = (tmp_path_factory.mktemp("s3") / "server").resolve()
     port = s3s.free_port()
-    try:
-        result = _start(server_dir, port, BUCKET)
-        assert result.returncode == 0, result
+    with S3.started(server_dir, "--port", port, *_buckets(BUCKET)) as result:
         endpoint = result.stdout.strip().splitlines()[-1]
         assert endpoint == f"http://127.0.0.1:{port}"
         yield Server(endpoint, port, server_dir)
-    finally:
-        _stop_purge(server_dir)
 
 
 def test_put_get_list(s3):
@@ -191,7 +148,7 @@ def test_start_status_stop(tmp_path):
         assert down.returncode == 1 and down.stdout.startswith("down:")
         assert server_dir.exists()  # without --purge the dir stays
     finally:
-        _stop_purge(server_dir)
+        S3.stop_purged(server_dir)
 
 
 def test_start_refuses_a_port_in_use(tmp_path):
