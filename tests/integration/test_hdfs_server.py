@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.node import ServerScript, load_script_module
+from wal.checkpoint import SparkCheckpoint
+from wal.stores import open_store
 
 pytestmark = [pytest.mark.integration]
 
@@ -160,6 +162,10 @@ def test_spark_stream_checkpoints_on_hdfs(hdfs, spark):
     assert hdfs.exists(f"{cp}/commits/0")
     assert {"0", "1", "2"} <= set(hdfs.list(f"{cp}/commits"))
     assert "metadata" in hdfs.list(cp)
+    # What the sink will read there without a JVM (wal/checkpoint.py, wal/webhdfs.py).
+    read = SparkCheckpoint(open_store(f"webhdfs://127.0.0.1:{hdfs.http_port}{cp}"))
+    assert {0, 1, 2} <= set(read.committed_batches())
+    assert read.query_id() == str(query.id) and read.written_by_spark()
 
 
 def test_status_is_up_then_down_after_stop(hdfs):

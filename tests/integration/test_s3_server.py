@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.node import ServerScript, java_home_env, load_script_module
+from wal.checkpoint import SparkCheckpoint
+from wal.s3 import S3Store
 
 pytestmark = [pytest.mark.integration]
 
@@ -246,6 +248,10 @@ def test_spark_streaming_checkpoint_on_s3a(s3, tmp_path):
         Bucket=BUCKET, Prefix="cp/")["Contents"]]
     assert "cp/commits/0" in keys, keys
     assert "cp/offsets/0" in keys and "cp/metadata" in keys, keys
+    # What the sink will read there without a JVM (wal/checkpoint.py, wal/s3.py).
+    read = SparkCheckpoint(S3Store(BUCKET, "cp", client=s3.client()))
+    assert set(result["batches"]) <= set(read.committed_batches()), result
+    assert read.query_id() and read.written_by_spark()
 
 
 def _kill_group_leftovers(pgid: int, wait: float = 15.0) -> None:
