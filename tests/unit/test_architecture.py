@@ -178,3 +178,17 @@ def test_the_read_only_tools_load_no_cassandra_cluster_module():
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_drivers_exit_hooks_are_registered_before_the_flushers():
+    """atexit runs the last registered first; the flushers' last drains (sinks.registry's
+    exit hook, registered with the first registry) must run before the Cassandra driver stops
+    its event loop at exit, or they wait forever for answers. The driver registers its hooks
+    when cassandra.cluster is first imported: importing the registry must do that. (When the
+    driver's cluster module was loaded on first use only, a script that stopped its query and
+    exited hung: tests/integration/test_outage.py.)"""
+    probe = "import sys, sinks.registry\nprint('cassandra.cluster' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
