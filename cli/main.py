@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) ->
 int``. Errors end here: a one-line ``cassandra-wal: error: ...`` on stderr and the documented
-exit code (see :data:`EPILOG`), never a traceback.
+exit code (see :data:`EPILOG`), never a traceback. ``--version`` prints the installed
+distribution's version (:func:`version`).
 
 ``inspect``, ``dump`` and ``verify`` read the WAL only (floor ``wal``); ``recover`` writes to
 Cassandra through :mod:`recovery.recover`.
@@ -51,6 +52,7 @@ Examples:
   cassandra-wal dump /data/wal --batch 42 --limit 10
   cassandra-wal verify /data/wal || echo "corrupted"
   cassandra-wal recover /data/wal --dry-run
+  cassandra-wal --version
 
 Run 'cassandra-wal COMMAND --help' for a command's options and examples."""
 
@@ -63,10 +65,39 @@ class Parser(argparse.ArgumentParser):
                          usage=self.format_usage())
 
 
+DISTRIBUTION = "cassandra-wal-sink"    # [project] name in pyproject.toml
+
+
+def version() -> str:
+    """The installed distribution's version, or ``unknown`` when the code runs from a source
+    tree that was never installed (there is no metadata to read then; guessing from a
+    ``pyproject.toml`` nearby would report whatever checkout happens to sit beside it)."""
+    # Imported here: only --version needs it (~10-30 ms to import on its own).
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+    try:
+        return installed_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, but the version is looked up only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print the version and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{PROG} {version()}")
+        parser.exit()
+
+
 def build_parser() -> Parser:
     """The whole command line."""
     parser = Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for module in COMMANDS:
