@@ -1,10 +1,11 @@
-"""Run a local single-node Apache Cassandra 5.0 from Maven Central jars (stdlib only).
+"""Run a local single-node Apache Cassandra 5.0 or 4.1 from Maven Central jars (stdlib only).
 
 Used by the ``scripts/cassandra`` command line and by the pytest fixtures in
 ``tests/conftest.py``.  Layout:
 
 * jars: ``<cache>/<version>/lib`` where ``<cache>`` is ``$CASSANDRA_WAL_CACHE`` or
-  ``<repo>/.cache/cassandra``; fetched once with Maven from ``scripts/cassandra-node/pom.xml``,
+  ``<repo>/.cache/cassandra``; fetched once with Maven from ``scripts/cassandra-node/pom.xml``
+  with its cassandra-all version set to the one asked for (written to ``<cache>/<version>/pom.xml``),
   a ``.complete`` marker is written after a successful copy.
 * node dir (default ``<cache>/node-<port>``)::
 
@@ -13,6 +14,15 @@ Used by the ``scripts/cassandra`` command line and by the pytest fixtures in
       conf/            cassandra.yaml, logback.xml (rewritten on every start)
       data/            -Dcassandra.storagedir: data, commitlog, hints, saved_caches
       logs/            system.log (logback), stdout.log (JVM stdout/stderr)
+
+Versions (``start --version``, :data:`RELEASES`): 5.0.8, the default, and 4.1.10, the newest
+4.1 that Maven Central serves. Both run on the JDK 17 found here; 4.1 officially supports only
+Java 8 and 11, and runs on 17 with three more ``--add-opens`` (see :data:`JAMM_03_OPENS`).
+The ``cassandra.yaml`` written is the same for both: every key in it has the same name and
+meaning in 4.1 and 5.0 (4.1 introduced the names with units, e.g. ``commitlog_sync_period:
+10000ms``, and the ``ssl_context_factory`` used for PEM key stores). A node dir keeps the
+version its data was written by (``node.json``): ``start`` without ``--version`` reuses it,
+and a start with another version is refused until ``stop --purge``.
 
 Readiness and ``status`` use a tiny raw CQL (native protocol v4) client: STARTUP then
 ``SELECT release_version FROM system.local``, so no driver is needed.
@@ -44,7 +54,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 SCRIPTS_DIR = Path(__file__).resolve().parent
 if str(SCRIPTS_DIR) not in sys.path:  # local_server.py, however this file is loaded
@@ -53,7 +63,7 @@ if str(SCRIPTS_DIR) not in sys.path:  # local_server.py, however this file is lo
 import local_server  # noqa: E402
 from local_server import HOST, free_port, log, port_in_use  # noqa: E402
 
-CASSANDRA_VERSION = "5.0.8"
+CASSANDRA_VERSION = "5.0.8"  # the default of `start`; see RELEASES for the others
 DEFAULT_PORT = 9042
 DEFAULT_TIMEOUT = 180.0
 DEFAULT_HEAP = "1g"
@@ -96,6 +106,31 @@ JVM17_MODULE_FLAGS = [
     "-Dio.netty.tryReflectionSetAccessible=true",
 ]
 
+# Cassandra 4.1 measures objects with jamm 0.3.2, which walks their fields by reflection, into
+# java.base's classes too; Java 11 only warned, Java 17 refuses unless the package is opened.
+# Each of these made a 4.1.10 start on JDK 17 fail ("InaccessibleObjectException: ... module
+# java.base does not "opens java.util.concurrent" to unnamed module"), one after the other;
+# with the three, it starts and serves prepared writes and batches. 5.0 ships jamm 0.4, which
+# needs none of them.
+JAMM_03_OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+    "java.util.concurrent", "java.util.concurrent.atomic", "java.nio"))
+
+
+@dataclass(frozen=True)
+class Release:
+    """A Cassandra version this script runs, and what its launch needs beyond the common
+    flags (:data:`JVM17_MODULE_FLAGS`)."""
+
+    version: str
+    jvm_flags: Tuple[str, ...] = ()
+
+
+RELEASES: Dict[str, Release] = {r.version: r for r in (
+    Release(CASSANDRA_VERSION),
+    Release("4.1.10", JAMM_03_OPENS),  # the newest 4.1 on Maven Central (2026-11-25)
+)}
+
+
 # System properties that shorten startup of a fresh single node.
 FAST_START_PROPS = [
     "-Dcassandra.skip_wait_for_gossip_to_settle=0",
@@ -120,32 +155,54 @@ class PortInUseError(CassandraNodeError):
 # paths, jars, java
 
 
+def release(version: Optional[str] = None) -> Release:
+    """The :class:`Release` of ``version`` (None: the default); CassandraNodeError naming the
+    supported versions if it is not one of them."""
+    version = version or CASSANDRA_VERSION
+    if version not in RELEASES:
+        raise CassandraNodeError(
+            f"Cassandra {version} is not supported; supported versions: "
+            + ", ".join(v + (" (default)" if v == CASSANDRA_VERSION else "") for v in RELEASES))
+    return RELEASES[version]
+
+
 def lib_dir(version: str = CASSANDRA_VERSION) -> Path:
     return CACHE.root() / version / "lib"
 
 
-def _jars() -> local_server.MavenJars:
+def pom_text(version: str) -> str:
+    """The repository's pom with cassandra-all at ``version`` (for the default version, the
+    file as it is: a cache fetched from it stays valid)."""
+    text = POM.read_text()
+    pin = f"<version>{CASSANDRA_VERSION}</version>"
+    if text.count(pin) != 1:
+        raise CassandraNodeError(f"{POM} should pin cassandra-all to {CASSANDRA_VERSION} once")
+    return text.replace(pin, f"<version>{release(version).version}</version>")
+
+
+def _jars(version: str = CASSANDRA_VERSION) -> local_server.MavenJars:
+    lib = lib_dir(version)
     return local_server.MavenJars(
-        lib=lib_dir(), pom=POM, what=f"Cassandra {CASSANDRA_VERSION} jars", cost="~1 min",
-        name="Cassandra jars", cache_env=CACHE.env_var, needed="cassandra-all-",
-        about={"version": CASSANDRA_VERSION})
+        lib=lib, pom=lib.parent / "pom.xml", text=pom_text(version),
+        what=f"Cassandra {version} jars", cost="~1 min", name="Cassandra jars",
+        cache_env=CACHE.env_var, needed=f"cassandra-all-{version}", about={"version": version})
 
 
-def jars_complete() -> bool:
-    return _jars().marker() is not None
+def jars_complete(version: str = CASSANDRA_VERSION) -> bool:
+    return _jars(version).marker() is not None
 
 
-def ensure_jars(java_home: Optional[Path] = None) -> Path:
+def ensure_jars(java_home: Optional[Path] = None, version: str = CASSANDRA_VERSION) -> Path:
     """Return the lib dir, fetching the jars with Maven if the cache is missing/incomplete."""
-    _jars().ensure(CassandraNodeError, java_home=java_home)
-    return lib_dir()
+    _jars(version).ensure(CassandraNodeError, java_home=java_home)
+    return lib_dir(version)
 
 
 def find_java_home() -> Path:
-    """A JDK 17 (or 11) home. Cassandra 5.0 refuses newer JDKs (security manager)."""
+    """A JDK 17 (or 11) home. Cassandra 5.0 and 4.1 refuse newer JDKs (security manager)."""
     return local_server.find_java_home(
         "CASSANDRA_WAL_JAVA_HOME", also=lambda major: major == 11, error=CassandraNodeError,
-        none_found="no JDK 17 found (Cassandra 5.0 needs Java 17 or 11, not newer); "
+        none_found="no JDK 17 found (Cassandra 5.0 and 4.1 run on Java 17 or 11, not newer); "
                    "set CASSANDRA_WAL_JAVA_HOME")
 
 
@@ -392,6 +449,7 @@ def java_command(info: NodeInfo, java_home: Path, lib: Path) -> List[str]:
     if jamm:
         cmd.append(f"-javaagent:{jamm[-1]}")
     cmd += JVM17_MODULE_FLAGS
+    cmd += release(info.version).jvm_flags
     cmd += [
         "-Djava.net.preferIPv4Stack=true",
         "-Dcassandra-foreground=yes",
@@ -448,7 +506,8 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
           timeout: float = DEFAULT_TIMEOUT, fast: bool = False, heap: Optional[str] = None,
           die_with_parent: bool = False, quiet: bool = False, auth: bool = False,
           tls_keystore: Optional[os.PathLike] = None,
-          tls_keystore_password: Optional[str] = None, wait: bool = True) -> NodeInfo:
+          tls_keystore_password: Optional[str] = None, wait: bool = True,
+          version: Optional[str] = None) -> NodeInfo:
     """Start (or reuse) the node of node_dir and wait until CQL answers.
 
     The JVM runs in its own session (a Ctrl-C in the terminal does not reach it).
@@ -456,10 +515,15 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
     (test fixtures: a SIGKILLed pytest does not leak a node; needs util-linux `setpriv`).
     auth: PasswordAuthenticator etc. (superuser cassandra/cassandra); tls_keystore (+password):
     TLS-only native port (see the module docstring).
+    version: one of :data:`RELEASES`; None: the version of the dir's data if it has some (or
+    of its running node), else :data:`CASSANDRA_VERSION`. Another version than the one of the
+    dir's node or data is refused.
     wait=False: return as soon as the JVM is launched; call :func:`wait_started` with the
     result (lets a caller boot several nodes at once from one thread).
     Raises PortInUseError / CassandraNodeError on failure.
     """
+    if version is not None:
+        release(version)  # refuse an unknown version before anything else
     port, node_dir = KIND.resolve(port, node_dir)
     heap = heap or os.environ.get("CASSANDRA_WAL_HEAP") or DEFAULT_HEAP
     node_dir.mkdir(parents=True, exist_ok=True)
@@ -472,6 +536,10 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         if info:
             pid = info.pid
             KIND.refuse_other_port(info, port)
+            if version and version != info.version:
+                raise CassandraNodeError(f"node in {node_dir} is already running Cassandra "
+                                         f"{info.version} (pid {pid}); stop it first to run "
+                                         f"{version}")
             mismatch = _security_mismatch(info, auth, tls_keystore)
             if mismatch:
                 raise CassandraNodeError(f"node in {node_dir} is already running (pid {pid}) but "
@@ -490,15 +558,15 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         KIND.require_free((port, "port"))
 
         java_home = find_java_home()
-        lib = ensure_jars(java_home)
-
         prev = KIND.load(node_dir)
+        version = _version_for(node_dir, prev, version)
         storage_port = prev.storage_port if prev and prev.storage_port else 0
         if not storage_port or storage_port == port or port_in_use(storage_port):
             storage_port = free_port(exclude=(port,))
+        lib = ensure_jars(java_home, version)
         info = NodeInfo(node_dir=str(node_dir), port=port, storage_port=storage_port,
                         fast=fast, heap=heap, java=str(java_home / "bin" / "java"),
-                        auth=bool(auth), tls_keystore=tls_keystore)
+                        auth=bool(auth), tls_keystore=tls_keystore, version=version)
         for sub in ("conf", "data", "logs"):
             (node_dir / sub).mkdir(exist_ok=True)
         yaml_path = node_dir / "conf" / "cassandra.yaml"
@@ -513,7 +581,7 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         if setpriv:
             cmd = [setpriv, "--pdeathsig", "TERM", "--", *cmd]
         extras = ", ".join(filter(None, ["auth" if auth else "", "TLS only" if tls_keystore else ""]))
-        say(f"starting Cassandra {CASSANDRA_VERSION} on {info.address} "
+        say(f"starting Cassandra {version} on {info.address} "
             f"(storage port {storage_port}, dir {node_dir}{', ' + extras if extras else ''}) ...")
         proc = KIND.launch(info, cmd, node_dir / "logs" / "stdout.log",
                            local_server.java_env(java_home))
@@ -528,6 +596,21 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         return wait_started(info, timeout, quiet=quiet)
 
 
+def _version_for(node_dir: Path, prev: Optional[NodeInfo], asked: Optional[str]) -> str:
+    """The version to start node_dir with: ``asked``, else the one its data was written by,
+    else the default. Refused if the dir holds another version's data: a node does not read
+    the data of a newer one, and this script does not run upgrades."""
+    data = node_dir / "data"
+    has_data = prev is not None and data.is_dir() and any(data.iterdir())
+    if asked is None:
+        return prev.version if has_data else CASSANDRA_VERSION
+    if has_data and prev.version != asked:
+        raise CassandraNodeError(
+            f"{node_dir} holds the data of Cassandra {prev.version}; this start asks for "
+            f"{asked}: `stop --purge` it first, or use another --dir")
+    return asked
+
+
 def wait_started(info: NodeInfo, timeout: float = DEFAULT_TIMEOUT, *,
                  quiet: bool = False) -> NodeInfo:
     """Wait for a node launched by ``start(..., wait=False)`` to answer CQL (and the probe
@@ -537,7 +620,7 @@ def wait_started(info: NodeInfo, timeout: float = DEFAULT_TIMEOUT, *,
     proc = _launched.pop(str(node_dir), None)
     if proc is None:  # it was already running: same checks as start() on a running node
         return start(info.port, node_dir, timeout=timeout, quiet=True, auth=info.auth,
-                     tls_keystore=info.tls_keystore)
+                     tls_keystore=info.tls_keystore, version=info.version)
     t0 = info.started_at or time.time()
     not_ready = f"did not answer CQL within {timeout:.0f}s" + (
         " (with --auth: or the probe login was refused)" if info.auth else "")
@@ -566,7 +649,8 @@ def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -
     state = "up" if pid and version is not None else ("starting" if pid else "down")
     result = KIND.status(
         state, pid, port, address=f"{HOST}:{port}", node_dir=str(node_dir),
-        storage_port=info.storage_port if info else None, release_version=version,
+        storage_port=info.storage_port if info else None,
+        version=info.version if info else None, release_version=version,
         log=str(node_dir / "logs" / "system.log"), auth=bool(info and info.auth),
         tls=bool(info and info.tls_keystore))
     if state == "down" and port_in_use(port):
@@ -590,6 +674,8 @@ examples:
   scripts/cassandra status --port 19042 --json
   scripts/cassandra stop --port 19042 --purge  # stop and delete its data
   scripts/cassandra start --dir /tmp/n1 --port 9142 --timeout 300
+  scripts/cassandra start --port 19142 --dir /tmp/n41 --version 4.1.10
+                                               # Cassandra 4.1 (its own jars and dir)
   scripts/cassandra start --port 19042 --auth  # PasswordAuthenticator; superuser cassandra/cassandra
   KS_PW=secret scripts/cassandra start --port 19042 --tls-keystore node.pem --tls-keystore-password-env KS_PW
                                                # TLS-only native port (PEM: key + cert chain)
@@ -597,7 +683,8 @@ examples:
 stdout of `start` is exactly HOST:PORT; progress and errors go to stderr.
 exit codes: 0 ok / up; 1 failure / down.
 environment:
-  CASSANDRA_WAL_CACHE      cache root instead of <repo>/.cache/cassandra (jars in <root>/%s/lib)
+  CASSANDRA_WAL_CACHE      cache root instead of <repo>/.cache/cassandra (jars in
+                           <root>/<version>/lib, e.g. <root>/%s/lib)
   CASSANDRA_WAL_JAVA_HOME  JDK to run Cassandra with (default: the system JDK 17)
   CASSANDRA_WAL_HEAP       heap size (default %s)
   CASSANDRA_WAL_FAST=1     same as --fast
@@ -610,8 +697,9 @@ environment:
 def _parser() -> argparse.ArgumentParser:
     cli = local_server.CommandLine(
         "cassandra",
-        f"Run a local single-node Apache Cassandra {CASSANDRA_VERSION} "
-        "(jars from Maven Central, JDK 17) for development and tests.", EPILOG,
+        f"Run a local single-node Apache Cassandra ({', '.join(RELEASES)}; default "
+        f"{CASSANDRA_VERSION}; jars from Maven Central, JDK 17) for development and tests.",
+        EPILOG,
         port_help=f"CQL native port (default: the dir's recorded port, else {DEFAULT_PORT})",
         dir_dest="node_dir", dir_help="node directory (default: <cache>/node-<port>)")
     s = cli.command("start", "start a node (no-op if already up)")
@@ -621,6 +709,9 @@ def _parser() -> argparse.ArgumentParser:
                    default=os.environ.get("CASSANDRA_WAL_FAST", "") not in ("", "0"),
                    help="tests only: -Dcassandra.unsafesystem=true (system tables not fsynced)")
     s.add_argument("--heap", default=None, help=f"JVM heap, e.g. 512m, 2g (default {DEFAULT_HEAP})")
+    s.add_argument("--version", default=None, metavar="VERSION",
+                   help=f"Cassandra version: {', '.join(RELEASES)} (default: the version of the "
+                        f"dir's data, else {CASSANDRA_VERSION})")
     s.add_argument("--auth", action="store_true",
                    help="password authentication (PasswordAuthenticator, CassandraAuthorizer, "
                         "CassandraRoleManager); the default superuser is cassandra/cassandra")
@@ -650,7 +741,7 @@ def _start_command(args) -> int:
         raise CassandraNodeError("a key store password needs --tls-keystore")
     info = start(args.port, args.node_dir, timeout=args.timeout, fast=args.fast,
                  heap=args.heap, auth=args.auth, tls_keystore=args.tls_keystore,
-                 tls_keystore_password=password)
+                 tls_keystore_password=password, version=args.version)
     return local_server.answer(args, {"address": info.address, "host": HOST, **asdict(info)},
                                info.address)
 
