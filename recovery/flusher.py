@@ -34,7 +34,6 @@ from tenacity import (
 )
 
 from cql import credentials
-from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.errors import WalCorrupted, WalStorageError
 from wal.layout import WalDir
@@ -71,12 +70,12 @@ class QueryFlusher:
     def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
                  retry_interval_s: float = 2.0,
                  spark_jobs: SparkJobs | None = None):
-        self.wal = WalDir(wal_root)
+        self.wal = WalDir.at(wal_root)     # a store's WAL: this host's working copy
         self.checkpoint = checkpoint
         self.session_conf = session_conf
         # The WAL is this query's (a pointer copied from another checkpoint must not make this
         # query replay, discard or skip another's batches): see wal/binding.py.
-        bind(self.wal, ckpt.local_path(checkpoint))
+        bind(self.wal, checkpoint)
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)

@@ -155,6 +155,8 @@ class Replayer:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
         report, started = ReplayReport(), time.monotonic()
+        if self.wal.remote:     # the store is the WAL: bring what it holds into the working copy
+            self.wal.remote.pull(self.wal.root)
         self.note_committed()
         staged = set(self.wal.staged_batch_ids())
         for view in self.plan(query_running):

@@ -32,9 +32,12 @@ from wal.binding import bind
 from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull
 from wal.files import others_can_write, tree_size
+from wal.format import SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
 from wal.pointer import write_pointer
+from wal.remote import is_remote, spool_dir
+from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
@@ -59,10 +62,22 @@ class WritePlan:
     wal_root: str
     target: Target
     stored_columns: tuple[str, ...]     # written columns + ttl/writetime columns, staged as is
+    wal_store: str | None = None        # the store's URI when the WAL is on one (wal_root is
+                                        # then the driver host's working copy)
+    access: StoreAccess = StoreAccess()   # how tasks and the commit reach it (the session's)
 
     @property
     def wal(self) -> WalDir:
+        """The WAL as the driver host works on it (the commit)."""
         return WalDir(self.wal_root)
+
+    @property
+    def task_wal(self) -> WalDir:
+        """Where a task stages its segment: the WAL's folder, or, for a WAL on a store, a spool
+        on the task's own host, published to the store from there."""
+        if self.wal_store is None:
+            return self.wal
+        return WalDir(spool_dir(self.wal_store), spool_for=self.wal_store)
 
 
 @dataclass
@@ -78,27 +93,35 @@ def _fingerprint(config: SinkConfig, schema_json: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def local_dir(option: str, location: str, filesystems: ckpt.Filesystems = ckpt.LOCAL) -> str:
-    """The local folder ``location`` is, resolved as Spark resolves it (a location without a
-    scheme is on the session's default filesystem); an OptionError naming ``option`` if it is
-    on another filesystem: the sink would read and write a different folder than Spark."""
-    try:
-        return filesystems.local_path(location)
-    except ckpt.NotLocal as exc:
+#: Schemes whose locations the sink reads and writes through a store (:mod:`wal.stores`).
+STORE_SCHEMES = ("hdfs", "webhdfs", "s3", "s3a")
+
+
+def resolve_location(option: str, location: str,
+                     filesystems: ckpt.Filesystems = ckpt.LOCAL) -> str:
+    """Where Spark uses ``location`` (a location without a scheme is on the session's default
+    filesystem): a local path, or the URI of a store the sink can reach (HDFS, S3); an
+    OptionError naming ``option`` for any other filesystem, before anything is staged."""
+    resolved = filesystems.resolve(location)
+    if resolved.local is not None:
+        return resolved.local
+    scheme = resolved.uri.split(":", 1)[0].lower()
+    if scheme not in STORE_SCHEMES:
         raise OptionError(
             option, location,
-            f"Spark uses it as {exc.uri} (the session's fs.defaultFS is "
-            f"{filesystems.default_fs}), which this sink cannot read: give a file:///... path "
-            f"on a filesystem every node mounts (HDFS and object stores are not supported yet)"
-        ) from None
+            f"Spark uses it as {resolved.uri} (the session's fs.defaultFS is "
+            f"{filesystems.default_fs}), a filesystem this sink cannot reach: use a local or "
+            f"mounted path, hdfs:// or s3a:// (docs/user-guide.md, 'Deployment')")
+    return resolved.uri
 
 
 def resolve_wal_root(config: SinkConfig, streaming: bool,
                      filesystems: ckpt.Filesystems = ckpt.LOCAL, job_id: str | None = None) -> str:
-    """The WAL of a stream (``wal.path``, else ``<checkpointLocation>/cassandra_wal``), or of
-    batch job ``job_id`` (under the table's root: ``wal.path``, else
-    ``~/.cassandra_wal/<keyspace>.<table>``; see :mod:`wal.jobs`). Touches nothing on disk,
-    and refuses a checkpoint or ``wal.path`` that is not local before anything is staged."""
+    """Where the WAL of a stream is (``wal.path``, else ``<checkpointLocation>/cassandra_wal``,
+    on the checkpoint's filesystem), or of batch job ``job_id`` (under the table's root:
+    ``wal.path``, else ``~/.cassandra_wal/<keyspace>.<table>``; see :mod:`wal.jobs`): a local
+    path or a store's URI. Touches nothing, and refuses a location the sink cannot reach before
+    anything is staged."""
     checkpoint = None
     if streaming:
         if not config.checkpoint_location:
@@ -107,20 +130,36 @@ def resolve_wal_root(config: SinkConfig, streaming: bool,
             raise OptionError("checkpointLocation", None,
                               "required: the sink flushes a batch only once Spark's checkpoint "
                               "has committed it")
-        checkpoint = local_dir("checkpointLocation", config.checkpoint_location, filesystems)
+        checkpoint = resolve_location("checkpointLocation", config.checkpoint_location,
+                                      filesystems)
     if config.wal.path:
-        root = local_dir("wal.path", config.wal.path, filesystems)
+        root = resolve_location("wal.path", config.wal.path, filesystems)
     elif streaming:
-        root = os.path.join(checkpoint, DEFAULT_STREAM_WAL)
+        root = checkpoint.rstrip("/") + "/" + DEFAULT_STREAM_WAL if is_remote(checkpoint) \
+            else os.path.join(checkpoint, DEFAULT_STREAM_WAL)
     else:
         root = os.path.join(os.path.expanduser("~"), ".cassandra_wal",
                             f"{config.keyspace}.{config.table}")
-    return root if job_id is None else TableJobs(root).job_root(job_id)
+    if job_id is None:
+        if is_remote(root) and config.wal.flush_mode == "executors":
+            raise OptionError("wal.flush.mode", "executors",
+                              f"the WAL is on a store ({root}) and executors read segments "
+                              "from the driver's working copy: use driver or processes")
+        return root
+    if is_remote(root):
+        raise OptionError("wal.path", config.wal.path,
+                          f"a batch df.write keeps its WAL in a local or mounted folder, and "
+                          f"Spark resolves this one (against the session's fs.defaultFS) to "
+                          f"{root}, on a store: only streams' WALs can be there for now; give "
+                          f"a file:///... path")
+    return TableJobs(root).job_root(job_id)
 
 
-def open_wal_dir(root: str) -> WalDir:
-    wal = WalDir(root).create()
-    _check_private(root)
+def open_wal_dir(location: str) -> WalDir:
+    """The WAL at ``location``, created if new: a local folder, or this host's working copy of
+    a WAL on a store (:meth:`WalDir.at`)."""
+    wal = WalDir.at(location).create()
+    _check_private(wal.root)
     wal.check()
     return wal
 
@@ -143,12 +182,14 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
     """
     options = dict(options)
+    use_access(filesystems.access)
     config = parse_options(options, session_conf)
     wal = open_wal_dir(resolve_wal_root(config, streaming, filesystems, job_id))
     if job_id is not None:
         _check_private(TableJobs.of_job(wal.root).root)
-    # Resolved (and refused if not local) by resolve_wal_root; a stream always has one.
-    checkpoint = filesystems.local_path(config.checkpoint_location) if streaming else None
+    # Resolved (and refused if unreachable) by resolve_wal_root; a stream always has one.
+    checkpoint = resolve_location("checkpointLocation", config.checkpoint_location,
+                                  filesystems) if streaming else None
     if checkpoint is not None:
         _check_bound(wal, checkpoint)
     fingerprint = _fingerprint(config, spark_schema.json())
@@ -167,9 +208,10 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
     if checkpoint is not None:
-        write_pointer(checkpoint, wal.root)
+        write_pointer(checkpoint, wal.location)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
-    return WritePlan(config, wal.root, target, target.columns + extra)
+    return WritePlan(config, wal.root, target, target.columns + extra,
+                     wal.remote.uri if wal.remote else None, filesystems.access)
 
 
 def _check_bound(wal: WalDir, checkpoint: str) -> None:
@@ -188,6 +230,7 @@ def _select(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.RecordBatch:
 def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id: int,
                     partition: int, attempt: int, query_id: str = "") -> StageMessage:
     """Stage one task's rows as a segment. Nothing is left behind if anything fails."""
+    use_access(plan.access)
     table = plan.target.table
     key_columns = [c for c in plan.target.columns if table.resolve_column(c) in table.primary_key]
     partition_key = [c for c in key_columns if table.resolve_column(c) in table.partition_key]
@@ -206,7 +249,7 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
                 check_partition_key_not_empty(rb, single_partition_key)
             values.validate(rb)
             if writer is None:
-                writer = SegmentWriter(plan.wal, batch_id, partition, attempt, header)
+                writer = SegmentWriter(plan.task_wal, batch_id, partition, attempt, header)
             writer.append(rb)
             if writer.chunks == 1:
                 crash_point("stage.mid")
@@ -264,12 +307,18 @@ def wait_for_room(plan: WritePlan, batch_id: int, sleep=time.sleep,
 
 def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
                            wait_s: float = 5.0, sleep=time.sleep) -> None:
-    """Every segment about to be sealed is here, on the driver host, at the size its task
-    reported. Tasks stage on executors; if the WAL path is not one filesystem that every
-    executor and the driver share, a segment is on some executor's local disk and nothing
-    could replay it: fail the commit (before Spark writes ``commits/N``, so Spark re-runs the
-    batch) instead of sealing data the flusher cannot reach."""
+    """Every segment about to be sealed is where the flusher will read it, at the size its
+    task reported: in the WAL's folder as the driver host sees it, or on the WAL's store.
+    Tasks stage on executors; if the WAL path is not one filesystem that every executor and
+    the driver share, a segment is on some executor's local disk and nothing could replay it:
+    fail the commit (before Spark writes ``commits/N``, so Spark re-runs the batch) instead of
+    sealing data the flusher cannot reach."""
     def absent() -> list[str]:
+        if wal.remote:      # one listing: a store publishes a segment whole or not at all
+            prefix = f"{SEGMENTS_DIR}/"
+            there = {key[len(prefix):] for key in
+                     wal.remote.store.list(f"{SEGMENTS_DIR}/{batch_name(batch_id)}")}
+            return [ref.name for ref in refs if ref.name not in there]
         out = []
         for ref in refs:
             try:
@@ -288,9 +337,9 @@ def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
     if missing:
         raise SinkError(
             f"batch {batch_id}: {len(missing)} of {len(refs)} staged segments are not visible "
-            f"in {wal.segments} on the driver host (e.g. {missing[0]}): the WAL path must be a "
-            f"filesystem that every executor and the driver share, mounted at the same path "
-            f"(see 'Deployment' in docs/user-guide.md)")
+            f"in {wal.location}/{SEGMENTS_DIR} from the driver host (e.g. {missing[0]}): the "
+            f"WAL path must be a store or a filesystem that every executor and the driver "
+            f"share, mounted at the same path (see 'Deployment' in docs/user-guide.md)")
 
 
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
@@ -298,6 +347,7 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
                  floor: TableFloor | None = None) -> Seal:
     """Seal the batch: the winning segments and the write timestamps, durably, before return.
     ``floor``: a batch job's table floor (:func:`wal.seal.seal_batch`)."""
+    use_access(plan.access)
     messages = [m for m in messages if m is not None]
     refs = [SegmentRef.from_dict(m.segment) for m in messages if m.segment]
     query_id = next((m.query_id for m in messages if m.query_id), "")

@@ -23,6 +23,7 @@ from cql import credentials
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher
 from wal.checkpoint import Filesystems
+from wal.stores import use_access
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import read_pointer
@@ -94,7 +95,7 @@ class FlushRegistry:
             reason = f"{type(exc).__name__}: {exc}"
             log.error("cassandra_wal: %s: the flusher cannot start: %s", wal_root, reason)
             if not isinstance(exc, WalBoundElsewhere):   # that WAL's own query is not at fault
-                WalDir(wal_root).write_blocked(f"the flusher cannot start: {reason}")
+                WalDir.at(wal_root).write_blocked(f"the flusher cannot start: {reason}")
             return None
         with self._lock:
             self.flushers[run_id] = flusher
@@ -187,9 +188,11 @@ def register_session(spark) -> FlushRegistry:
     (a second call takes up the session's current conf)."""
     conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
     channel = credentials.ensure_server().path
+    filesystems = Filesystems.of_session(spark)
+    use_access(filesystems.access)       # this process's flushers reach stores as Spark does
     source = type("CassandraWalDataSource", (CassandraWalDataSource,),
                   {"session_conf": conf, "credential_channel": channel,
-                   "filesystems": Filesystems.of_session(spark), "__module__": "sinks",
+                   "filesystems": filesystems, "__module__": "sinks",
                    "__qualname__": "CassandraWalDataSource<registered>"})
     spark.dataSource.register(source)
     registry = next((r for r in registries if r.spark is spark), None)

@@ -42,7 +42,7 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     if root is None:
         raise SinkError(f"query {query.id}: its checkpoint {checkpoint} names no cassandra_wal "
                         "WAL (cassandra_wal_sink.json): it does not write through this sink")
-    wal, run_id = WalDir(root), str(query.runId)
+    wal, run_id = WalDir.at(root), str(query.runId)
     own: QueryFlusher | None = None
     flusher, drains_before = None, 0
     try:

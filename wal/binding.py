@@ -16,23 +16,28 @@ import os
 from dataclasses import dataclass
 
 from . import format as fmt
-from .checkpoint import SparkCheckpoint
+from . import checkpoint as ckpt
 from .errors import WalBoundElsewhere, WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
 from .seal import read_seal
-from .store import LocalStore
 
 
 @dataclass(frozen=True)
 class Binding:
-    checkpoint: str     # the checkpoint folder, as a local absolute path
+    checkpoint: str     # the checkpoint: a local absolute path, or a store's URI
     query_id: str       # Spark's query id from <checkpoint>/metadata ("" when unknown)
 
 
 def query_id_of(checkpoint: str) -> str:
     """The query id Spark recorded in ``<checkpoint>/metadata`` ("" if there is none yet)."""
-    return SparkCheckpoint(LocalStore(checkpoint)).query_id() or ""
+    return ckpt.open_checkpoint(checkpoint).query_id() or ""
+
+
+def _normal(checkpoint: str) -> str:
+    """One spelling per checkpoint: a local one as an absolute path, a store's as its URI."""
+    return os.path.abspath(ckpt.local_path(checkpoint)) if ckpt.is_local(checkpoint) \
+        else checkpoint.rstrip("/")
 
 
 def read_binding(wal: WalDir) -> Binding | None:
@@ -52,7 +57,9 @@ def _same_query(bound: Binding, now: Binding) -> bool:
         # The id follows the query where its checkpoint folder goes (a moved checkpoint keeps
         # its id); a new checkpoint, even at the same path, gets a new one.
         return bound.query_id == now.query_id
-    return os.path.realpath(bound.checkpoint) == os.path.realpath(now.checkpoint)
+    if ckpt.is_local(bound.checkpoint) and ckpt.is_local(now.checkpoint):
+        return os.path.realpath(bound.checkpoint) == os.path.realpath(now.checkpoint)
+    return bound.checkpoint == now.checkpoint
 
 
 def check(wal: WalDir, checkpoint: str) -> None:
@@ -61,28 +68,33 @@ def check(wal: WalDir, checkpoint: str) -> None:
     unbound). For readers and operators: a recovery given the wrong checkpoint would record
     another query's commits as this WAL's."""
     bound = read_binding(wal)
-    now = Binding(os.path.abspath(checkpoint), query_id_of(checkpoint))
+    now = Binding(_normal(checkpoint), query_id_of(checkpoint))
     if bound is not None and not _same_query(bound, now):
         raise WalBoundElsewhere(wal.root, bound, now)
 
 
 def bind(wal: WalDir, checkpoint: str) -> Binding:
-    """Bind ``wal`` to the query checkpointed at ``checkpoint`` (a local folder), or check that
-    it is bound to it already. Raises :class:`~wal.errors.WalBoundElsewhere` otherwise.
+    """Bind ``wal`` to the query checkpointed at ``checkpoint`` (a local folder or a store's
+    URI), or check that it is bound to it already. Raises :class:`~wal.errors.WalBoundElsewhere` otherwise.
 
     A WAL written before bindings existed is bound on first use, unless its newest seal names
     another query id (its batches are another query's).
     """
-    now = Binding(os.path.abspath(checkpoint), query_id_of(checkpoint))
+    now = Binding(_normal(checkpoint), query_id_of(checkpoint))
     bound = read_binding(wal)
     if bound is None:
         newest = max(wal.sealed_batch_ids(), default=None)
         seal = read_seal(wal, newest) if newest is not None else None
         if seal is not None and seal.query_id and now.query_id and seal.query_id != now.query_id:
             raise WalBoundElsewhere(wal.root, Binding("(not recorded)", seal.query_id), now)
-        atomic_write(os.path.join(wal.root, fmt.BINDING_FILE),
-                     json.dumps({"checkpoint": now.checkpoint, "query_id": now.query_id},
-                                sort_keys=True).encode() + b"\n")
+        body = json.dumps({"checkpoint": now.checkpoint, "query_id": now.query_id},
+                          sort_keys=True).encode() + b"\n"
+        if wal.remote:      # another host may have bound the WAL since the working copy's pull
+            body = wal.remote.publish_once(fmt.BINDING_FILE, body)
+        atomic_write(os.path.join(wal.root, fmt.BINDING_FILE), body)
+        bound = read_binding(wal)
+        if not _same_query(bound, now):
+            raise WalBoundElsewhere(wal.root, bound, now)
         return now
     if not _same_query(bound, now):
         raise WalBoundElsewhere(wal.root, bound, now)

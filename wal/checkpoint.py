@@ -5,9 +5,10 @@ Where a checkpoint is: Spark qualifies a ``checkpointLocation`` as Hadoop does a
 (``Path.makeQualified``): a location without a scheme is on the session's default filesystem
 (``fs.defaultFS`` of its Hadoop configuration, ``file:///`` unless set), a relative one under
 that filesystem's working directory. On YARN or EMR the default is HDFS, so ``/data/cp`` means
-``hdfs://<namenode>/data/cp`` to Spark. The WAL reads checkpoints with plain file calls, so
-:meth:`Filesystems.resolve` says where Spark will look, and the sink refuses a location that is
-not on the local filesystem instead of reading a different folder than Spark writes.
+``hdfs://<namenode>/data/cp`` to Spark. :meth:`Filesystems.resolve` says where Spark will
+look, and the WAL reads the checkpoint there: a local folder with file calls, HDFS or an object
+store through a :mod:`wal.store` (:func:`open_checkpoint`), never through a JVM, so that
+Spark's Python workers and the offline tool read it as the driver does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from .store import Store
+from .store import LocalStore, Store
+from .stores import StoreAccess, open_store
 
 LOCAL_SCHEME = "file"
 COMMITS, OFFSETS, METADATA = "commits", "offsets", "metadata"   # in a checkpoint
@@ -69,16 +71,17 @@ class Filesystems:
 
     default_fs: str = LOCAL_DEFAULT_FS
     working_dir: str | None = None
+    access: StoreAccess = StoreAccess()      # how to reach HDFS and S3 as the session does
 
     @classmethod
     def of_session(cls, spark) -> "Filesystems":
         """The filesystems a query of ``spark`` resolves its checkpoint against (in the driver,
         where there is a JVM): the session's Hadoop configuration, as Spark builds it for a
         query (``sessionState.newHadoopConf()``: the context's plus the session's settings)."""
-        jsession = spark._jsparkSession
-        default_fs = jsession.sessionState().newHadoopConf().get("fs.defaultFS")
+        hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
+        default_fs = hadoop_conf.get("fs.defaultFS") or LOCAL_DEFAULT_FS
         working_dir = spark._jvm.java.lang.System.getProperty("user.dir")
-        return cls(default_fs or LOCAL_DEFAULT_FS, working_dir)
+        return cls(default_fs, working_dir, StoreAccess.of_hadoop_conf(hadoop_conf.get, default_fs))
 
     def resolve(self, location: str) -> Location:
         """``location`` qualified as Spark qualifies it, and its local path if it has one."""
@@ -116,29 +119,42 @@ def local_path(location: str) -> str:
     return LOCAL.local_path(location)
 
 
+def is_local(location: str) -> bool:
+    """``location`` names no scheme but ``file:`` (a path an operator typed, or Spark's
+    resolved ``file:/...``)."""
+    scheme = _split(location.strip())[0]
+    return scheme is None or scheme == LOCAL_SCHEME
+
+
+def open_checkpoint(location: str) -> "SparkCheckpoint":
+    """The checkpoint at ``location``: a local path or ``file:`` URI, or a store's URI
+    (``hdfs://``, ``s3a://``: :func:`wal.stores.open_store`)."""
+    if is_local(location):
+        return SparkCheckpoint(LocalStore(local_path(location)))
+    return SparkCheckpoint(open_store(location))
+
+
 def is_committed(checkpoint: str, batch: int) -> bool:
-    return os.path.exists(os.path.join(local_path(checkpoint), "commits", str(batch)))
+    return open_checkpoint(checkpoint).is_committed(batch)
 
 
 def exists(checkpoint: str) -> bool:
-    return os.path.isdir(local_path(checkpoint))
+    """A local checkpoint folder exists, or a remote one holds what Spark writes (a store has
+    no folders to find: :meth:`SparkCheckpoint.written_by_spark`)."""
+    if is_local(checkpoint):
+        return os.path.isdir(local_path(checkpoint))
+    return open_checkpoint(checkpoint).written_by_spark()
 
 
 def written_by_spark(checkpoint: str) -> bool:
     """Spark has run a query on this checkpoint: it writes ``metadata`` when the query starts
     and ``offsets/N`` before batch N runs, so a folder holding neither (nor ``commits/``) has
     never seen a batch, whatever a WAL says was sealed for it."""
-    folder = local_path(checkpoint)
-    return any(os.path.exists(os.path.join(folder, name))
-               for name in ("metadata", "offsets", "commits"))
+    return open_checkpoint(checkpoint).written_by_spark()
 
 
 def committed_batches(checkpoint: str) -> list[int]:
-    try:
-        names = os.listdir(os.path.join(local_path(checkpoint), "commits"))
-    except FileNotFoundError:
-        return []
-    return sorted(int(n) for n in names if n.isdigit())
+    return open_checkpoint(checkpoint).committed_batches()
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,50 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 from . import format as fmt
 from .errors import NotAWal, UnsupportedFormat, WalCorrupted
 from .files import atomic_write, make_private_dirs
+from .remote import (RemoteWal, is_remote, make_working_copy, read_remote_uri,
+                     working_copy_of)
 
 
 @dataclass(frozen=True)
 class WalDir:
-    """The paths of one WAL. Creating the object touches nothing on disk."""
+    """The paths of one WAL. Creating the object touches nothing on disk.
+
+    A WAL on a store (:mod:`wal.remote`) is worked on through a local folder, its working copy
+    (``root``, which names the store in its ``REMOTE`` file) or, in a task, a spool
+    (``spool_for``: the store's URI; segments leave it once published): every write below
+    that the guarantee needs is published to the store as well, before it returns."""
 
     root: str
+    spool_for: str | None = None
+
+    @cached_property
+    def remote(self) -> RemoteWal | None:
+        """The store this WAL lives on (None: the local folder is the WAL)."""
+        uri = self.spool_for or read_remote_uri(self.root)
+        return RemoteWal.at(uri) if uri else None
+
+    @classmethod
+    def at(cls, location: str) -> "WalDir":
+        """The WAL at ``location`` as this host works on it: a local folder as is; on a store
+        (``hdfs://``, ``s3a://``...), this host's working copy of it (made if missing, with the
+        store's small files pulled in). Nothing is created for a local folder."""
+        if not is_remote(location):
+            return cls(location)
+        root = working_copy_of(location)
+        make_working_copy(root, location)
+        wal = cls(root)
+        wal.remote.pull_state(root)
+        return wal
+
+    @property
+    def location(self) -> str:
+        """Where the WAL is: its store's URI, or the local folder."""
+        return self.remote.uri if self.remote else self.root
 
     @property
     def marker(self) -> str:
@@ -53,8 +86,10 @@ class WalDir:
         for path in (self.root, self.segments, self.seals):
             make_private_dirs(path)
         if not os.path.exists(self.marker):
-            body = {"format": fmt.FORMAT_NAME, "version": fmt.FORMAT_VERSION}
-            atomic_write(self.marker, json.dumps(body).encode() + b"\n")
+            body = json.dumps({"format": fmt.FORMAT_NAME, "version": fmt.FORMAT_VERSION})
+            if self.remote:
+                self.remote.publish_once(fmt.MARKER_FILE, body.encode() + b"\n")
+            atomic_write(self.marker, body.encode() + b"\n")
         return self
 
     def check(self) -> "WalDir":
@@ -103,6 +138,8 @@ class WalDir:
     def write_flushed_through(self, batch: int) -> None:
         if batch > self.read_flushed_through():
             atomic_write(os.path.join(self.root, fmt.FLUSHED_THROUGH_FILE), b"%d\n" % batch)
+            if self.remote:
+                self.remote.publish_flushed(batch)
 
     def read_blocked(self) -> str | None:
         """Why the flusher cannot go on (None: it can). A stream's next commit fails with it."""
@@ -118,12 +155,18 @@ class WalDir:
         """Record why the flusher cannot go on, or (None) that it can again."""
         path = os.path.join(self.root, fmt.BLOCKED_FILE)
         if reason is None:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            return
-        atomic_write(path, json.dumps({"reason": reason, "at": time.time()}).encode())
+            if not os.path.exists(path):
+                return
+            os.unlink(path)
+            body = None
+        else:
+            unchanged = self.read_blocked() == reason    # the flusher retries every few s
+            body = json.dumps({"reason": reason, "at": time.time()}).encode()
+            atomic_write(path, body)
+            if unchanged:
+                return
+        if self.remote:
+            self.remote.replace(fmt.BLOCKED_FILE, body)
 
     def read_target(self) -> dict | None:
         try:
@@ -136,7 +179,10 @@ class WalDir:
 
     def write_target(self, target: dict) -> None:
         """Record what this WAL writes to (never secrets: see recovery.target.RecordedTarget)."""
-        atomic_write(self.target_file, json.dumps(target, indent=2, sort_keys=True).encode())
+        body = json.dumps(target, indent=2, sort_keys=True).encode()
+        if self.remote:
+            self.remote.publish_target(body)
+        atomic_write(self.target_file, body)
 
 
 def _ids(folder: str, suffix: str) -> list[int]:

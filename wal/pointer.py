@@ -2,7 +2,8 @@
 that a query writes through this sink and where its WAL is (layout: ``wal/FORMAT.md``).
 
 Written by each batch's ``prepare_write`` (unchanged content: not rewritten), read when a
-query starts and by ``sinks.wait_flushed``.
+query starts and by ``sinks.wait_flushed``. A checkpoint on a store (HDFS, S3) holds it too,
+written and read through the store (:func:`wal.checkpoint.open_checkpoint`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from .files import atomic_write
 from .format import POINTER_FILE
 
 
-def write_pointer(cp: str, wal_root: str) -> None:
+def write_pointer(cp: str, wal_location: str) -> None:
     """Tell the driver's listener where the WAL of the query checkpointed at ``cp`` (a local
-    folder, resolved) is."""
+    folder or a store's URI, resolved) is: a local folder or a store's URI."""
+    body = json.dumps({"wal_path": wal_location}).encode()
+    if not ckpt.is_local(cp):
+        store = ckpt.open_checkpoint(cp).store
+        if store.read(POINTER_FILE) != body:
+            store.delete(POINTER_FILE)      # a moved wal.path: a reader in between sees none
+            store.create(POINTER_FILE, body)
+        return
     os.makedirs(cp, exist_ok=True)
     path = os.path.join(cp, POINTER_FILE)
-    body = json.dumps({"wal_path": wal_root}).encode()
     try:
         with open(path, "rb") as f:
             if f.read() == body:
@@ -31,15 +38,11 @@ def write_pointer(cp: str, wal_root: str) -> None:
 
 
 def read_pointer(checkpoint: str) -> str | None:
-    """The WAL of the query checkpointed at ``checkpoint`` (Spark's resolved URI); None if the
-    query does not write through this sink. A checkpoint on another filesystem (HDFS) is never
-    this sink's: ``prepare_write`` refuses one before a batch is staged."""
+    """Where the WAL of the query checkpointed at ``checkpoint`` (Spark's resolved URI) is; None
+    if the query does not write through this sink (or the checkpoint is on a filesystem the
+    sink cannot reach, which ``prepare_write`` refuses before a batch is staged)."""
     try:
-        cp = ckpt.local_path(checkpoint)
-    except ckpt.NotLocal:
+        raw = ckpt.open_checkpoint(checkpoint).store.read(POINTER_FILE)
+    except ValueError:          # no store for the scheme: never this sink's
         return None
-    try:
-        with open(os.path.join(cp, POINTER_FILE), "rb") as f:
-            return json.loads(f.read())["wal_path"]
-    except FileNotFoundError:
-        return None
+    return json.loads(raw)["wal_path"] if raw is not None else None

@@ -47,6 +47,12 @@ def wal_size(wal: WalDir) -> WalSize:
 
 
 def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None:
+    """The batch's segments (and seal) here and, for a WAL on a store, there first: a working
+    copy pulls what the store still has."""
+    if wal.remote:
+        wal.remote.delete_segments(batch)
+        if not keep_seal:
+            wal.remote.delete_seal(batch)
     shutil.rmtree(wal.batch_segments(batch), ignore_errors=True)
     if not keep_seal:
         try:
@@ -57,7 +63,9 @@ def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None
 
 def remove_unsealed_segments(wal: WalDir, batch: int, keep: set[str]) -> int:
     """Delete a batch's segment files that its seal does not name (losing attempts, earlier
-    runs, ``.tmp`` leftovers of crashed tasks). Returns how many were removed."""
+    runs, ``.tmp`` leftovers of crashed tasks). Returns how many were removed here."""
+    if wal.remote:
+        wal.remote.delete_segments(batch, keep)
     folder = wal.batch_segments(batch)
     try:
         names = os.listdir(folder)

@@ -121,8 +121,12 @@ def read_seal(wal: WalDir, batch: int) -> Seal | None:
 
 
 def write_seal(wal: WalDir, seal: Seal) -> None:
-    """Durably (re)place the seal of ``seal.batch``: a crash leaves the old one or the new."""
-    atomic_write(wal.seal_path(seal.batch), encode_seal(seal))
+    """Durably (re)place the seal of ``seal.batch``: a crash leaves the old one or the new.
+    On a store, a new version of it first (:mod:`wal.remote`): the store is the WAL."""
+    data = encode_seal(seal)
+    if wal.remote:
+        wal.remote.publish_seal(seal.batch, data)
+    atomic_write(wal.seal_path(seal.batch), data)
 
 
 def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) -> int:
@@ -151,6 +155,8 @@ def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: st
     its own, so its seals alone say nothing of other jobs' timestamps; the floor does, and is
     raised (durably) before the seal is written."""
     ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))
+    if wal.remote:      # the previous seal may have been written on another host
+        wal.remote.pull_seals(wal.root)
     base_ts_us = next_base_timestamp(wal, batch)
     if floor is not None:
         base_ts_us = floor.claim(base_ts_us, sum(s.rows for s in ordered))

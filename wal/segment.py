@@ -123,6 +123,10 @@ class SegmentWriter:
         # died between its mkdir and its fsync (make_private_dirs), and this segment is about
         # to be named in a seal.
         fsync_dir(os.path.dirname(folder))
+        if self.wal.remote:     # a WAL on a store: published there before the task reports it
+            self.wal.remote.publish_segment(self.name, self._final)
+            if self.wal.spool_for:
+                os.unlink(self._final)
         return SegmentRef(self.name, self.partition, self.attempt, self.rows, self.chunks,
                           self._bytes, crc)
 

@@ -1,36 +1,119 @@
-"""A :class:`~wal.store.Store` by URI: the one place that maps a location's scheme to a store."""
+"""A :class:`~wal.store.Store` by URI: the one place that maps a location's scheme to a store,
+and how this process reaches each store (:class:`StoreAccess`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import urllib.parse
+from dataclasses import dataclass, field
 
-from .s3 import S3Store
 from .store import LocalStore, Store
-from .webhdfs import WebHdfsStore
 
-#: Where HDFS answers WebHDFS when a location names only the namenode's RPC address
-#: (``hdfs://nn:8020/...``): ``CASSANDRA_WAL_WEBHDFS`` (``http://host:port``), else the
-#: namenode's host on Hadoop 3's default HTTP port.
+#: Where HDFS answers WebHDFS when neither the session's Hadoop configuration
+#: (``dfs.namenode.http-address``) nor :class:`StoreAccess` says: ``CASSANDRA_WAL_WEBHDFS``
+#: (``http://host:port``), else the namenode's host on Hadoop 3's default HTTP port.
 ENV_WEBHDFS = "CASSANDRA_WAL_WEBHDFS"
 HADOOP3_NAMENODE_HTTP_PORT = 9870
+
+
+@dataclass(frozen=True)
+class StoreAccess:
+    """How to reach the stores, as the Spark session's Hadoop configuration says (read in the
+    driver, where there is a JVM: :meth:`of_hadoop_conf`), so that Python workers and tasks
+    reach HDFS and S3 where Spark does. Empty fields fall back to the environment: boto3's
+    usual chain (``AWS_*``, ``~/.aws``, instance roles), :data:`ENV_WEBHDFS`. Picklable; the
+    S3 keys are never shown (``repr``) nor written anywhere."""
+
+    webhdfs: tuple[tuple[str, str], ...] = ()   # (hdfs://authority, http://host:port)
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_path_style: bool = False
+    s3_access_key: str | None = field(default=None, repr=False)
+    s3_secret_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_hadoop_conf(cls, get, default_fs: str | None = None) -> "StoreAccess":
+        """From a Hadoop configuration's ``get(key)``: ``dfs.namenode.http-address`` (for
+        ``default_fs``'s namenode) and the ``fs.s3a.*`` endpoint, region, path style and
+        keys."""
+        webhdfs = ()
+        http = get("dfs.namenode.http-address")
+        if http and default_fs and default_fs.lower().startswith("hdfs://"):
+            authority = urllib.parse.urlsplit(default_fs).netloc
+            webhdfs = ((authority, "http://" + http.replace("0.0.0.0", "127.0.0.1")),)
+        endpoint = get("fs.s3a.endpoint")
+        if endpoint and "://" not in endpoint:
+            ssl = (get("fs.s3a.connection.ssl.enabled") or "true").lower() == "true"
+            endpoint = ("https://" if ssl else "http://") + endpoint
+        return cls(webhdfs=webhdfs, s3_endpoint=endpoint or None,
+                   s3_region=get("fs.s3a.endpoint.region") or None,
+                   s3_path_style=(get("fs.s3a.path.style.access") or "").lower() == "true",
+                   s3_access_key=get("fs.s3a.access.key") or None,
+                   s3_secret_key=get("fs.s3a.secret.key") or None)
+
+    def webhdfs_base(self, authority: str, host: str | None) -> str:
+        for known, base in self.webhdfs:
+            if known == authority:
+                return base
+        return os.environ.get(ENV_WEBHDFS) or f"http://{host}:{HADOOP3_NAMENODE_HTTP_PORT}"
+
+    def s3_client(self):
+        """A boto3 S3 client as this access says (None: boto3's own default)."""
+        if not (self.s3_endpoint or self.s3_region or self.s3_path_style or self.s3_access_key):
+            return None
+        import boto3     # the s3 extra; only where a location names S3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=self.s3_endpoint, region_name=self.s3_region,
+            aws_access_key_id=self.s3_access_key, aws_secret_access_key=self.s3_secret_key,
+            config=Config(s3={"addressing_style": "path"}) if self.s3_path_style else None)
+
+
+_access = StoreAccess()
+
+
+def use_access(access: StoreAccess) -> None:
+    """Reach stores in this process as ``access`` says (the session's, handed down by the
+    sink to its workers and tasks)."""
+    global _access
+    _access = access
 
 
 def open_store(uri: str, *, s3_client=None) -> Store:
     """The store at ``uri``: a path or ``file:`` (:class:`LocalStore`); ``webhdfs://host:port``
     or ``hdfs://namenode`` (:class:`WebHdfsStore`, see :data:`ENV_WEBHDFS`); ``s3://`` or
-    ``s3a://bucket/prefix`` (:class:`S3Store`). A ``ValueError`` names any other scheme."""
+    ``s3a://bucket/prefix`` (:class:`S3Store`). A ``ValueError`` names any other scheme.
+    Remote stores are made once per process, URI and access (a client costs ~0.1 s)."""
     parsed = urllib.parse.urlsplit(uri)
     scheme = parsed.scheme.lower()
     if scheme in ("", "file"):
         return LocalStore(parsed.path if scheme else uri)
+    if scheme in ("webhdfs", "hdfs", "s3", "s3a") and s3_client is None:
+        return _remote_store(uri, _access)
+    return _open_remote(uri, _access, s3_client)
+
+
+@functools.lru_cache(maxsize=32)
+def _remote_store(uri: str, access: StoreAccess) -> Store:
+    return _open_remote(uri, access, None)
+
+
+def _open_remote(uri: str, access: StoreAccess, s3_client) -> Store:
+    parsed = urllib.parse.urlsplit(uri)
+    scheme = parsed.scheme.lower()
+    # Each remote store's module is imported when a location names it: Spark's one-shot workers
+    # of a local WAL load neither boto3 nor an HTTP client (tests/unit/test_architecture.py).
     if scheme == "webhdfs":
+        from .webhdfs import WebHdfsStore
         return WebHdfsStore(f"http://{parsed.netloc}", parsed.path or "/")
     if scheme == "hdfs":
-        base = os.environ.get(ENV_WEBHDFS) or \
-            f"http://{parsed.hostname}:{HADOOP3_NAMENODE_HTTP_PORT}"
-        return WebHdfsStore(base, parsed.path or "/")
+        from .webhdfs import WebHdfsStore
+        return WebHdfsStore(access.webhdfs_base(parsed.netloc, parsed.hostname),
+                            parsed.path or "/")
     if scheme in ("s3", "s3a"):
-        return S3Store(parsed.netloc, parsed.path, client=s3_client)
+        from .s3 import S3Store
+        return S3Store(parsed.netloc, parsed.path, client=s3_client or access.s3_client())
     raise ValueError(f"{uri}: no store for the scheme {scheme!r} (supported: a local path, "
                      f"file:, hdfs:, webhdfs:, s3:, s3a:)")

@@ -1,5 +1,7 @@
-"""End to end: a checkpoint (or ``wal.path``) that Spark resolves to a filesystem other than
-the local one is refused by the sink before anything is staged (issue 17, item 5).
+"""End to end: a checkpoint (or ``wal.path``) that Spark resolves to a filesystem the sink
+cannot reach (neither local nor a store: ``viewfs://`` here), or a batch job's WAL on a store,
+is refused by the sink before anything is staged (issue 17, item 5; HDFS and S3 streams since
+issue 19: ``test_sink_stores.py``).
 
 Spark qualifies a location without a scheme against the session's ``fs.defaultFS``. These
 tests set it in the shared session's Hadoop configuration, re-register the sink (which takes
@@ -67,7 +69,7 @@ def test_a_stream_checkpoint_on_another_filesystem_is_refused_before_staging(
     assert resolved == f"viewfs://{mount}{checkpoint}"
     line = sink_error_line(error_text(info.value))
     assert "OptionError" in line and "'checkpointLocation'" in line, line
-    assert resolved in line and "file:///" in line and "not supported yet" in line, line
+    assert resolved in line and "cannot reach" in line and "hdfs://" in line, line
     # Spark wrote its checkpoint (through the mount); the sink wrote nothing anywhere.
     assert os.path.isdir(os.path.join(checkpoint, "offsets"))
     assert sorted(os.listdir(tmp_path)) == ["cp"]

@@ -63,11 +63,15 @@ def test_a_broken_floor_is_caught(tmp_path, module, bad_import, contract):
 OWN_DEFERRED = {("sinks/__init__.py", "register", "sinks.registry"),
                 ("sinks/__init__.py", "wait_flushed", "sinks.wait"),
                 ("sinks/source.py", "commit", "sinks.batch_jobs"),
-                ("sinks/source.py", "abort", "sinks.batch_jobs")}
+                ("sinks/source.py", "abort", "sinks.batch_jobs"),
+                # A store's client (boto3, an HTTP client) only where a location names it.
+                ("wal/stores.py", "_open_remote", "wal.s3"),
+                ("wal/stores.py", "_open_remote", "wal.webhdfs")}
 #: Third-party modules that may be imported on first use, for the same reason.
 HEAVY_THIRD_PARTY = ("cassandra.cluster", "cassandra.connection", "cassandra.protocol",
                      "cassandra.query", "cassandra.auth", "cassandra.policies",
-                     "cassandra.concurrent", "ssl")
+                     "cassandra.concurrent", "ssl",
+                     "boto3", "botocore.config")     # a store's client: wal/stores.py
 
 
 def _deferred_imports(path: Path, package: str = "") -> list[tuple[str, str, str]]:

@@ -87,30 +87,39 @@ def _config(**options):
     return parse_options(dict({"keyspace": "ks", "table": "t"}, **options), {})
 
 
-def test_a_stream_checkpoint_on_hdfs_is_refused_naming_the_uri_and_the_remedy():
+def test_a_stream_checkpoint_on_hdfs_is_the_store_spark_uses_and_so_is_its_wal():
+    """Issue 19: a checkpoint on HDFS (or S3) is read there; its WAL defaults to beside it."""
+    assert resolve_wal_root(_config(checkpointLocation="/data/cp"), True, HDFS) == \
+        "hdfs://nn:8020/data/cp/cassandra_wal"
+    assert resolve_wal_root(_config(checkpointLocation="s3a://b/cp"), True, HDFS) == \
+        "s3a://b/cp/cassandra_wal"
+    assert resolve_wal_root(_config(checkpointLocation="/data/cp", **{"wal.path": "file:///w"}),
+                            True, HDFS) == "/w"
+
+
+@pytest.mark.parametrize("location", ["abfss://c@acct.dfs.core.windows.net/cp", "gs://b/cp",
+                                      "dbfs:/cp"])
+def test_a_checkpoint_on_a_filesystem_the_sink_cannot_reach_is_refused_naming_the_uri(location):
     with pytest.raises(OptionError) as info:
-        resolve_wal_root(_config(checkpointLocation="/data/cp"), True, HDFS)
+        resolve_wal_root(_config(checkpointLocation=location), True, HDFS)
     err = info.value
-    assert err.option == "checkpointLocation" and err.value == "/data/cp"
+    assert err.option == "checkpointLocation" and err.value == location
     text = str(err)
-    assert "hdfs://nn:8020/data/cp" in text and "fs.defaultFS" in text
-    assert "file:///" in text and "not supported yet" in text
+    assert "fs.defaultFS" in text and "hdfs://" in text and "s3a://" in text
 
 
-def test_a_checkpoint_is_refused_even_when_wal_path_is_local():
+def test_a_batch_job_wal_path_on_hdfs_is_refused():
     with pytest.raises(OptionError) as info:
-        resolve_wal_root(_config(checkpointLocation="/data/cp", **{"wal.path": "file:///w"}),
-                         True, HDFS)
-    assert info.value.option == "checkpointLocation"
-
-
-@pytest.mark.parametrize("streaming", [True, False])
-def test_a_wal_path_on_hdfs_is_refused(streaming):
-    with pytest.raises(OptionError) as info:
-        resolve_wal_root(_config(checkpointLocation="file:///data/cp",
-                                 **{"wal.path": "/data/wal"}), streaming, HDFS, None)
+        resolve_wal_root(_config(**{"wal.path": "/data/wal"}), False, HDFS, "j1")
     assert info.value.option == "wal.path"
     assert "hdfs://nn:8020/data/wal" in str(info.value)
+
+
+def test_a_stream_wal_on_a_store_refuses_flushing_from_executors():
+    with pytest.raises(OptionError) as info:
+        resolve_wal_root(_config(checkpointLocation="s3a://b/cp",
+                                 **{"wal.flush.mode": "executors"}), True, HDFS)
+    assert info.value.option == "wal.flush.mode"
 
 
 def test_a_stream_needs_a_checkpoint_location_even_with_a_wal_path():
@@ -138,13 +147,13 @@ def test_prepare_write_refuses_before_creating_anything(tmp_path):
     cp = tmp_path / "cp"
     with pytest.raises(OptionError, match="checkpointLocation"):
         prepare_write({"keyspace": "ks", "table": "t", "checkpointlocation": str(cp)}, {},
-                      schema, streaming=True, filesystems=Filesystems("hdfs://127.0.0.1:1"))
+                      schema, streaming=True, filesystems=Filesystems("gs://bucket"))
     assert os.listdir(tmp_path) == []     # no WAL, no pointer: nothing staged anywhere
 
 
 def test_the_listener_finds_no_wal_for_a_checkpoint_on_another_filesystem(tmp_path):
-    """Queries of other sinks may checkpoint on HDFS: not ours, and nothing to say."""
-    assert read_pointer("hdfs://nn:8020/data/cp") is None
+    """Queries of other sinks may checkpoint where this sink cannot read: not ours."""
+    assert read_pointer("gs://bucket/data/cp") is None
     (tmp_path / POINTER_FILE).write_text(json.dumps({"wal_path": "/w"}))
     assert read_pointer("file:" + str(tmp_path)) == "/w"
 

@@ -1,0 +1,179 @@
+"""A WAL on a store, worked on through a local working copy (``wal/remote.py``).
+
+The store here is a second local folder behind the same :class:`~wal.store.Store` contract the
+HDFS and S3 stores pass against real servers (``tests/integration/test_store_servers.py``); the
+working copies are folders standing for driver hosts. Tasks stage into a spool and publish; the
+commit publishes versioned seals; the flusher pulls; a working copy lost with its RocksDB log
+("the driver on another host") is rebuilt from the store without writing a flushed row again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from recovery.replay import Replayer
+from tests.helpers.walfactory import simple_rows
+from tests.unit.test_distributed_flush import WRITES, RecordingUpserter
+from wal import WalDir, WalLog
+from wal.binding import bind, read_binding
+from wal.errors import WalBoundElsewhere
+from wal.pointer import read_pointer, write_pointer
+from wal.remote import RemoteWal, is_remote, make_working_copy, spool_dir, working_copy_of
+from wal.seal import read_seal, seal_batch
+from wal.segment import SegmentWriter
+from wal.store import LocalStore
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _clean(tmp_path, monkeypatch):
+    os.makedirs(tmp_path / "tmp")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))      # where tasks spool
+    WRITES.clear()
+    yield
+    WRITES.clear()
+
+
+class Stream:
+    """One stream's WAL on a store, a checkpoint, and a driver host's working copy."""
+
+    def __init__(self, tmp_path, host: str = "host-a"):
+        self.tmp = tmp_path
+        self.store_dir = tmp_path / "store"
+        self.uri = f"file:{self.store_dir}"
+        self.store = LocalStore(str(self.store_dir))
+        self.checkpoint = str(tmp_path / "cp")
+        os.makedirs(os.path.join(self.checkpoint, "commits"), exist_ok=True)
+        self.host(host)
+
+    def host(self, name: str) -> WalDir:
+        """Work on the WAL from the driver host ``name`` (its own working copy)."""
+        root = str(self.tmp / name)
+        make_working_copy(root, self.uri)
+        self.wal = WalDir(root).create()
+        self.wal.remote.pull_state(root)
+        return self.wal
+
+    def stage(self, batch: int, partition: int, rows: int, start: int, attempt: int = 0):
+        """A task: spools its segment on its own host, publishes it to the store."""
+        task_wal = WalDir(spool_dir(self.uri), spool_for=self.uri)
+        writer = SegmentWriter(task_wal, batch, partition, attempt, {"columns": ["id"]})
+        writer.append(simple_rows(rows, start))
+        return writer.finish()
+
+    def seal(self, batch: int, refs):
+        return seal_batch(self.wal, batch, list(refs))
+
+    def commit(self, batch: int) -> None:
+        open(os.path.join(self.checkpoint, "commits", str(batch)), "w").close()
+
+    def flush(self, query_running: bool = False):
+        log = WalLog.open_writer(self.wal)
+        try:
+            return Replayer(self.wal, log, lambda seal: RecordingUpserter(),
+                            self.checkpoint).run(query_running=query_running)
+        finally:
+            log.close()
+
+
+def test_a_task_publishes_its_segment_and_keeps_nothing_in_its_spool(tmp_path):
+    s = Stream(tmp_path)
+    ref = s.stage(0, 0, 5, 0)
+    assert s.store.list("segments") == [f"segments/{ref.name}"]
+    assert s.store.read(f"segments/{ref.name}") is not None
+    spool = spool_dir(s.uri)
+    assert not any(files for _, _, files in os.walk(spool))     # published, then removed
+    assert s.wal.staged_batch_ids() == []                         # the working copy has none yet
+
+
+def test_a_rerun_of_a_batch_publishes_a_new_seal_version_and_never_replaces_one(tmp_path):
+    s = Stream(tmp_path)
+    first = s.seal(0, [s.stage(0, 0, 3, 0)])
+    second = s.seal(0, [s.stage(0, 0, 3, 0, attempt=1)])          # Spark re-ran batch 0
+    keys = s.store.list("seals")
+    assert [k.rsplit("/", 1)[-1] for k in keys] == ["00000001.seal", "00000002.seal"]
+    assert first.seal_id != second.seal_id
+    other = s.host("host-b")
+    other.remote.pull_seals(other.root)
+    assert read_seal(other, 0).seal_id == second.seal_id          # the newest version wins
+
+
+def test_the_flusher_pulls_writes_and_cleans_the_store(tmp_path):
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
+    s.commit(0)
+    report = s.flush()
+    assert report.replayed == [0]
+    assert sorted(i for _, _, ids in WRITES for i in ids) == [0, 1, 2, 3, 4]
+    assert s.store.list("segments") == []                 # flushed: gone from the store
+    assert s.store.list("flushed") == ["flushed/00000000000000000000"]
+    assert [k.split("/")[1] for k in s.store.list("seals")] == ["00000000000000000000"]  # kept
+
+
+def test_a_driver_on_another_host_rebuilds_from_the_store_and_writes_no_flushed_row_again(
+        tmp_path):
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0)])
+    s.commit(0)
+    s.flush()
+    s.seal(1, [s.stage(1, 0, 4, 100)])
+    s.commit(1)
+    s.seal(2, [s.stage(2, 0, 2, 200)])             # sealed, never committed
+    shutil.rmtree(s.wal.root)                              # the host is gone, log and all
+    WRITES.clear()
+
+    s.host("host-b")
+    report = s.flush(query_running=False)
+    assert report.replayed == [1]
+    assert sorted(i for _, _, ids in WRITES for i in ids) == [100, 101, 102, 103]
+    assert report.discarded == [2]
+    assert not [k for k in s.store.list("segments") if "/00000000000000000002/" in f"/{k}"]
+    # Batch 2 re-run on host B: its timestamps start above batch 1's, which host B never sealed.
+    again = s.seal(2, [s.stage(2, 0, 2, 200, attempt=1)])
+    assert again.base_ts_us > read_seal(s.wal, 1).last_ts_us
+
+
+def test_the_binding_and_the_pointer_live_on_the_store(tmp_path):
+    s = Stream(tmp_path)
+    bind(s.wal, s.checkpoint)
+    assert s.store.read("query.json") is not None
+    other = s.host("host-b")
+    assert read_binding(other).checkpoint == s.checkpoint     # pulled with the state
+    elsewhere = str(tmp_path / "cp2")
+    os.makedirs(elsewhere)
+    with pytest.raises(WalBoundElsewhere):
+        bind(other, elsewhere)
+    write_pointer(s.checkpoint, s.uri)
+    assert read_pointer(s.checkpoint) == s.uri
+
+
+def test_target_blocked_and_flushed_markers_reach_the_store(tmp_path):
+    s = Stream(tmp_path)
+    s.wal.write_target({"a": 1})
+    s.wal.write_target({"a": 2})
+    assert [k.rsplit("/", 1)[-1] for k in s.store.list("targets")] == ["00000001.json",
+                                                                       "00000002.json"]
+    s.wal.write_blocked("Cassandra refused the rows")
+    other = s.host("host-b")
+    assert other.read_target() == {"a": 2}
+    assert other.read_blocked() == "Cassandra refused the rows"
+    other.write_blocked(None)
+    s.wal.remote.pull_state(s.wal.root)
+    assert s.wal.read_blocked() is None
+    other.write_flushed_through(4)
+    other.write_flushed_through(7)
+    assert s.store.list("flushed") == ["flushed/00000000000000000007"]
+
+
+def test_locations_and_working_copies(tmp_path, monkeypatch):
+    assert is_remote("s3a://bucket/wal") and is_remote("hdfs://nn:8020/cp")
+    assert not is_remote("/data/wal") and not is_remote("file:///data/wal")
+    monkeypatch.setenv("CASSANDRA_WAL_WORKING_DIR", str(tmp_path / "w"))
+    a, b = working_copy_of("s3a://bucket/wal"), working_copy_of("s3a://bucket/wal2")
+    assert a != b and a.startswith(str(tmp_path / "w"))
+    assert RemoteWal.at(f"file:{tmp_path}").uri == f"file:{tmp_path}"

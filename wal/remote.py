@@ -1,0 +1,273 @@
+"""A WAL whose durable home is a store (HDFS, S3; :mod:`wal.store`), worked on through a local
+copy on the driver host.
+
+Every file the guarantee needs is published to the store before the step that needs it returns,
+and the local copy (the *working copy*: the layout of ``wal/FORMAT.md`` in a local folder, with
+the RocksDB log) is a cache the driver rebuilds from the store whenever it is missing, on any
+host. Lifecycle of batch N (the store's keys: ``wal/FORMAT.md``, "On a store"):
+
+1. **Stage** (a task, anywhere): the segment is written to a local spool as always, then
+   published with one ``create`` under its unique name ``segments/<batch>/<file>``; the spool
+   file is removed. No task needs the driver's disk.
+2. **Seal** (the commit, on the driver host): :meth:`RemoteWal.pull_seals` first (the write
+   timestamps start above the previous seal, which may have been written on another host),
+   then the seal is published as a new *version* ``seals/<batch>/<version>.seal`` by a
+   create-only write: a re-run of N (before Spark committed it) publishes a higher version and
+   never replaces one. The newest version is the seal; Spark never re-runs a committed batch.
+3. **Flush** (the driver): :meth:`RemoteWal.pull` brings the seals, the segments of batches not
+   yet flushed and the shared markers into the working copy, and the local machinery does the
+   rest. Marking N flushed publishes ``flushed/<batch>`` (create-only; the highest wins);
+   retention deletes the batch's objects on the store as in the working copy.
+
+Files that change (``target.json``, ``blocked.json``) are versioned or deleted and created
+again: nothing needs an atomic replace, which object stores do not have for create-only
+writes, and nothing relies on a listing being atomic with a write in flight. Only the driver
+host reads the working copy; tasks and the offline tool reach the store alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+from . import format as fmt
+from .errors import StoreUnavailable
+from .files import atomic_write, make_private_dirs
+from .store import Store
+from .stores import open_store
+
+#: In a working copy: ``{"uri": <the store's URI>}``, the one thing that makes it one.
+REMOTE_FILE = "REMOTE"
+#: Where working copies live by default: ``~/.cassandra_wal/working/<sha256 of the URI>``;
+#: ``CASSANDRA_WAL_WORKING_DIR`` moves the parent.
+ENV_WORKING_DIR = "CASSANDRA_WAL_WORKING_DIR"
+#: Keys on the store beside the working copy's layout (FORMAT.md, "On a store").
+SEAL_VERSIONS = fmt.SEALS_DIR          # seals/<batch>/<version>.seal
+TARGET_VERSIONS = "targets"            # targets/<version>.json
+FLUSHED_MARKERS = "flushed"            # flushed/<batch>
+VERSION_DIGITS = 8
+MAX_PUBLISH_RACES = 64
+
+
+def is_remote(location: str) -> bool:
+    """``location`` names a store (``scheme://``) other than the local filesystem."""
+    head, sep, _ = location.partition("://")
+    return bool(sep) and head.lower() not in ("file", "") and "/" not in head
+
+
+def working_copy_of(uri: str) -> str:
+    """The local folder where this host keeps its working copy of the WAL at ``uri``."""
+    parent = os.environ.get(ENV_WORKING_DIR) or os.path.join(
+        os.path.expanduser("~"), ".cassandra_wal", "working")
+    return os.path.join(parent, hashlib.sha256(uri.encode()).hexdigest()[:24])
+
+
+def read_remote_uri(root: str) -> str | None:
+    """The store a working copy at ``root`` mirrors (None: ``root`` is a WAL of its own)."""
+    try:
+        with open(os.path.join(root, REMOTE_FILE), "rb") as f:
+            return str(json.loads(f.read())["uri"])
+    except FileNotFoundError:
+        return None
+
+
+def make_working_copy(root: str, uri: str) -> None:
+    """Make ``root`` the working copy of the WAL at ``uri`` (idempotent)."""
+    make_private_dirs(root)
+    if read_remote_uri(root) != uri:
+        atomic_write(os.path.join(root, REMOTE_FILE), json.dumps({"uri": uri}).encode() + b"\n")
+
+
+def _version_of(key: str) -> int | None:
+    stem = key.rsplit("/", 1)[-1].split(".", 1)[0]
+    return int(stem) if stem.isdigit() else None
+
+
+class RemoteWal:
+    """The store side of one WAL: what to publish where, and how to pull it back."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.uri = store.uri
+
+    @classmethod
+    def at(cls, uri: str) -> "RemoteWal":
+        """The WAL at ``uri``, its store client made once per process (a boto3 client costs
+        about 0.1 s, and the commit asks several times)."""
+        return cls(open_store(uri))
+
+    # -- publishing --------------------------------------------------------------------------
+    def publish_segment(self, name: str, path: str) -> None:
+        """The segment file at ``path`` under ``segments/<name>``; its name is unique to the
+        task attempt, so the key is never taken unless this very call retried."""
+        with open(path, "rb") as f:
+            data = f.read()
+        key = f"{fmt.SEGMENTS_DIR}/{name}"
+        if not self.store.create(key, data) and self.store.read(key) != data:
+            raise StoreUnavailable(self.uri, f"segment {name} exists with other bytes")
+
+    def publish_version(self, folder: str, data: bytes, suffix: str) -> str:
+        """``data`` as the next version under ``folder`` (create-only); the key published."""
+        for _ in range(MAX_PUBLISH_RACES):
+            versions = [v for v in map(_version_of, self.store.list(folder)) if v is not None]
+            key = f"{folder}/{max(versions, default=0) + 1:0{VERSION_DIGITS}d}{suffix}"
+            if self.store.create(key, data):
+                return key
+        raise StoreUnavailable(self.uri, f"{folder}: lost {MAX_PUBLISH_RACES} races for a "
+                               f"new version (another writer publishing in a loop?)")
+
+    def latest_version(self, folder: str) -> bytes | None:
+        """The newest version under ``folder`` (None: none)."""
+        keys = sorted((v, k) for k in self.store.list(folder)
+                      if (v := _version_of(k)) is not None)
+        for _, key in reversed(keys):     # one deleted since the listing: the one before
+            data = self.store.read(key)
+            if data is not None:
+                return data
+        return None
+
+    def publish_seal(self, batch: int, data: bytes) -> None:
+        self.publish_version(f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}", data, fmt.SEAL_SUFFIX)
+
+    def publish_target(self, data: bytes) -> None:
+        if self.latest_version(TARGET_VERSIONS) != data:
+            self.publish_version(TARGET_VERSIONS, data, ".json")
+
+    def publish_once(self, name: str, data: bytes) -> bytes:
+        """A file that never changes once written (``WAL_FORMAT``, ``query.json``): ``data``,
+        or what another writer published first."""
+        if self.store.create(name, data):
+            return data
+        return self.store.read(name) or data
+
+    def publish_flushed(self, batch: int) -> None:
+        """``flushed/<batch>``; older markers go (the highest is the one read)."""
+        self.store.create(f"{FLUSHED_MARKERS}/{fmt.batch_name(batch)}", b"")
+        for key in self.store.list(FLUSHED_MARKERS):
+            stem = key.rsplit("/", 1)[-1]
+            if stem.isdigit() and int(stem) < batch:
+                self.store.delete(key)
+
+    def replace(self, name: str, data: bytes | None) -> None:
+        """A status file that only informs (``blocked.json``): deleted, then created again.
+        A reader in between sees none; the driver host reads its working copy."""
+        self.store.delete(name)
+        if data is not None:
+            self.store.create(name, data)
+
+    # -- deleting ----------------------------------------------------------------------------
+    def delete_segments(self, batch: int, keep: set[str] = frozenset()) -> None:
+        """Every segment of ``batch`` on the store but those named in ``keep``."""
+        prefix = f"{fmt.SEGMENTS_DIR}/"
+        for key in self.store.list(f"{fmt.SEGMENTS_DIR}/{fmt.batch_name(batch)}"):
+            if key[len(prefix):] not in keep:
+                self.store.delete(key)
+
+    def delete_seal(self, batch: int) -> None:
+        for key in self.store.list(f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}"):
+            self.store.delete(key)
+
+    # -- pulling -----------------------------------------------------------------------------
+    def flushed_through(self) -> int:
+        stems = (k.rsplit("/", 1)[-1] for k in self.store.list(FLUSHED_MARKERS))
+        return max((int(s) for s in stems if s.isdigit()), default=-1)
+
+    def pull_state(self, root: str) -> None:
+        """``WAL_FORMAT``, ``query.json``, the newest ``target.json``, ``blocked.json`` and
+        the highest flushed batch into the working copy at ``root``."""
+        for name in (fmt.MARKER_FILE, fmt.BINDING_FILE):
+            path = os.path.join(root, name)
+            if not os.path.exists(path):
+                data = self.store.read(name)
+                if data is not None:
+                    atomic_write(path, data)
+        target = self.latest_version(TARGET_VERSIONS)
+        if target is not None:
+            _write_if_changed(os.path.join(root, fmt.TARGET_FILE), target)
+        blocked = self.store.read(fmt.BLOCKED_FILE)
+        blocked_path = os.path.join(root, fmt.BLOCKED_FILE)
+        if blocked is not None:
+            _write_if_changed(blocked_path, blocked)
+        elif os.path.exists(blocked_path):
+            os.unlink(blocked_path)
+        flushed = self.flushed_through()
+        local = os.path.join(root, fmt.FLUSHED_THROUGH_FILE)
+        if flushed > _read_int(local):
+            atomic_write(local, b"%d\n" % flushed)
+
+    def pull_seals(self, root: str) -> list[int]:
+        """The newest version of every seal on the store into the working copy's ``seals/``
+        (a local seal the store no longer has stays: only retention removes seals). Returns
+        the batch ids pulled."""
+        newest: dict[str, tuple[int, str]] = {}
+        for key in self.store.list(SEAL_VERSIONS):
+            parts = key.split("/")
+            version = _version_of(key)
+            if len(parts) == 3 and parts[1].isdigit() and version is not None:
+                if version > newest.get(parts[1], (-1, ""))[0]:
+                    newest[parts[1]] = (version, key)
+        folder = os.path.join(root, fmt.SEALS_DIR)
+        make_private_dirs(folder)
+        pulled = []
+        for batch, (_, key) in sorted(newest.items()):
+            data = self.store.read(key)
+            if data is not None and _write_if_changed(
+                    os.path.join(folder, batch + fmt.SEAL_SUFFIX), data):
+                pulled.append(int(batch))
+        return pulled
+
+    def pull_segments(self, root: str, above: int) -> int:
+        """Segments of batches above ``above`` (the highest flushed) that the working copy
+        does not have yet; returns how many were fetched."""
+        fetched = 0
+        prefix = f"{fmt.SEGMENTS_DIR}/"
+        for key in self.store.list(fmt.SEGMENTS_DIR):
+            name = key[len(prefix):]
+            batch = name.split("/", 1)[0]
+            if not batch.isdigit() or int(batch) <= above or not name.endswith(fmt.SEGMENT_SUFFIX):
+                continue
+            path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
+            if os.path.exists(path):
+                continue
+            data = self.store.read(key)
+            if data is None:      # deleted since the listing (a discard, retention)
+                continue
+            make_private_dirs(os.path.dirname(path))
+            atomic_write(path, data)
+            fetched += 1
+        return fetched
+
+    def pull(self, root: str, segments: bool = True) -> None:
+        """Everything the working copy at ``root`` needs to flush (``segments``) or to seal."""
+        self.pull_state(root)
+        self.pull_seals(root)
+        if segments:
+            self.pull_segments(root, _read_int(os.path.join(root, fmt.FLUSHED_THROUGH_FILE)))
+
+
+def _read_int(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().strip() or -1)
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def _write_if_changed(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return False
+    except FileNotFoundError:
+        pass
+    atomic_write(path, data)
+    return True
+
+
+def spool_dir(uri: str) -> str:
+    """Where a task spools segments of the WAL at ``uri`` before publishing them (removed
+    after): this host's temp folder."""
+    return os.path.join(tempfile.gettempdir(), "cassandra_wal_spool",
+                        hashlib.sha256(uri.encode()).hexdigest()[:24])
