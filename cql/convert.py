@@ -1,4 +1,4 @@
-"""Arrow record batches to driver-ready row tuples, and the CQL type-string parser.
+"""Arrow record batches to driver-ready row tuples.
 
 Why column-wise: a micro-batch holds many rows of few columns. Each column is turned into
 Python values once (``to_pylist``) and a per-type function runs only for the CQL types whose
@@ -14,120 +14,29 @@ What the driver binds, per CQL type: text/varchar/ascii/inet as ``str``; uuid/ti
 Spark's own precision); decimal as ``Decimal``; blob as ``bytes``; list and vector as ``list``;
 set as ``set`` (a ``list`` when its elements are unhashable, e.g. frozen maps: the driver
 serialises any sized iterable and Cassandra de-duplicates); map as ``dict`` (keys made
-hashable: a frozen list key becomes a tuple).
+hashable: a frozen list key becomes a tuple); a tuple as ``tuple``; a user-defined type as a
+:class:`UdtValue`, its fields' values in the type's order.
+
+Spark structs feed UDTs and tuples (Arrow gives each struct value as a ``dict``). A UDT's fields
+are matched by name, as DataFrame columns are matched to table columns (exactly, else ignoring
+case: :func:`cql.table.name_matches`), and every field of the type needs a struct field; a
+tuple's components are matched by position, the struct's field names ignored
+(:func:`struct_sources`). ``sinks.validation`` checks the same against the DataFrame's schema
+before anything is staged; the checks here are the safety net of a replay.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cql.errors import InvalidValueError, SchemaError
-from cql.table import TableSchema
-
-# ---------------------------------------------------------------- CQL type strings
-
-
-@dataclass(frozen=True)
-class CqlType:
-    """A parsed CQL type: ``frozen<map<text, list<int>>>`` is
-    ``CqlType("map", (text, CqlType("list", (int,))), frozen=True)``.
-
-    Unquoted names are lower-cased (CQL folds them); quoted UDT names keep their case;
-    a custom type (``'org.apache...'``) keeps its class name. ``size`` is a vector's dimension.
-    """
-
-    name: str
-    params: tuple[CqlType, ...] = ()
-    frozen: bool = False
-    size: int | None = None
-
-    def __str__(self) -> str:
-        inner = [str(p) for p in self.params] + ([] if self.size is None else [str(self.size)])
-        text = f"{self.name}<{', '.join(inner)}>" if inner else self.name
-        return f"frozen<{text}>" if self.frozen else text
-
-
-COLLECTIONS = frozenset({"list", "set", "map", "tuple", "vector"})
-_TOKEN_RE = re.compile(r'\s*(?:("(?:[^"]|"")*")|(\'[^\']*\')|([A-Za-z0-9_.$]+)|([<>,]))')
-
-
-@lru_cache(maxsize=1024)
-def parse_cql_type(text: str) -> CqlType:
-    """Parse a CQL type string as the driver reports it (``TableMetadata.columns[c].cql_type``).
-
-    Raises ValueError with the offending position for a malformed string.
-    """
-    tokens = _tokenize(text)
-    parsed, pos = _parse(tokens, 0, text)
-    if pos != len(tokens):
-        raise ValueError(f"unexpected {tokens[pos]!r} in CQL type {text!r}")
-    return parsed
-
-
-def _tokenize(text: str) -> list[str]:
-    tokens, pos = [], 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
-        match = _TOKEN_RE.match(text, pos)
-        if not match:
-            raise ValueError(f"cannot parse CQL type {text!r} at position {pos}")
-        tokens.append(next(g for g in match.groups() if g is not None))
-        pos = match.end()
-    if not tokens:
-        raise ValueError("empty CQL type")
-    return tokens
-
-
-def _parse(tokens: list[str], pos: int, text: str) -> tuple[CqlType, int]:
-    if pos >= len(tokens) or tokens[pos] in "<>,":
-        raise ValueError(f"expected a type name in CQL type {text!r}")
-    token = tokens[pos]
-    if token.startswith('"'):
-        name = token[1:-1].replace('""', '"')
-    elif token.startswith("'"):
-        name = token[1:-1]
-    else:
-        name = token.lower()
-    pos += 1
-    args: list[CqlType] = []
-    size = None
-    if pos < len(tokens) and tokens[pos] == "<":
-        pos += 1
-        while True:
-            if name == "vector" and args and pos < len(tokens) and tokens[pos].isdigit():
-                size, pos = int(tokens[pos]), pos + 1
-            else:
-                arg, pos = _parse(tokens, pos, text)
-                args.append(arg)
-            if pos >= len(tokens):
-                raise ValueError(f"unclosed '<' in CQL type {text!r}")
-            if tokens[pos] == ">":
-                pos += 1
-                break
-            if tokens[pos] != ",":
-                raise ValueError(f"expected ',' or '>' in CQL type {text!r}")
-            pos += 1
-    if name == "frozen":
-        if len(args) != 1:
-            raise ValueError(f"frozen<> takes one type in CQL type {text!r}")
-        return replace(args[0], frozen=True), pos
-    arity = {"list": 1, "set": 1, "map": 2, "vector": 1}.get(name)
-    if arity is not None and len(args) != arity:
-        raise ValueError(f"{name}<> takes {arity} type(s) in CQL type {text!r}")
-    if name == "vector" and size is None:
-        raise ValueError(f"vector<> needs a dimension in CQL type {text!r}")
-    return CqlType(name, tuple(args), size=size), pos
-
+from cql.table import CqlType, TableSchema, name_matches
 
 # ---------------------------------------------------------------- per-value functions
 
@@ -175,11 +84,14 @@ def _floor_to_millis(value: Any) -> Any:
 
 
 def _hashable(value: Any) -> Any:
-    """Make a converted value usable as a set element or map key (frozen list -> tuple)."""
+    """Make a converted value usable as a set element or map key (frozen list -> tuple, also
+    inside a tuple or UDT value)."""
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
     if isinstance(value, set):
         return frozenset(value)
+    if isinstance(value, tuple):
+        return type(value)(_hashable(v) for v in value)
     return value
 
 
@@ -199,38 +111,142 @@ _SCALAR_FNS: dict[str, ValueFn] = {
 }
 
 
-def value_fn(cql: CqlType) -> ValueFn | None:
-    """The function turning one non-null ``to_pylist`` value into what the driver binds.
+def value_fn(cql: CqlType, arrow_type: pa.DataType | None = None) -> ValueFn | None:
+    """The function turning one non-null ``to_pylist`` value of ``arrow_type`` into what the
+    driver binds.
 
-    None when Arrow's Python value is already right (the common, fast case).
+    None when Arrow's Python value is already right (the common, fast case). A UDT or tuple
+    needs the Arrow type (the struct's field names); FieldMismatch if the struct cannot feed it.
     """
+    if cql.is_udt or cql.name == "tuple":
+        return _struct_fn(cql, arrow_type)
     if cql.name in ("list", "vector"):
-        element = value_fn(cql.params[0])
+        element = value_fn(cql.params[0], _element_type(arrow_type, "value_type"))
         if element is None:
             return None
         return lambda v: [element(x) for x in v]  # nulls inside are refused by check_column
     if cql.name == "set":
-        member = value_fn(cql.params[0]) or _identity
+        member = value_fn(cql.params[0], _element_type(arrow_type, "value_type")) or _identity
         return lambda v: _as_set([member(x) for x in v])
     if cql.name == "map":
-        key_fn = value_fn(cql.params[0]) or _identity
-        val_fn = value_fn(cql.params[1]) or _identity
+        key_fn = value_fn(cql.params[0], _element_type(arrow_type, "key_type")) or _identity
+        val_fn = value_fn(cql.params[1], _element_type(arrow_type, "item_type")) or _identity
         return lambda v: {_hashable(key_fn(k)): val_fn(x) for k, x in v}
     return _SCALAR_FNS.get(cql.name)
+
+
+def _element_type(arrow_type: pa.DataType | None, attribute: str) -> pa.DataType | None:
+    """A list's ``value_type``, a map's ``key_type`` or ``item_type`` (None if it has none)."""
+    return getattr(arrow_type, attribute, None)
 
 
 def _identity(value: Any) -> Any:
     return value
 
 
+# ---------------------------------------------------------------- structs to UDTs and tuples
+
+
+class FieldMismatch(ValueError):
+    """A struct cannot feed a UDT or tuple: ``field`` (a struct field's name, a UDT field's
+    name when it is the missing one, "" when the struct as a whole is at fault) and why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field, self.reason = field, reason
+
+    def path(self, parent: str) -> str:
+        """Where the fault is, below ``parent`` (the struct's own path)."""
+        return f"{parent}.{self.field}" if self.field else parent
+
+
+def struct_sources(cql: CqlType, names: Sequence[str]) -> list[int]:
+    """For each field of UDT ``cql`` (or component of tuple ``cql``), the position in ``names``
+    (a struct's field names) of the struct field that feeds it.
+
+    A UDT's fields are matched by name, exactly first, else ignoring case (as DataFrame columns
+    are matched to table columns); a struct field the type does not have, a struct field that
+    matches two fields ignoring case, two struct fields for one field, and a field of the type
+    no struct field feeds (the Spark Cassandra Connector fails such a row too: fill it with a
+    null of the field's type) each raise :class:`FieldMismatch`. A tuple takes the struct's
+    fields in order, whatever their names; their number must be the tuple's.
+    """
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise FieldMismatch(twice, "the struct has two fields of this name; rename one")
+    if not cql.is_udt:
+        if len(names) != len(cql.params):
+            raise FieldMismatch(
+                names[len(cql.params)] if len(names) > len(cql.params) else "",
+                f"a struct of {len(names)} field(s) cannot feed a {cql} of {len(cql.params)} "
+                "component(s): a tuple takes a struct's fields in order, one per component "
+                "(their names are ignored)")
+        return list(range(len(names)))
+    fields = cql.fields or ()
+    chosen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        matches = name_matches(name, fields)
+        if not matches:
+            raise FieldMismatch(name, f"not a field of the user-defined type {cql.name} "
+                                      f"(its fields: {', '.join(fields)})")
+        if len(matches) > 1:
+            raise FieldMismatch(name, f"matches fields {', '.join(repr(m) for m in matches)} of "
+                                      f"the user-defined type {cql.name} ignoring case; use the exact name")
+        if matches[0] in chosen:
+            raise FieldMismatch(name, f"struct fields {names[chosen[matches[0]]]!r} and {name!r} "
+                                      f"both map to field {matches[0]!r} of {cql.name}")
+        chosen[matches[0]] = index
+    missing = [f for f in fields if f not in chosen]
+    if missing:
+        raise FieldMismatch(missing[0], f"field of the user-defined type {cql.name} is missing "
+                                        f"from the struct (missing: {', '.join(missing)}); add it "
+                                        "as a null of its type, e.g. lit(None).cast(...)")
+    return [chosen[f] for f in fields]
+
+
+class UdtValue(tuple):
+    """A UDT value as the driver binds it: its fields' values in the type's order.
+
+    The driver's ``UserType.serialize`` reads field ``i`` as ``value[i]``, for every field of
+    the type as the prepared statement knows it; a field past the end reads as null here. So a
+    field added to the type (``ALTER TYPE ... ADD``) after a batch was staged, which a replay's
+    statement knows and the staged schema does not, is written as null instead of failing."""
+
+    __slots__ = ()
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int) and index >= len(self):
+            return None
+        return super().__getitem__(index)
+
+
+def _struct_fn(cql: CqlType, arrow_type: pa.DataType | None) -> ValueFn:
+    if arrow_type is None or not pa.types.is_struct(arrow_type):
+        raise FieldMismatch(str(cql), "needs a struct")
+    names = [arrow_type.field(i).name for i in range(arrow_type.num_fields)]
+    sources = struct_sources(cql, names)
+    parts = [(names[i], value_fn(t, arrow_type.field(i).type)) for i, t in zip(sources, cql.params, strict=True)]
+    make = UdtValue if cql.is_udt else tuple
+
+    def convert(value: dict) -> Any:
+        return make([_apply(fn, value[name]) for name, fn in parts])
+    return convert
+
+
+def _apply(fn: ValueFn | None, value: Any) -> Any:
+    return value if value is None or fn is None else fn(value)
+
 # ---------------------------------------------------------------- whole-column checks
 
 _INT_RANGES = {"tinyint": 8, "smallint": 16, "int": 32}
 
 
-def check_column(array: pa.Array, cql: CqlType, column: str) -> None:
+def check_column(array: pa.Array, cql: CqlType, column: str, path: str | None = None) -> None:
     """Refuse, before sending, values Cassandra or the driver would reject mid-batch:
-    nulls inside collections and integers too wide for a narrower CQL int."""
+    nulls inside collections and integers too wide for a narrower CQL int, also inside UDTs
+    and tuples (``path``: where in the column, e.g. ``address.zip``; nulls are fine there);
+    a struct that cannot feed its UDT or tuple is a SchemaError."""
+    where = "" if path is None else f"{path}: "
     if cql.name in _INT_RANGES and pa.types.is_integer(array.type):
         bits = _INT_RANGES[cql.name]
         if array.type.bit_width > bits and array.null_count < len(array):
@@ -238,22 +254,34 @@ def check_column(array: pa.Array, cql: CqlType, column: str) -> None:
             stats = pc.min_max(array).as_py()
             if stats["min"] < low or stats["max"] > high:
                 bad = stats["min"] if stats["min"] < low else stats["max"]
-                raise InvalidValueError(column, None, f"value {bad} does not fit CQL {cql.name} ({low}..{high})")
+                raise InvalidValueError(column, None, f"{where}value {bad} does not fit CQL {cql.name} ({low}..{high})")
         return
-    for child, child_type in _children(array, cql):
-        if child.null_count:
-            raise InvalidValueError(column, None, f"null inside a {cql.name}: Cassandra collections cannot hold nulls")
-        check_column(child, child_type, column)
+    for child, child_type, child_path, nulls_allowed in _children(array, cql, column, path or column):
+        if child.null_count and not nulls_allowed:
+            raise InvalidValueError(column, None, f"{where}null inside a {cql.name}: Cassandra collections cannot hold nulls")
+        check_column(child, child_type, column, child_path)
 
 
-def _children(array: pa.Array, cql: CqlType) -> list[tuple[pa.Array, CqlType]]:
-    """The flattened element arrays of a collection (respecting slicing), with their CQL types."""
+def _children(array: pa.Array, cql: CqlType, column: str, path: str
+              ) -> list[tuple[pa.Array, CqlType, str, bool]]:
+    """The flattened element arrays of a collection, and the field arrays of a struct fed to a
+    UDT or tuple (respecting slicing), with their CQL types, paths and whether they may hold
+    nulls."""
     if pa.types.is_map(array.type) and cql.name == "map":
         entries = pa.list_(pa.struct([array.type.key_field, array.type.item_field]))
         flat = array.view(entries).flatten()
-        return [(flat.field(0), cql.params[0]), (flat.field(1), cql.params[1])]
+        return [(flat.field(0), cql.params[0], f"{path}.key", False),
+                (flat.field(1), cql.params[1], f"{path}.value", False)]
     if (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) and cql.name in ("list", "set", "vector"):
-        return [(array.flatten(), cql.params[0])]
+        return [(array.flatten(), cql.params[0], f"{path}.element", False)]
+    if pa.types.is_struct(array.type) and (cql.is_udt or cql.name == "tuple"):
+        names = [array.type.field(i).name for i in range(array.type.num_fields)]
+        try:
+            sources = struct_sources(cql, names)
+        except FieldMismatch as exc:
+            raise SchemaError(column, f"field {exc.path(path)}: {exc.reason}") from None
+        fields = array.flatten()   # each field's values, null where the struct is
+        return [(fields[i], t, f"{path}.{names[i]}", True) for i, t in zip(sources, cql.params, strict=True)]
     return []
 
 
@@ -278,7 +306,7 @@ class RowConverter:
             resolved = table.resolve_column(name)
             if resolved is None:
                 raise SchemaError(name, f"not a column of {table.keyspace}.{table.table}")
-            self.types.append(parse_cql_type(table.column_type(resolved)))
+            self.types.append(table.cql_type(resolved))
 
     def __call__(self, batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
         converted = [self.column(batch, name, cql) for name, cql in zip(self.columns, self.types, strict=True)]
@@ -295,7 +323,7 @@ class RowConverter:
             check_column(array, cql, name)
             if not _can_refuse(cql):
                 continue
-            fn = value_fn(cql)
+            fn = value_fn(cql, array.type)
             values = array.to_pylist()
             try:
                 for v in values:
@@ -311,7 +339,7 @@ class RowConverter:
             array = array.combine_chunks()
         check_column(array, cql, name)
         values = array.to_pylist()
-        fn = value_fn(cql)
+        fn = value_fn(cql, array.type)
         if fn is not None:
             try:
                 values = [None if v is None else fn(v) for v in values]

@@ -38,10 +38,10 @@ from tenacity import (
 
 from .batch_limits import BatchLimits, read_batch_limits
 from .config import WriteConfig
-from .convert import parse_cql_type, row_converter
+from .convert import row_converter
 from .encode import CellEncoder, fixed_width
 from .errors import FlushFailed, transient_driver_errors
-from .table import TableSchema
+from .table import TableSchema, parse_cql_type
 
 T = TypeVar("T")
 AUTO_BATCH_ROWS = 32

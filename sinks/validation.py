@@ -15,14 +15,14 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from cql.config import MAX_TTL_SECONDS, WriteConfig
-from cql.convert import CqlType, parse_cql_type
+from cql.convert import FieldMismatch, struct_sources
 from cql.errors import (
     CounterTableError,
     InvalidValueError,
     NullPrimaryKeyError,
     SchemaError,
 )
-from cql.table import TableSchema
+from cql.table import NATIVE_TYPES, CqlType, TableSchema
 
 _INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
 _SCALARS: dict[type, frozenset[str]] = {
@@ -50,7 +50,9 @@ def validate_schema(spark_schema: T.StructType, table: TableSchema, write: Write
 
     Raises CounterTableError for a counter table, SchemaError naming the column for a
     column not in the table, a missing primary-key column, an incompatible type, or a bad
-    ttl/writetime column. The ttl and writetime columns are not written.
+    ttl/writetime column. The ttl and writetime columns are not written. A struct column
+    feeds a user-defined type (fields by name, each field of the type needed) or a tuple
+    (fields by position); a mismatch inside names the field's path (``address.zip``).
     """
     if table.is_counter:
         raise CounterTableError(table.keyspace, table.table)
@@ -70,7 +72,7 @@ def validate_schema(spark_schema: T.StructType, table: TableSchema, write: Write
             )
         chosen[target] = spark_field.name
         cql_text = table.column_type(target)
-        reason = type_mismatch(spark_field.dataType, parse_cql_type(cql_text))
+        reason = type_mismatch(spark_field.dataType, table.cql_type(target), spark_field.name)
         if reason is not None:
             spark_type = spark_field.dataType.simpleString()
             raise SchemaError(spark_field.name, f"Spark type {spark_type} cannot be written to CQL type {cql_text}: {reason}")
@@ -113,27 +115,67 @@ def _special_columns(spark_schema: T.StructType, table: TableSchema, write: Writ
     return found
 
 
-def type_mismatch(spark_type: T.DataType, cql: CqlType) -> str | None:
-    """None when values of ``spark_type`` can be written to ``cql``, else the reason why not."""
+def type_mismatch(spark_type: T.DataType, cql: CqlType, path: str = "") -> str | None:
+    """None when values of ``spark_type`` can be written to ``cql``, else the reason why not;
+    ``path`` (the column's name) names a struct's field at fault: ``field address.zip: ...``
+    (elements, keys and values of collections as Spark names them: ``addrs.element.zip``)."""
+    found = _mismatch(spark_type, cql, path)
+    if found is None:
+        return None
+    where, reason = found
+    return f"field {where}: {reason}" if where else reason
+
+
+def _mismatch(spark_type: T.DataType, cql: CqlType, path: str) -> tuple[str, str] | None:
+    """None, or ``(where, reason)``: ``where`` is the path of the struct field at fault, or
+    "" when ``spark_type`` itself (or a collection's element) does not fit."""
     if isinstance(spark_type, T.StringType):
-        return None if cql.name in _STRING_TARGETS else "strings go to text, varchar, ascii, uuid, timeuuid or inet"
+        if cql.name in _STRING_TARGETS:
+            return None
+        return "", "strings go to text, varchar, ascii, uuid, timeuuid or inet"
     if isinstance(spark_type, T.ArrayType):
         if cql.name not in ("list", "set", "vector"):
-            return "an array goes to a list, set or vector"
-        return type_mismatch(spark_type.elementType, cql.params[0])
+            return "", "an array goes to a list, set or vector"
+        return _mismatch(spark_type.elementType, cql.params[0], f"{path}.element")
     if isinstance(spark_type, T.MapType):
         if cql.name != "map":
-            return "a map goes to a map"
-        return type_mismatch(spark_type.keyType, cql.params[0]) or type_mismatch(spark_type.valueType, cql.params[1])
+            return "", "a map goes to a map"
+        return (_mismatch(spark_type.keyType, cql.params[0], f"{path}.key")
+                or _mismatch(spark_type.valueType, cql.params[1], f"{path}.value"))
     if isinstance(spark_type, T.StructType):
-        return "structs (to user-defined types or tuples) are not supported yet"
+        return _struct_mismatch(spark_type, cql, path)
     allowed = _SCALARS.get(type(spark_type))
     if allowed is None:
-        return f"Spark type {spark_type.simpleString()} is not supported"
+        return "", f"Spark type {spark_type.simpleString()} is not supported"
     if cql.name in allowed:
         return None
     hint = f"; cast the column (e.g. to {_cast_hint(cql.name)})" if _cast_hint(cql.name) else ""
-    return f"expected CQL {' or '.join(sorted(allowed))}{hint}"
+    return "", f"expected CQL {' or '.join(sorted(allowed))}{hint}"
+
+
+def _struct_mismatch(spark_type: T.StructType, cql: CqlType, path: str) -> tuple[str, str] | None:
+    """A struct feeds a UDT, field by name, or a tuple, field by position
+    (:func:`cql.convert.struct_sources`, which the conversion uses too); then each field's type."""
+    if not (cql.is_udt or cql.name == "tuple"):
+        if cql.params or cql.name in NATIVE_TYPES:
+            return "", "a struct goes to a user-defined type or a tuple"
+        return "", (f"a struct goes to a user-defined type or a tuple, and the fields of {cql} "
+                    "are unknown (not a user-defined type of the table's keyspace)")
+    try:
+        sources = struct_sources(cql, spark_type.names)
+    except FieldMismatch as exc:
+        return exc.path(path), exc.reason
+    for index, field_cql in zip(sources, cql.params, strict=True):
+        field = spark_type.fields[index]
+        where = f"{path}.{field.name}"
+        found = _mismatch(field.dataType, field_cql, where)
+        if found is None:
+            continue
+        if found[0]:   # deeper down
+            return found
+        spark_text = field.dataType.simpleString()
+        return where, f"Spark type {spark_text} cannot be written to CQL type {field_cql}: {found[1]}"
+    return None
 
 
 def _cast_hint(cql_name: str) -> str | None:

@@ -16,10 +16,10 @@ import pytest
 from cassandra import cqltypes
 from cassandra.query import UNSET_VALUE
 
-from cql.convert import parse_cql_type, row_converter
+from cql.convert import row_converter
 from cql.encode import CellEncoder, fast_encoder
 from cql.errors import InvalidValueError
-from cql.table import TableSchema
+from cql.table import TableSchema, parse_cql_type
 
 DRIVER_TYPES = {
     "tinyint": cqltypes.ByteType, "smallint": cqltypes.ShortType, "int": cqltypes.Int32Type,
