@@ -54,7 +54,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 SCRIPTS_DIR = Path(__file__).resolve().parent
 if str(SCRIPTS_DIR) not in sys.path:  # local_server.py, however this file is loaded
@@ -122,10 +122,10 @@ class Release:
     flags (:data:`JVM17_MODULE_FLAGS`)."""
 
     version: str
-    jvm_flags: Tuple[str, ...] = ()
+    jvm_flags: tuple[str, ...] = ()
 
 
-RELEASES: Dict[str, Release] = {r.version: r for r in (
+RELEASES: dict[str, Release] = {r.version: r for r in (
     Release(CASSANDRA_VERSION),
     Release("4.1.10", JAMM_03_OPENS),  # the newest 4.1 on Maven Central (2026-11-25)
 )}
