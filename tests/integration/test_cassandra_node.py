@@ -50,6 +50,21 @@ def test_taken_port_fails_fast_without_launching_java(node_dir):
     assert daemon_pids(node_dir) == []
 
 
+def test_unknown_version_is_refused_naming_the_supported_ones(node_dir):
+    t0 = time.monotonic()
+    result = run_cli("start", "--port", cn.free_port(), "--dir", node_dir, "--version", "4.0.1",
+                     timeout=60)
+    assert result.returncode == 1, result
+    assert "Cassandra 4.0.1 is not supported" in result.stderr, result.stderr
+    for version in cn.RELEASES:
+        assert version in result.stderr, result.stderr
+    assert f"{cn.CASSANDRA_VERSION} (default)" in result.stderr
+    assert result.stdout == ""
+    assert time.monotonic() - t0 < 10
+    assert not node_dir.exists()  # refused before anything was created or launched
+    assert daemon_pids(node_dir) == []
+
+
 def test_failed_start_dumps_log_and_leaves_no_process(node_dir):
     # A heap too small for the JVM to boot: the process exits at once.
     result = run_cli("start", "--port", cn.free_port(), "--dir", node_dir, "--heap", "1k",
@@ -77,6 +92,7 @@ def test_start_status_second_start_stop(node_dir):
     st = json.loads(result.stdout)
     assert (st["state"], st["pid"], st["address"]) == ("up", pids[0], address)
     assert st["release_version"].startswith("5.0")
+    assert st["version"] == cn.CASSANDRA_VERSION == "5.0.8"  # the default stays 5.0
     human = run_cli("status", "--dir", node_dir, timeout=30)
     assert human.returncode == 0 and human.stdout.startswith("up:"), human
 
