@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
 
 from cli import (
     EXIT_CORRUPT,
@@ -72,9 +74,6 @@ def version() -> str:
     """The installed distribution's version, or ``unknown`` when the code runs from a source
     tree that was never installed (there is no metadata to read then; guessing from a
     ``pyproject.toml`` nearby would report whatever checkout happens to sit beside it)."""
-    # Imported here: only --version needs it (~10-30 ms to import on its own).
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed_version
     try:
         return installed_version(DISTRIBUTION)
     except PackageNotFoundError:
@@ -82,7 +81,8 @@ def version() -> str:
 
 
 class _VersionAction(argparse.Action):
-    """argparse's ``version`` action, but the version is looked up only when asked for."""
+    """argparse's ``version`` action, but the version is looked up only when asked for (it
+    searches ``sys.path`` for the distribution's metadata)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
                  help="print the version and exit"):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli import main as cli_main
 from cli.main import DISTRIBUTION, main
 
 pytestmark = pytest.mark.unit
@@ -51,7 +52,7 @@ def test_not_installed_says_so_instead_of_failing(capsys, monkeypatch):
     def not_installed(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    monkeypatch.setattr(cli_main, "installed_version", not_installed)
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == "cassandra-wal unknown (not installed)\n"
 
