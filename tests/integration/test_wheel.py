@@ -254,3 +254,27 @@ def test_inspect_from_the_installed_console_script(venv, streamed, tmp_path):
     assert {b["state"] for b in batches} == {"flushed"}
     assert sum(b["rows"] for b in batches) == FILES
     assert {b["action"] for b in batches} == {"nothing"}
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """Top-level module names from a ``PYTHONPROFILEIMPORTTIME=1`` run's stderr."""
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0]
+            for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_the_read_only_tools_run_without_spark(venv, streamed, tmp_path):
+    """``inspect``, ``dump`` and ``verify`` of the installed package, run to the end, import
+    neither pyspark nor py4j (``test_architecture`` checks importing ``cli.main``; this checks
+    the commands' own runs, lazy imports included)."""
+    cli, wal = venv / "bin" / "cassandra-wal", streamed["wal"]
+    env = clean_env(PYTHONPROFILEIMPORTTIME="1")
+    dumped = []
+    for args in (["inspect", wal], ["verify", wal],
+                 *(["dump", wal, "--batch", str(b)] for b in range(FILES // 8))):
+        done = run([cli, *args], timeout=120, cwd=tmp_path, env=env)
+        modules = imported_modules(done.stderr)
+        assert "wal" in modules and "cli" in modules      # the probe sees our imports
+        assert not modules & {"pyspark", "py4j"}, f"cassandra-wal {args[0]} imported Spark"
+        if args[0] == "dump":
+            dumped += [json.loads(line) for line in done.stdout.splitlines()]
+    assert sorted(r["id"] for r in dumped) == list(range(FILES))
