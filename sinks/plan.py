@@ -38,7 +38,7 @@ from wal.layout import WalDir
 from wal.pointer import write_pointer
 from wal.remote import is_remote, spool_dir
 from wal.stores import StoreAccess, use_access
-from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, seal_batch
+from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
 from .options import parse_options
@@ -264,6 +264,8 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
 
 # -- commit ---------------------------------------------------------------------------------
 def check_not_blocked(wal: WalDir) -> None:
+    if wal.remote:      # the flusher's word, wherever its working copy is
+        wal.remote.pull_state(wal.root)
     reason = wal.read_blocked()
     if reason is None:
         return
@@ -272,7 +274,15 @@ def check_not_blocked(wal: WalDir) -> None:
 
 def backlog_bytes(wal: WalDir, committing: int) -> int:
     """Bytes of staged segment files of every batch but ``committing``: the batches sealed
-    and not yet flushed (and leftovers of batches about to be discarded)."""
+    and not yet flushed (and leftovers of batches about to be discarded). On a store: the
+    bytes its seals name above the highest flushed batch (what the flusher has yet to write,
+    whichever host's working copy it pulls into)."""
+    if wal.remote:
+        wal.remote.pull_state(wal.root)
+        wal.remote.pull_seals(wal.root)
+        through = wal.read_flushed_through()
+        seals = (read_seal(wal, b) for b in wal.sealed_batch_ids() if b > through and b != committing)
+        return sum(seal.bytes for seal in seals if seal is not None)
     return sum(tree_size(wal.batch_segments(b)) for b in wal.staged_batch_ids() if b != committing)
 
 

@@ -15,6 +15,7 @@ from .store import LocalStore, Store
 #: (``http://host:port``), else the namenode's host on Hadoop 3's default HTTP port.
 ENV_WEBHDFS = "CASSANDRA_WAL_WEBHDFS"
 HADOOP3_NAMENODE_HTTP_PORT = 9870
+ANY = "*"       # StoreAccess.webhdfs: the one namenode the configuration names, for any hdfs://
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,14 @@ class StoreAccess:
 
     @classmethod
     def of_hadoop_conf(cls, get, default_fs: str | None = None) -> "StoreAccess":
-        """From a Hadoop configuration's ``get(key)``: ``dfs.namenode.http-address`` (for
-        ``default_fs``'s namenode) and the ``fs.s3a.*`` endpoint, region, path style and
-        keys."""
+        """From a Hadoop configuration's ``get(key)``: ``dfs.namenode.http-address`` (the
+        namenode of ``default_fs`` when that is HDFS, else of any ``hdfs://`` location) and
+        the ``fs.s3a.*`` endpoint, region, path style and keys."""
         webhdfs = ()
         http = get("dfs.namenode.http-address")
-        if http and default_fs and default_fs.lower().startswith("hdfs://"):
-            authority = urllib.parse.urlsplit(default_fs).netloc
+        if http:
+            hdfs_default = bool(default_fs) and default_fs.lower().startswith("hdfs://")
+            authority = urllib.parse.urlsplit(default_fs).netloc if hdfs_default else ANY
             webhdfs = ((authority, "http://" + http.replace("0.0.0.0", "127.0.0.1")),)
         endpoint = get("fs.s3a.endpoint")
         if endpoint and "://" not in endpoint:
@@ -53,8 +55,8 @@ class StoreAccess:
                    s3_secret_key=get("fs.s3a.secret.key") or None)
 
     def webhdfs_base(self, authority: str, host: str | None) -> str:
-        for known, base in self.webhdfs:
-            if known == authority:
+        for known, base in sorted(self.webhdfs, key=lambda kb: kb[0] == ANY):
+            if known in (authority, ANY):
                 return base
         return os.environ.get(ENV_WEBHDFS) or f"http://{host}:{HADOOP3_NAMENODE_HTTP_PORT}"
 
