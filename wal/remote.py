@@ -88,15 +88,16 @@ def _version_of(key: str) -> int | None:
 class RemoteWal:
     """The store side of one WAL: what to publish where, and how to pull it back."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, uri: str | None = None):
         self.store = store
-        self.uri = store.uri
+        # As the sink was given it (s3a://, hdfs://): one URI, one working copy per host.
+        self.uri = uri or store.uri
 
     @classmethod
     def at(cls, uri: str) -> "RemoteWal":
         """The WAL at ``uri``, its store client made once per process (a boto3 client costs
         about 0.1 s, and the commit asks several times)."""
-        return cls(open_store(uri))
+        return cls(open_store(uri), uri)
 
     # -- publishing --------------------------------------------------------------------------
     def publish_segment(self, name: str, path: str) -> None:

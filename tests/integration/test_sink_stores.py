@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 import sinks
+from sinks.registry import registries
 from sinkutil import (assert_rows_equal, create_table, read_table, register, rows_by_key,
                       running, sink_options, wait_for, write_json_files)
 from tests.helpers.node import ServerScript, load_script_module
@@ -76,6 +77,10 @@ def _run(spark, src, cp, node, keyspace, batches_through: int):
                  or None, what=f"batch {batches_through} to be committed on HDFS")
         assert query.exception() is None
         sinks.wait_flushed(query, timeout=120)
+    for registry in registries:           # the run's last drain done and its log closed
+        flusher = registry.flusher_of(str(query.runId))
+        if flusher is not None:
+            assert flusher.stopped.wait(60)
     return query
 
 

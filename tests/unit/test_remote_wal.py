@@ -177,3 +177,12 @@ def test_locations_and_working_copies(tmp_path, monkeypatch):
     a, b = working_copy_of("s3a://bucket/wal"), working_copy_of("s3a://bucket/wal2")
     assert a != b and a.startswith(str(tmp_path / "w"))
     assert RemoteWal.at(f"file:{tmp_path}").uri == f"file:{tmp_path}"
+
+
+def test_a_wal_keeps_the_uri_it_was_given_so_commit_and_flusher_share_one_working_copy():
+    """The pointer file names the WAL by ``WalDir.location``; the flusher opens that. An s3a://
+    WAL once went by its store's s3:// spelling: the flusher then worked on another working
+    copy than the commit (found by test_sink_s3.py)."""
+    pytest.importorskip("boto3")
+    assert RemoteWal.at("s3a://bucket/wal").uri == "s3a://bucket/wal"
+    assert RemoteWal.at("hdfs://nn:8020/cp/wal").uri == "hdfs://nn:8020/cp/wal"
