@@ -35,7 +35,7 @@ from tenacity import (
 
 from cql import credentials
 from wal.binding import bind
-from wal.errors import WalCorrupted, WalStorageError
+from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.layout import WalDir
 from wal.retention import RetentionPolicy
 
@@ -200,7 +200,15 @@ class QueryFlusher:
     def _set_blocked(self, reason: str | None) -> None:
         if reason is None:
             self._blocked_reason = None
-        self.wal.write_blocked(reason)
+        try:
+            self.wal.write_blocked(reason)
+        except StoreUnavailable as exc:
+            if reason is None:      # inside the drain: a transient failure like any other
+                raise
+            # While blocking (outside the drain's own handling): the working copy says
+            # blocked; the store is told at the next drain, which blocks again.
+            log.warning("cassandra_wal: %s: blocked, but the WAL's store did not take "
+                        "blocked.json yet: %s", self.wal.root, exc)
 
     def recover(self) -> None:
         """At query start, before any batch: replay committed, discard uncommitted. Always from

@@ -144,8 +144,10 @@ class Replayer:
         self.on_progress = on_progress
         self._crash_prefix = crash_prefix
 
-    def plan(self, query_running: bool) -> list[BatchView]:
-        return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running)
+    def plan(self, query_running: bool,
+             committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
+        return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running,
+                                committed=committed)
 
     def run(self, query_running: bool, crash_prefix: str | None = None,
             writer: RowWriter | None = None) -> ReplayReport:
@@ -155,12 +157,22 @@ class Replayer:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
         report, started = ReplayReport(), time.monotonic()
-        if self.wal.remote:     # the store is the WAL: bring what it holds into the working copy
+        committed = catalog.committed_through(self.log, self.checkpoint)
+        if self.wal.remote:
+            # The store is the WAL: bring what it holds into the working copy, *after* reading
+            # Spark's commits. Spark writes commits/N only once N's seal is published, so every
+            # seal pulled now of a batch read as committed is the one Spark committed; a seal
+            # pulled before commits/N was read could be an aborted run's, replaced since.
             self.wal.remote.pull(self.wal.root)
-        self.note_committed()
+        self.note_committed(committed)
         staged = set(self.wal.staged_batch_ids())
-        for view in self.plan(query_running):
+        for view in self.plan(query_running, committed):
             if view.action == catalog.NOTHING:
+                if view.state == BatchState.FLUSHED.value:
+                    # Its flushed marker first (a crash, or a store that failed, may have
+                    # come between marking the batch and writing it): a working copy rebuilt
+                    # elsewhere must never replay a batch whose segments are gone.
+                    self.wal.write_flushed_through(view.batch)
                 if view.batch in staged and (view.state == BatchState.FLUSHED.value
                                              or view.detail == catalog.LATE_ATTEMPT):
                     # A crash between marking the batch and removing its files (the last
@@ -188,10 +200,10 @@ class Replayer:
         report.seconds = time.monotonic() - started
         return report
 
-    def note_committed(self) -> None:
+    def note_committed(self, committed: tuple[int, list[int] | None] | None = None) -> None:
         """Record in the log the highest batch Spark's checkpoint shows committed, before Spark
-        purges its ``commits/N`` (``catalog.committed_through``)."""
-        highest, listed = catalog.committed_through(self.log, self.checkpoint)
+        purges its ``commits/N`` (``catalog.committed_through``, or ``committed`` as read)."""
+        highest, listed = committed or catalog.committed_through(self.log, self.checkpoint)
         if listed:
             self.log.note_committed(highest)
 

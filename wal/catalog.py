@@ -83,14 +83,18 @@ def describe_read_only(wal: WalDir, checkpoint: str | None,
 
 
 def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
-             query_running: bool = False) -> list[BatchView]:
-    """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait."""
+             query_running: bool = False,
+             committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
+    """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait.
+    ``committed``: :func:`committed_through` as read *before* the seals were (a WAL on a store
+    pulls its seals after reading the checkpoint: a seal pulled then is the one Spark
+    committed, never an earlier run's that ``commits/N`` appeared beside meanwhile)."""
     records = {r.batch: r for r in (log.records() if log else [])}
     flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
     staged_ids = set(wal.staged_batch_ids())
     sealed_ids = set(wal.sealed_batch_ids())
     ids = set(records) | sealed_ids | staged_ids
-    highest, listed = committed_through(log, checkpoint)
+    highest, listed = committed if committed is not None else committed_through(log, checkpoint)
     if listed and ids:
         # A committed batch the WAL should hold but does not. Batches below the first one the
         # WAL knows were written before this WAL existed (or by another sink): not ours.

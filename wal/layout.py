@@ -137,9 +137,11 @@ class WalDir:
 
     def write_flushed_through(self, batch: int) -> None:
         if batch > self.read_flushed_through():
-            atomic_write(os.path.join(self.root, fmt.FLUSHED_THROUGH_FILE), b"%d\n" % batch)
+            # The store's marker first: were it written second and failed, the local copy
+            # would say "published" and nothing would publish it again.
             if self.remote:
                 self.remote.publish_flushed(batch)
+            atomic_write(os.path.join(self.root, fmt.FLUSHED_THROUGH_FILE), b"%d\n" % batch)
 
     def read_blocked(self) -> str | None:
         """Why the flusher cannot go on (None: it can). A stream's next commit fails with it."""
@@ -163,7 +165,8 @@ class WalDir:
             unchanged = self.read_blocked() == reason    # the flusher retries every few s
             body = json.dumps({"reason": reason, "at": time.time()}).encode()
             atomic_write(path, body)
-            if unchanged:
+            if unchanged and (self.remote is None
+                              or self.remote.store.read(fmt.BLOCKED_FILE) is not None):
                 return
         if self.remote:
             self.remote.replace(fmt.BLOCKED_FILE, body)

@@ -23,6 +23,7 @@ from sinkutil import (assert_rows_equal, create_table, read_table, register, row
                       running, sink_options, wait_for, write_json_files)
 from tests.helpers.node import ServerScript, load_script_module
 from wal.checkpoint import open_checkpoint
+from wal.pointer import read_pointer
 from wal.remote import working_copy_of
 from wal.stores import open_store
 
@@ -107,7 +108,10 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         written = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
                                                           "id, writetime(name) AS wt")}
 
-        # A driver on another host: no working copy, no RocksDB log.
+        # A driver on another host: no working copy, no RocksDB log. (The pointer names the
+        # WAL as given, so the flusher's working copy is this one, log and all.)
+        assert read_pointer(cp) == wal_uri
+        assert os.path.isdir(os.path.join(working_copy_of(wal_uri), "log"))
         shutil.rmtree(working_copy_of(wal_uri))
         write_json_files(src, files[3:], first_index=3)
         _run(spark, src, cp, cassandra_node, keyspace, batches_through=4)

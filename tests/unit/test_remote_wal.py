@@ -186,3 +186,57 @@ def test_a_wal_keeps_the_uri_it_was_given_so_commit_and_flusher_share_one_workin
     pytest.importorskip("boto3")
     assert RemoteWal.at("s3a://bucket/wal").uri == "s3a://bucket/wal"
     assert RemoteWal.at("hdfs://nn:8020/cp/wal").uri == "hdfs://nn:8020/cp/wal"
+
+
+def test_a_seal_pulled_before_spark_committed_its_batch_is_never_the_one_written(
+        tmp_path, monkeypatch):
+    """Review finding 1: the flusher pulled an aborted run's seal of batch 1 (v1); the re-run's
+    seal (v2) and commits/1 appeared before the drain read the checkpoint, so the old order
+    (pull, then read commits) wrote v1's rows and deleted v2's segments from the store."""
+    s = Stream(tmp_path)
+    s.seal(1, [s.stage(1, 0, 2, 100)])                   # run 1: sealed, never committed
+    real_pull = RemoteWal.pull
+
+    def pull_then_rerun(self, root, segments=True):
+        real_pull(self, root, segments)
+        monkeypatch.setattr(RemoteWal, "pull", real_pull)
+        flusher_copy = s.wal
+        s.host("commit-host")                           # the re-run's commit, elsewhere
+        s.seal(1, [s.stage(1, 0, 2, 500, attempt=1)])
+        s.commit(1)
+        s.wal = flusher_copy
+
+    monkeypatch.setattr(RemoteWal, "pull", pull_then_rerun)
+    report = s.flush(query_running=True)
+    assert report.replayed == [] and WRITES == []        # not committed when commits/ was read
+    report = s.flush(query_running=True)
+    assert report.replayed == [1]
+    assert sorted(i for _, _, ids in WRITES for i in ids) == [500, 501]
+
+
+def test_a_flushed_marker_the_store_refused_is_published_before_the_segments_go(
+        tmp_path, monkeypatch):
+    """Review finding 6: the local flushed_through was written before the store's marker; a
+    failed publish was never retried, the next drain deleted the batch's segments, and a
+    working copy rebuilt elsewhere found batch 0 committed, unflushed and without segments."""
+    from wal.errors import StoreUnavailable
+
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0)])
+    s.commit(0)
+    real = RemoteWal.publish_flushed
+
+    def refused(self, batch):
+        monkeypatch.setattr(RemoteWal, "publish_flushed", real)
+        raise StoreUnavailable(self.uri, "injected: PUT flushed/ timed out")
+
+    monkeypatch.setattr(RemoteWal, "publish_flushed", refused)
+    with pytest.raises(StoreUnavailable):
+        s.flush()
+    s.flush()
+    assert s.store.list("flushed") == ["flushed/00000000000000000000"]
+    assert s.store.list("segments") == []
+    shutil.rmtree(s.wal.root)
+    WRITES.clear()
+    s.host("host-b")
+    assert s.flush().replayed == [] and WRITES == []     # nothing to replay, nothing blocked
