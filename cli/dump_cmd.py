@@ -25,6 +25,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from cli import EXIT_OK, CliError, guarded, log_errors, note
+from cli.location import WAL_DIR_HELP, read_only_wal
 from cli.render import column_values, field_schema
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
@@ -82,7 +83,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                    "per row),\ntyped values rendered exactly. Streams: "
                                    "one chunk in memory at a time.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
+    p.add_argument("wal_dir", metavar="WAL_DIR", help=WAL_DIR_HELP)
     p.add_argument("--batch", metavar="N", type=_non_negative, required=True,
                    help="the batch id")
     p.add_argument("--partition", metavar="P", type=_non_negative,
@@ -268,7 +269,7 @@ def json_schema(schema: pa.Schema | None, batch: int, source: Source) -> dict:
 
 
 def run(args) -> int:
-    wal = WalDir(args.wal_dir).check()
+    wal = read_only_wal(args.wal_dir, segments=True)
     log = WalLog.open_reader(wal)
     try:
         source = choose_source(wal, log, args.batch)

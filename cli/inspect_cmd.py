@@ -13,6 +13,7 @@ import os
 import sys
 
 from cli import EXIT_OK, UsageError, log_errors, warn
+from cli.location import WAL_DIR_HELP, checkpoint_at, read_only_wal, shown
 from cli.render import human_age, human_bytes, progress, table, yes_no
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
@@ -49,7 +50,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                    "flush progress,\nSpark commit status and the action "
                                    "recovery would take; then totals\nand the WAL's size.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
+    p.add_argument("wal_dir", metavar="WAL_DIR", help=WAL_DIR_HELP)
     p.add_argument("--checkpoint", metavar="CP",
                    help="Spark checkpoint folder (default: target.json's checkpoint_location)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -58,16 +59,18 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str | None]:
-    """(local checkpoint folder or None, where it came from: "option", "target.json", None)."""
+    """(the checkpoint, a local folder or a store's URI, or None; where it came from:
+    "option", "target.json", None)."""
     if given is not None:
         try:
-            local = ckpt.local_path(given)
+            found = ckpt.exists(given)
         except ValueError as exc:
-            raise UsageError(str(exc), "pass a local or mounted checkpoint folder") from None
-        if not os.path.isdir(local):
-            raise UsageError(f"--checkpoint {given}: no such directory",
-                             "pass the query's checkpointLocation folder")
-        return local, "option"
+            raise UsageError(str(exc), "pass the query's checkpointLocation: a local folder, "
+                             "hdfs:// or s3a://") from None
+        if not found:
+            what = "no such directory" if ckpt.is_local(given) else "no Spark checkpoint there"
+            raise UsageError(f"--checkpoint {given}: {what}", "pass the query's checkpointLocation")
+        return checkpoint_at(given), "option"
     try:
         recorded = RecordedTarget.read(wal)
     except WalCorrupted as exc:
@@ -77,15 +80,15 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
     if not location:
         return None, None
     try:
-        local = ckpt.local_path(location)
+        found = ckpt.exists(location)
     except ValueError as exc:
         warn(f"{exc}; Spark's commits are unknown (pass --checkpoint)")
         return None, None
-    if not os.path.isdir(local):
+    if not found:
         warn(f"checkpoint {location} (from target.json) not found; Spark's commits are "
              f"unknown (pass --checkpoint)")
         return None, None
-    return local, "target.json"
+    return checkpoint_at(location), "target.json"
 
 
 def flush_progress(view: BatchView) -> str | None:
@@ -127,7 +130,7 @@ def totals(views: list[BatchView]) -> dict:
 
 
 def run(args) -> int:
-    wal = WalDir(args.wal_dir).check()
+    wal = read_only_wal(args.wal_dir)
     checkpoint, source = resolve_checkpoint(wal, args.checkpoint)
     log = WalLog.open_reader(wal)
     try:
@@ -140,7 +143,7 @@ def run(args) -> int:
             log.close()
     size = wal_size(wal)
     summary = totals(views)
-    head = {"path": os.path.abspath(wal.root), "format_version": FORMAT_VERSION,
+    head = {"path": shown(wal), "format_version": FORMAT_VERSION,
             "checkpoint": checkpoint, "checkpoint_source": source,
             "log": log is not None, "flushed_through": flushed_through}
     out = sys.stdout

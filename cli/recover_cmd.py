@@ -11,7 +11,8 @@ import os
 import sys
 import time
 
-from cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, UsageError
+from cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, CliError, UsageError
+from cli.location import WAL_DIR_HELP, checkpoint_at, working_wal
 from cli.render import table
 from cql import credentials
 from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
@@ -22,7 +23,7 @@ from recovery.replay import Progress
 from recovery.target import RecordedTarget, Target
 from wal import binding, catalog
 from wal import checkpoint as ckpt
-from wal.errors import WalBoundElsewhere
+from wal.errors import StoreUnavailable, WalBoundElsewhere
 from wal.layout import WalDir
 
 NAME = "recover"
@@ -60,7 +61,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                             "(takes the WAL's lock)",
                        description=DESCRIPTION,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
+    p.add_argument("wal_dir", metavar="WAL_DIR", help=WAL_DIR_HELP)
     p.add_argument("--checkpoint", metavar="CP",
                    help="Spark checkpoint folder (default: target.json's checkpoint_location)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
@@ -90,22 +91,25 @@ def _target(wal: WalDir, args) -> Target:
 
 
 def _checkpoint(wal: WalDir, args) -> str | None:
-    """The local checkpoint folder recovery decides by (None: a batch job's WAL, whose seals are
-    their own commit point). A checkpoint on HDFS or an object store is a usage error: read as
-    a local folder it would have no ``commits/``, and every batch would look uncommitted and be
-    discarded."""
+    """The checkpoint recovery decides by: a local folder, or a store's URI (None: a batch job's
+    WAL, whose seals are their own commit point). One that cannot be read is an error that
+    changes nothing: every batch would look uncommitted and be discarded."""
     given = args.checkpoint or (RecordedTarget.read(wal) or RecordedTarget(None)).checkpoint_location
     if not given:
         return None
     where = "--checkpoint" if args.checkpoint else f"{wal.target_file} (checkpoint_location)"
     try:
-        local = ckpt.local_path(given)
-    except ckpt.NotLocal as exc:
-        raise UsageError(f"{where}: the checkpoint {given} is {exc.uri}, not on the local "
-                         f"filesystem: recover cannot read which batches Spark committed there",
-                         "copy the checkpoint folder to a local disk (e.g. hdfs dfs -get) and "
-                         "pass it with --checkpoint; nothing was changed") from None
-    if ckpt.exists(local) and not ckpt.written_by_spark(local):
+        local = checkpoint_at(given)
+        found = ckpt.exists(local)
+    except ValueError as exc:
+        raise UsageError(f"{where}: the checkpoint {given}: {exc}: recover cannot read which "
+                         f"batches Spark committed there",
+                         "pass the query's checkpoint (a local folder, hdfs:// or s3a://) "
+                         "with --checkpoint; nothing was changed") from None
+    except StoreUnavailable as exc:
+        raise CliError(f"{where}: {exc}", "check the store's address and credentials "
+                       "(AWS_*, ~/.aws, CASSANDRA_WAL_WEBHDFS); nothing was changed") from None
+    if found and not ckpt.written_by_spark(local):
         # What an earlier release left when Spark's default filesystem was HDFS: the sink
         # wrote its pointer into a local folder of that name, and Spark its checkpoint on HDFS.
         raise UsageError(f"{where}: {local} is not a Spark checkpoint (no metadata, offsets/ "
@@ -140,7 +144,7 @@ class _Reporter:
 
 
 def run(args) -> int:
-    wal = WalDir(args.wal_dir).check()
+    wal = working_wal(args.wal_dir)
     checkpoint = _checkpoint(wal, args)
     if args.dry_run:
         plan = catalog.describe_read_only(wal, checkpoint)

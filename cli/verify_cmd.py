@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
+from cli.location import WAL_DIR_HELP, read_only_wal, shown
 from cli.render import human_bytes, table
 from recovery.target import RecordedTarget
 from wal import format as fmt
@@ -65,7 +66,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                    "(every chunk\nand the footer) and the log (every record "
                                    "and row chunk), and their\ncross-references. Read-only.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("wal_dir", metavar="WAL_DIR", help="the WAL directory")
+    p.add_argument("wal_dir", metavar="WAL_DIR", help=WAL_DIR_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
     return p
@@ -382,7 +383,7 @@ def _segment_bytes(wal: WalDir) -> int:
 
 
 def run(args) -> int:
-    wal = WalDir(args.wal_dir).check()
+    wal = read_only_wal(args.wal_dir, segments=True)
     progress = Progress(_segment_bytes(wal) + tree_size(wal.log), PROGRESS_EVERY_S)
     verifier = Verifier(wal, progress)
     verifier.run()
@@ -391,7 +392,7 @@ def run(args) -> int:
     ok = counts[ERROR] == 0
     out = sys.stdout
     if args.json:
-        json.dump({"wal": os.path.abspath(wal.root), "ok": ok, "errors": counts[ERROR],
+        json.dump({"wal": shown(wal), "ok": ok, "errors": counts[ERROR],
                    "warnings": counts[WARNING], "infos": counts[INFO],
                    "checked": verifier.checked, "problems": [asdict(p) for p in problems]},
                   out, indent=2)

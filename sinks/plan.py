@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import pyarrow as pa
@@ -64,7 +64,8 @@ class WritePlan:
     stored_columns: tuple[str, ...]     # written columns + ttl/writetime columns, staged as is
     wal_store: str | None = None        # the store's URI when the WAL is on one (wal_root is
                                         # then the driver host's working copy)
-    access: StoreAccess = StoreAccess()   # how tasks and the commit reach it (the session's)
+    access: StoreAccess = field(default_factory=StoreAccess)   # how tasks and the commit reach
+                                                               # it (the session's)
 
     @property
     def wal(self) -> WalDir:
@@ -281,7 +282,8 @@ def backlog_bytes(wal: WalDir, committing: int) -> int:
         wal.remote.pull_state(wal.root)
         wal.remote.pull_seals(wal.root)
         through = wal.read_flushed_through()
-        seals = (read_seal(wal, b) for b in wal.sealed_batch_ids() if b > through and b != committing)
+        seals = (read_seal(wal, b) for b in wal.sealed_batch_ids()
+                 if b > through and b != committing)
         return sum(seal.bytes for seal in seals if seal is not None)
     return sum(tree_size(wal.batch_segments(b)) for b in wal.staged_batch_ids() if b != committing)
 

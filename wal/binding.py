@@ -15,8 +15,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import format as fmt
 from . import checkpoint as ckpt
+from . import format as fmt
 from .errors import WalBoundElsewhere, WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
@@ -75,7 +75,8 @@ def check(wal: WalDir, checkpoint: str) -> None:
 
 def bind(wal: WalDir, checkpoint: str) -> Binding:
     """Bind ``wal`` to the query checkpointed at ``checkpoint`` (a local folder or a store's
-    URI), or check that it is bound to it already. Raises :class:`~wal.errors.WalBoundElsewhere` otherwise.
+    URI), or check that it is bound to it already. Raises
+    :class:`~wal.errors.WalBoundElsewhere` otherwise.
 
     A WAL written before bindings existed is bound on first use, unless its newest seal names
     another query id (its batches are another query's).

@@ -94,7 +94,8 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     staged_ids = set(wal.staged_batch_ids())
     sealed_ids = set(wal.sealed_batch_ids())
     ids = set(records) | sealed_ids | staged_ids
-    highest, listed = committed if committed is not None else committed_through(log, checkpoint)
+    highest, listed = committed if committed is not None else \
+        committed_through(log, checkpoint)
     if listed and ids:
         # A committed batch the WAL should hold but does not. Batches below the first one the
         # WAL knows were written before this WAL existed (or by another sink): not ours.

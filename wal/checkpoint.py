@@ -17,7 +17,7 @@ import getpass
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .store import LocalStore, Store
 from .stores import StoreAccess, open_store
@@ -71,7 +71,7 @@ class Filesystems:
 
     default_fs: str = LOCAL_DEFAULT_FS
     working_dir: str | None = None
-    access: StoreAccess = StoreAccess()      # how to reach HDFS and S3 as the session does
+    access: StoreAccess = field(default_factory=StoreAccess)   # HDFS and S3 as the session's
 
     @classmethod
     def of_session(cls, spark) -> "Filesystems":

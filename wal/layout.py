@@ -11,8 +11,7 @@ from functools import cached_property
 from . import format as fmt
 from .errors import NotAWal, UnsupportedFormat, WalCorrupted
 from .files import atomic_write, make_private_dirs
-from .remote import (RemoteWal, is_remote, make_working_copy, read_remote_uri,
-                     working_copy_of)
+from .remote import RemoteWal, is_remote, make_working_copy, read_remote_uri, working_copy_of
 
 
 @dataclass(frozen=True)

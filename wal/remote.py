@@ -206,9 +206,9 @@ class RemoteWal:
         for key in self.store.list(SEAL_VERSIONS):
             parts = key.split("/")
             version = _version_of(key)
-            if len(parts) == 3 and parts[1].isdigit() and version is not None:
-                if version > newest.get(parts[1], (-1, ""))[0]:
-                    newest[parts[1]] = (version, key)
+            if (len(parts) == 3 and parts[1].isdigit() and version is not None
+                    and version > newest.get(parts[1], (-1, ""))[0]):
+                newest[parts[1]] = (version, key)
         folder = os.path.join(root, fmt.SEALS_DIR)
         make_private_dirs(folder)
         pulled = []

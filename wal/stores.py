@@ -64,7 +64,7 @@ class StoreAccess:
         """A boto3 S3 client as this access says (None: boto3's own default)."""
         if not (self.s3_endpoint or self.s3_region or self.s3_path_style or self.s3_access_key):
             return None
-        import boto3     # the s3 extra; only where a location names S3
+        import boto3  # the s3 extra; only where a location names S3
         from botocore.config import Config
 
         return boto3.client(

@@ -20,8 +20,8 @@ import time
 import uuid
 
 import pytest
+from sinkutil import assert_rows_equal, cassandra_wal, create_table, read_table, rows_by_key
 
-from sinkutil import assert_rows_equal, create_table, read_table, rows_by_key
 from tests.helpers.node import ServerScript, java_home_env, load_script_module
 from wal.s3 import S3Store
 from wal.seal import decode_seal
@@ -159,6 +159,19 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
         if tag in seals:
             assert seals[tag].base_ts_us <= wt <= seals[tag].last_ts_us, (tag, wt)
     assert seals[3].base_ts_us > max(wt for tag, wt in times.values() if tag < 3)
+
+    # The offline tool on the URI, the keys from the usual AWS variables.
+    wal_uri = f"{cp}/cassandra_wal"
+    env = dict(os.environ, AWS_ENDPOINT_URL=s3, AWS_ACCESS_KEY_ID=s3s.ACCESS_KEY,
+               AWS_SECRET_ACCESS_KEY=s3s.SECRET_KEY, AWS_DEFAULT_REGION=s3s.REGION)
+    inspect = cassandra_wal("inspect", wal_uri, "--json", env=env)
+    assert inspect.returncode == 0, inspect.stderr
+    doc = json.loads(inspect.stdout)
+    assert doc["wal"]["path"] == wal_uri and doc["wal"]["checkpoint_source"] == "target.json"
+    assert [b["action"] for b in doc["batches"]] == ["nothing"] * len(doc["batches"])
+    verify = cassandra_wal("verify", wal_uri, env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert store.list() == keys                      # read only: the store is as it was
 
 
 def _kill_group(pgid: int, wait: float = 15.0) -> None:

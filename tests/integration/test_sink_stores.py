@@ -11,6 +11,7 @@ process (its session needs the s3a jars): ``test_sink_s3.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -18,9 +19,9 @@ import uuid
 import pytest
 
 import sinks
+from sinkutil import (assert_rows_equal, cassandra_wal, create_table, read_table, register,
+                      rows_by_key, running, sink_options, wait_for, write_json_files)
 from sinks.registry import registries
-from sinkutil import (assert_rows_equal, create_table, read_table, register, rows_by_key,
-                      running, sink_options, wait_for, write_json_files)
 from tests.helpers.node import ServerScript, load_script_module
 from wal.checkpoint import open_checkpoint
 from wal.pointer import read_pointer
@@ -55,7 +56,7 @@ def on_hdfs(spark, hdfs):
     conf.set("dfs.namenode.http-address", http)
     register(spark)
     try:
-        yield uri
+        yield uri, http
     finally:
         if before is None:
             conf.unset("dfs.namenode.http-address")
@@ -89,7 +90,8 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         spark, on_hdfs, cassandra_node, cql, keyspace, tmp_path):
     create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text)")
     src = tmp_path / "src"
-    cp = f"{on_hdfs}/cp-{uuid.uuid4().hex[:8]}"
+    hdfs_uri, http = on_hdfs
+    cp = f"{hdfs_uri}/cp-{uuid.uuid4().hex[:8]}"
     wal_uri = f"{cp}/cassandra_wal"
     files = [_events(k) for k in range(5)]
     write_json_files(src, files[:3])
@@ -122,5 +124,20 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         assert {i: again[i] for i in written} == written      # no flushed row written again
         newest_first = min(again[r["id"]] for r in files[3])
         assert newest_first > max(written.values())           # timestamps go on rising
+
+        # The offline tool on the URI, without Spark, reaching HDFS as the environment says.
+        env = dict(os.environ, CASSANDRA_WAL_WEBHDFS=f"http://{http}")
+        inspect = cassandra_wal("inspect", wal_uri, "--json", env=env)
+        assert inspect.returncode == 0, inspect.stderr
+        doc = json.loads(inspect.stdout)
+        assert doc["wal"]["path"] == wal_uri and doc["wal"]["checkpoint_source"] == "target.json"
+        assert [b["action"] for b in doc["batches"]] == ["nothing"] * len(doc["batches"])
+        assert max(b["batch"] for b in doc["batches"]) == 4
+        verify = cassandra_wal("verify", wal_uri, env=env)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        dry = cassandra_wal("recover", wal_uri, "--dry-run", "--json", env=env)
+        assert dry.returncode == 0, dry.stderr
+        assert json.loads(dry.stdout)["plan"] == []
+        assert open_store(wal_uri).list("segments") == []     # read, changed nothing
     finally:
         shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)

@@ -172,19 +172,36 @@ def _stream_wal(tmp_path, checkpoint_location):
     return factory.wal
 
 
+@pytest.fixture
+def unreachable_stores(monkeypatch):
+    """S3 and HDFS that answer nothing, at once (no retries, no instance metadata)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "none")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "none")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("CASSANDRA_WAL_WEBHDFS", "http://127.0.0.1:1")
+
+
 @pytest.mark.parametrize("given", ["hdfs://nn:8020/data/cp", "s3a://bucket/cp"])
-def test_recover_with_a_remote_checkpoint_option_is_a_usage_error(tmp_path, capsys, given):
+def test_recover_with_an_unreachable_checkpoint_changes_nothing(tmp_path, capsys, given,
+                                                                unreachable_stores):
+    """Issue 19: recover reads a checkpoint on HDFS or S3 through the store (it refused any
+    before); one it cannot reach is an error naming it, and nothing is discarded."""
+    pytest.importorskip("boto3")
     wal = _stream_wal(tmp_path, None)
     code, err = _recover(capsys, wal.root, "--checkpoint", given)
-    assert code == 2, err
-    assert given in err and "not on the local filesystem" in err and "nothing was changed" in err
+    assert code == 1, err
+    assert "127.0.0.1:1" in err and "nothing was changed" in err
     assert wal.sealed_batch_ids() == [0]
 
 
-def test_recover_with_a_remote_recorded_checkpoint_is_a_usage_error(tmp_path, capsys):
-    wal = _stream_wal(tmp_path, "hdfs://nn:8020/data/cp")
+def test_recover_with_a_recorded_checkpoint_no_store_reaches_is_a_usage_error(tmp_path, capsys):
+    wal = _stream_wal(tmp_path, "gs://bucket/data/cp")
     code, err = _recover(capsys, wal.root, "--dry-run")
-    assert code == 2 and "target.json" in err and "hdfs://nn:8020/data/cp" in err
+    assert code == 2 and "target.json" in err and "gs://bucket/data/cp" in err
+    assert "nothing was changed" in err and wal.sealed_batch_ids() == [0]
 
 
 def test_recover_refuses_a_local_folder_spark_never_wrote(tmp_path, capsys):

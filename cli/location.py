@@ -1,0 +1,55 @@
+"""A command's ``WAL_DIR``: a local folder, or the URI of a WAL on a store (``hdfs://``,
+``s3a://``, ``s3://``, ``webhdfs://``).
+
+A WAL on a store is read through a private copy: ``inspect``, ``dump`` and ``verify`` pull
+its files (seals, markers and, for ``dump`` and ``verify``, the segments of batches not yet
+flushed) into a temporary folder removed at exit, and never write to the store, so they can
+run beside a live sink. ``recover`` works on this host's working copy of the WAL
+(:meth:`wal.layout.WalDir.at`), as a driver here would. Credentials come from the usual
+places (``AWS_*`` and ``~/.aws`` for S3, ``CASSANDRA_WAL_WEBHDFS`` and ``HADOOP_USER_NAME``
+for HDFS), never from the command line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+from wal import checkpoint as ckpt
+from wal.layout import WalDir
+from wal.remote import is_remote, make_working_copy
+
+WAL_DIR_HELP = "the WAL directory, or the WAL's URI on a store (hdfs://..., s3a://...)"
+
+
+def checkpoint_at(location: str) -> str:
+    """The checkpoint as the WAL's code reads it: a local folder's path, a store's URI. Raises
+    ValueError for a filesystem no store reaches."""
+    return ckpt.local_path(location) if ckpt.is_local(location) else location
+
+
+def shown(wal: WalDir) -> str:
+    """How a command names the WAL it read: the store's URI, or the folder's absolute path
+    (never the private copy)."""
+    return wal.location if wal.remote else os.path.abspath(wal.root)
+
+
+def read_only_wal(location: str, segments: bool = False) -> WalDir:
+    """The WAL at ``location`` to read: a local folder as is, a store's through a private copy
+    (with the segments of unflushed batches if ``segments``). Raises NotAWal and the like."""
+    if not is_remote(location):
+        return WalDir(location).check()
+    root = tempfile.mkdtemp(prefix="cassandra-wal-read-")
+    atexit.register(shutil.rmtree, root, True)
+    make_working_copy(root, location)
+    wal = WalDir(root)
+    wal.remote.pull(root, segments=segments)
+    return wal.check()
+
+
+def working_wal(location: str) -> WalDir:
+    """The WAL at ``location`` to change (``recover``): a local folder, or this host's working
+    copy of a store's WAL, with its small files pulled."""
+    return WalDir.at(location).check()
