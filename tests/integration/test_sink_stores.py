@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 
 import pytest
@@ -22,10 +23,11 @@ import sinks
 from sinkutil import (assert_rows_equal, cassandra_wal, create_table, read_table, register,
                       rows_by_key, running, sink_options, wait_for, write_json_files)
 from sinks.registry import registries
-from tests.helpers.node import ServerScript, load_script_module
+from tests.helpers.node import RestartableNode, ServerScript, load_script_module
 from wal.checkpoint import open_checkpoint
 from wal.pointer import read_pointer
 from wal.remote import working_copy_of
+from wal.seal import decode_seal
 from wal.stores import open_store
 
 pytestmark = pytest.mark.integration
@@ -141,3 +143,89 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         assert open_store(wal_uri).list("segments") == []     # read, changed nothing
     finally:
         shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)
+
+
+# -- an outage of Cassandra with the WAL on HDFS -------------------------------------------------
+OUTAGE_S = 20.0
+ROWS = 20
+
+
+@pytest.fixture(scope="module")
+def node():
+    """A node of this module's own, stopped and started again on the same port and data."""
+    node = RestartableNode("store-outage")
+    try:
+        yield node.start()
+    finally:
+        node.purge()
+
+
+def _file_rows(k: int) -> list[dict]:
+    return [{"id": k * 1000 + i, "tag": k, "name": f"row {i} of file {k}"} for i in range(ROWS)]
+
+
+def _flushed_on_store(wal_uri: str) -> int:
+    stems = (k.rsplit("/", 1)[-1] for k in open_store(wal_uri).list("flushed"))
+    return max((int(s) for s in stems), default=-1)
+
+
+def test_a_cassandra_outage_is_absorbed_by_a_wal_on_hdfs_and_drained(spark, on_hdfs, node,
+                                                                     tmp_path):
+    """The backlog grows on HDFS while the node is down (the query keeps committing), the
+    offline tool shows it on the URI, and once the node is back every batch lands with its
+    sealed timestamps."""
+    hdfs_uri, http = on_hdfs
+    src, cp = tmp_path / "src", f"{hdfs_uri}/cp-{uuid.uuid4().hex[:8]}"
+    wal_uri = f"{cp}/cassandra_wal"
+    write_json_files(src, [_file_rows(0), _file_rows(1)])
+    with node.keyspace("store_outage", "events (id int PRIMARY KEY, tag int, name text)") as ks:
+        stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1) \
+            .json(str(src))
+        query = (stream.writeStream.format("cassandra_wal")
+                 .options(**sink_options(node, ks, "events", cp))
+                 .trigger(processingTime="500 milliseconds").start())
+        try:
+            with running(query):
+                wait_for(lambda: _flushed_on_store(wal_uri) >= 1 or None,
+                         what="batches 0 and 1 flushed")
+                node.stop()
+                down_at = time.monotonic()
+                write_json_files(src, [_file_rows(k) for k in range(2, 6)], first_index=2)
+                wait_for(lambda: (open_checkpoint(cp).committed_batches() or [-1])[-1] >= 5
+                         or None, timeout=120, what="batches 2..5 committed during the outage")
+                assert query.isActive and query.exception() is None
+                assert _flushed_on_store(wal_uri) == 1
+
+                env = dict(os.environ, CASSANDRA_WAL_WEBHDFS=f"http://{http}")
+                report = cassandra_wal("inspect", wal_uri, "--json", env=env)
+                assert report.returncode == 0, report.stderr
+                doc = json.loads(report.stdout)
+                backlog = {b["batch"]: b for b in doc["batches"] if b["batch"] >= 2}
+                assert sorted(backlog) == [2, 3, 4, 5], doc["batches"]
+                assert all(b["committed"] is True and b["action"] == "replay"
+                           for b in backlog.values()), backlog
+                assert doc["totals"]["rows_pending"] == 4 * ROWS
+
+                time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
+                assert query.isActive and query.exception() is None, "the outage failed it"
+                assert open_store(wal_uri).read("blocked.json") is None
+                node.start()
+                wait_for(lambda: _flushed_on_store(wal_uri) >= 5 or None, timeout=180,
+                         what="the backlog drained")
+                assert query.exception() is None
+            store = open_store(wal_uri)
+            seals = {}
+            for key in store.list("seals"):
+                seal = decode_seal(store.read(key), key)
+                seals[seal.batch] = seal
+            with node.session() as cql:
+                rows = list(cql.execute(f"SELECT id, tag, name, WRITETIME(name) AS wt "
+                                        f"FROM {ks}.events"))
+            assert {r.id: (r.tag, r.name) for r in rows} == {
+                r["id"]: (r["tag"], r["name"]) for k in range(6) for r in _file_rows(k)}
+            for r in rows:
+                seal = seals[r.tag]
+                assert seal.base_ts_us <= r.wt < seal.base_ts_us + seal.rows, (r, seal.batch)
+            assert store.list("segments") == []
+        finally:
+            shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)
