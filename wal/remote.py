@@ -11,7 +11,7 @@ host. Lifecycle of batch N (the store's keys: ``wal/FORMAT.md``, "On a store"):
    file is removed. No task needs the driver's disk.
 2. **Seal** (the commit, on the driver host): :meth:`RemoteWal.pull_seals` first (the write
    timestamps start above the previous seal, which may have been written on another host),
-   then the seal is published as a new *version* ``seals/<batch>/<version>.seal`` by a
+   then the seal is published as a new *version* ``seals/<batch>/<version>-<tok>.seal`` by a
    create-only write: a re-run of N (before Spark committed it) publishes a higher version and
    never replaces one. The newest version is the seal; Spark never re-runs a committed batch.
 3. **Flush** (the driver): :meth:`RemoteWal.pull` brings the seals, the segments of batches not
@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import tempfile
+import uuid
 
 from . import format as fmt
 from .errors import StoreUnavailable
@@ -44,8 +45,8 @@ REMOTE_FILE = "REMOTE"
 #: ``CASSANDRA_WAL_WORKING_DIR`` moves the parent.
 ENV_WORKING_DIR = "CASSANDRA_WAL_WORKING_DIR"
 #: Keys on the store beside the working copy's layout (FORMAT.md, "On a store").
-SEAL_VERSIONS = fmt.SEALS_DIR          # seals/<batch>/<version>.seal
-TARGET_VERSIONS = "targets"            # targets/<version>.json
+SEAL_VERSIONS = fmt.SEALS_DIR          # seals/<batch>/<version>-<tok>.seal
+TARGET_VERSIONS = "targets"            # targets/<version>-<tok>.json
 FLUSHED_MARKERS = "flushed"            # flushed/<batch>
 VERSION_DIGITS = 8
 MAX_PUBLISH_RACES = 64
@@ -81,7 +82,8 @@ def make_working_copy(root: str, uri: str) -> None:
 
 
 def _version_of(key: str) -> int | None:
-    stem = key.rsplit("/", 1)[-1].split(".", 1)[0]
+    """``<version>-<token>.<suffix>`` -> version."""
+    stem = key.rsplit("/", 1)[-1].split(".", 1)[0].split("-", 1)[0]
     return int(stem) if stem.isdigit() else None
 
 
@@ -90,6 +92,7 @@ class RemoteWal:
 
     def __init__(self, store: Store, uri: str | None = None):
         self.store = store
+        self._immutable: dict[str, bytes] = {}     # versions read: keys are never reused
         # As the sink was given it (s3a://, hdfs://): one URI, one working copy per host.
         self.uri = uri or store.uri
 
@@ -113,7 +116,11 @@ class RemoteWal:
         """``data`` as the next version under ``folder`` (create-only); the key published."""
         for _ in range(MAX_PUBLISH_RACES):
             versions = [v for v in map(_version_of, self.store.list(folder)) if v is not None]
-            key = f"{folder}/{max(versions, default=0) + 1:0{VERSION_DIGITS}d}{suffix}"
+            # The token makes every key unique for good: a version deleted (a discarded batch's
+            # seals) and published again under the same number is another key, so an object
+            # once read never changes (RemoteWal caches them).
+            version = max(versions, default=0) + 1
+            key = f"{folder}/{version:0{VERSION_DIGITS}d}-{uuid.uuid4().hex[:12]}{suffix}"
             if self.store.create(key, data):
                 return key
         raise StoreUnavailable(self.uri, f"{folder}: lost {MAX_PUBLISH_RACES} races for a "
@@ -124,10 +131,19 @@ class RemoteWal:
         keys = sorted((v, k) for k in self.store.list(folder)
                       if (v := _version_of(k)) is not None)
         for _, key in reversed(keys):     # one deleted since the listing: the one before
-            data = self.store.read(key)
+            data = self.read_version(key)
             if data is not None:
                 return data
         return None
+
+    def read_version(self, key: str) -> bytes | None:
+        """A version's bytes, read from the store once per process (versions never change)."""
+        if key not in self._immutable:
+            data = self.store.read(key)
+            if data is None:
+                return None
+            self._immutable[key] = data
+        return self._immutable[key]
 
     def publish_seal(self, batch: int, data: bytes) -> None:
         self.publish_version(f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}", data, fmt.SEAL_SUFFIX)
@@ -162,13 +178,18 @@ class RemoteWal:
     def delete_segments(self, batch: int, keep: set[str] = frozenset()) -> None:
         """Every segment of ``batch`` on the store but those named in ``keep``."""
         prefix = f"{fmt.SEGMENTS_DIR}/"
-        for key in self.store.list(f"{fmt.SEGMENTS_DIR}/{fmt.batch_name(batch)}"):
+        folder = f"{fmt.SEGMENTS_DIR}/{fmt.batch_name(batch)}"
+        for key in self.store.list(folder):
             if key[len(prefix):] not in keep:
                 self.store.delete(key)
+        self.store.delete_folder(folder)
 
     def delete_seal(self, batch: int) -> None:
-        for key in self.store.list(f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}"):
+        folder = f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}"
+        for key in self.store.list(folder):
             self.store.delete(key)
+            self._immutable.pop(key, None)
+        self.store.delete_folder(folder)
 
     # -- pulling -----------------------------------------------------------------------------
     def flushed_through(self) -> int:
@@ -213,7 +234,7 @@ class RemoteWal:
         make_private_dirs(folder)
         pulled = []
         for batch, (_, key) in sorted(newest.items()):
-            data = self.store.read(key)
+            data = self.read_version(key)
             if data is not None and _write_if_changed(
                     os.path.join(folder, batch + fmt.SEAL_SUFFIX), data):
                 pulled.append(int(batch))

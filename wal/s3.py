@@ -77,6 +77,9 @@ class S3Store:
             raise self._failed(f"ListObjectsV2 {prefix or '/'}", exc) from None
         return sorted(out)
 
+    def delete_folder(self, prefix: str) -> None:
+        """S3 has no folders: nothing to remove."""
+
     def delete(self, key: str) -> None:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self._key(key))

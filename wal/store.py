@@ -52,6 +52,10 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None: ...
 
+    def delete_folder(self, prefix: str) -> None:
+        """Remove the folder ``prefix`` if it holds nothing (a store without folders: no-op).
+        Listings walk folders, so empty ones must not pile up."""
+
 
 def check_key(key: str) -> str:
     """``key`` if it is a plain relative path of ``/``-separated names; else a ValueError."""
@@ -113,4 +117,10 @@ class LocalStore:
         try:
             os.unlink(self._path(key))
         except FileNotFoundError:
+            pass
+
+    def delete_folder(self, prefix: str) -> None:
+        try:
+            os.rmdir(self._path(prefix))
+        except OSError:         # absent, or not empty (a key published meanwhile)
             pass

@@ -115,9 +115,16 @@ class WebHdfsStore:
                 out.append(child[len(self.root) + 1:])
 
     def delete(self, key: str) -> None:
-        status, body = self._call("DELETE", self._path(key), "DELETE")
+        status, _ = self._call("DELETE", self._path(key), "DELETE")
         if status != 200:
             raise StoreUnavailable(self.uri, f"WebHDFS DELETE {key}: HTTP {status}")
+
+    def delete_folder(self, prefix: str) -> None:
+        # recursive=false: the namenode refuses a folder that is not empty (a key published
+        # meanwhile stays); either way nothing to raise.
+        status, _ = self._call("DELETE", self._path(prefix), "DELETE", recursive="false")
+        if status not in (200, 403, 404):
+            raise StoreUnavailable(self.uri, f"WebHDFS DELETE {prefix}/: HTTP {status}")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

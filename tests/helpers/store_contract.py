@@ -58,6 +58,16 @@ class StoreContract:
                                 "segments/2/b.seg", "target.json"]
         assert store.list("nowhere") == []
 
+    def test_delete_folder_keeps_what_is_in_it_and_drops_it_once_empty(self, store):
+        store.create("segments/00000000000000000007/a.seg", b"a")
+        store.delete_folder("segments/00000000000000000007")       # not empty: kept whole
+        assert store.read("segments/00000000000000000007/a.seg") == b"a"
+        store.delete("segments/00000000000000000007/a.seg")
+        store.delete_folder("segments/00000000000000000007")
+        store.delete_folder("segments/00000000000000000007")       # gone: harmless
+        assert store.list("segments") == []
+        assert store.create("segments/00000000000000000007/b.seg", b"b") is True
+
     def test_delete_removes_and_a_second_delete_is_harmless(self, store):
         store.create("x/y", b"1")
         store.delete("x/y")
