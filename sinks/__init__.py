@@ -25,6 +25,10 @@ calls, where it runs, and what it hands to the floors below:
    a flusher for each run of a query and wakes it after each commit; the flusher, recovery
    and the writing itself are :mod:`recovery`'s.
 
+With Spark Connect (``SparkSession.builder.remote``), steps 1-3 run on the server and the
+listener and flusher in the client process, which must be told each query's checkpoint:
+``sinks.register(spark).track(query, checkpointLocation)`` (:mod:`sinks.connect`).
+
 ``foreachBatch`` users get the same through :class:`CassandraWalWriter`
 (:mod:`sinks.foreach_batch`), and ``sinks.wait_flushed(query, timeout)`` returns once every
 batch a query committed is in Cassandra (:mod:`sinks.wait`).
@@ -63,9 +67,14 @@ def register(spark):
     checkpoint location without a scheme). Returns the session's
     :class:`sinks.registry.FlushRegistry`.
 
-    Runs: in the driver process, on the calling thread. It also starts this process's
-    credential channel (:mod:`cql.credentials`), through which credentials given as write
-    options reach the driver's flusher, in memory only.
+    With a Spark Connect session (``SparkSession.builder.remote``) the listener and the
+    flushers run in this (the client's) process, and each stream must be tracked once started:
+    ``sinks.register(spark).track(query, checkpointLocation)`` (:mod:`sinks.connect`).
+
+    Runs: in the driver process (Spark Connect: the client's), on the calling thread. It also
+    starts this process's credential channel (:mod:`cql.credentials`; not with Spark Connect),
+    through which credentials given as write options reach the driver's flusher, in memory
+    only.
     """
     from .registry import register_session
 

@@ -2,7 +2,8 @@
 wakes and stops a :class:`~recovery.flusher.QueryFlusher` per run of each query that writes
 through this sink (its checkpoint holds the pointer file ``cassandra_wal_sink.json``).
 
-Runs: in the driver process; ``started`` on the query's thread (Spark calls
+Runs: in the driver process (Spark Connect: the client's, :class:`ConnectFlushRegistry`);
+``started`` on the query's thread (Spark calls
 ``onQueryStarted`` synchronously, before the first batch), the others on Spark's listener bus
 thread; a run's last drain on a thread of its own, which interpreter exit waits for.
 """
@@ -28,6 +29,12 @@ from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import read_pointer
 
+from .connect import (
+    ConnectCassandraWalDataSource,
+    filesystems_of,
+    is_connect_session,
+    tracked_checkpoint,
+)
 from .listener import CassandraWalListener
 from .source import CassandraWalDataSource
 from .spark_jobs import SparkJobs
@@ -82,7 +89,7 @@ class FlushRegistry:
             return None     # not our sink, or its first batch is not committed yet
         try:
             flusher = QueryFlusher(wal_root, checkpoint, self.session_conf,
-                                   spark_jobs=SparkJobs(self.spark))
+                                   spark_jobs=self._spark_jobs())
         except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
             # The listener cannot fail the query, but the query's next commit can: a flusher
             # that cannot start for a reason no retry cures (the WAL is another query's, its
@@ -128,8 +135,23 @@ class FlushRegistry:
             self.checkpoints[query_id] = checkpoint
         flusher = self._flusher(run_id)
         if flusher is not None:
-            flusher.recover()
-            flusher.start()
+            self._begin(flusher)
+
+    def _begin(self, flusher: QueryFlusher) -> None:
+        """A run's flusher at its start, before the run's first batch (Spark calls
+        ``onQueryStarted`` synchronously): recover, then run."""
+        flusher.recover()
+        flusher.start()
+
+    def _spark_jobs(self) -> SparkJobs | None:
+        return SparkJobs(self.spark)
+
+    def track(self, query, checkpoint_location: str) -> str:
+        """Nothing to do in a classic session, which finds a query's checkpoint itself (see
+        :meth:`ConnectFlushRegistry.track`); returns the checkpoint Spark uses.
+
+        Runs: in the driver process, on the calling thread."""
+        return self._checkpoint_of(str(query.id)) or checkpoint_location
 
     def progressed(self, query_id: str, run_id: str) -> None:
         flusher = self.flushers.get(run_id)
@@ -178,6 +200,48 @@ class FlushRegistry:
                             "is not written stays in the WAL", flusher.wal.root)
 
 
+class ConnectFlushRegistry(FlushRegistry):
+    """A Spark Connect client's registry (:mod:`sinks.connect`): the listener runs in the
+    client, which cannot ask Spark where a query's checkpoint is, so a query is flushed once
+    :meth:`track` was told; a restart of a tracked query (same id, same checkpoint) in this
+    session is followed from its ``onQueryStarted`` on. A run's first drain waits for what
+    Spark has not committed instead of discarding it: the server's first batch may be
+    staging already. Flushes run from this process (``wal.flush.mode=executors``: no
+    SparkContext here, so as ``driver``)."""
+
+    def __init__(self, spark, session_conf: dict, filesystems: Filesystems):
+        super().__init__(spark, session_conf)
+        self.filesystems = filesystems
+
+    def _checkpoint_of(self, query_id: str) -> str | None:
+        with self._lock:
+            return self.checkpoints.get(query_id)
+
+    def _begin(self, flusher: QueryFlusher) -> None:
+        flusher.start()
+        flusher.kick()
+
+    def _spark_jobs(self) -> SparkJobs | None:
+        return None
+
+    def track(self, query, checkpoint_location: str) -> str:
+        """Flush ``query`` (a Connect ``StreamingQuery`` of this session, just started) from
+        this process: ``checkpoint_location`` is the ``checkpointLocation`` it was started
+        with, checked against the query id Spark wrote there. Returns the checkpoint as Spark
+        uses it. Idempotent for a run; raises :class:`~cql.errors.SinkError` for a location
+        that is not the query's checkpoint or that this process cannot see.
+
+        Runs: in the client process, on the calling thread."""
+        query_id, run_id = str(query.id), str(query.runId)
+        checkpoint = tracked_checkpoint(query_id, checkpoint_location, self.filesystems)
+        with self._lock:
+            self.checkpoints[query_id] = checkpoint
+            known = run_id in self.runs
+        if not known:
+            self.started(query_id, run_id)
+        return checkpoint
+
+
 registries: list[FlushRegistry] = []       # every session's: for wait_flushed and exit
 
 
@@ -185,22 +249,32 @@ def register_session(spark) -> FlushRegistry:
     """What :func:`sinks.register` does: the data source, baked with the session's
     ``spark.cassandra.*`` conf, the credential channel and the filesystems checkpoints resolve
     against, registered with ``spark``; and the session's registry and listener, made once
-    (a second call takes up the session's current conf)."""
-    conf = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
-    channel = credentials.ensure_server().path
-    filesystems = Filesystems.of_session(spark)
+    (a second call takes up the session's current conf). A Spark Connect session has no JVM
+    here: its filesystems come from the session conf, it has no credential channel, and its
+    registry is a :class:`ConnectFlushRegistry`."""
+    all_conf = dict(spark.conf.getAll)
+    conf = {k: v for k, v in all_conf.items() if k.startswith("spark.cassandra.")}
+    connect = is_connect_session(spark)
+    if connect:
+        base, channel, filesystems = ConnectCassandraWalDataSource, None, filesystems_of(all_conf)
+    else:
+        base, channel = CassandraWalDataSource, credentials.ensure_server().path
+        filesystems = Filesystems.of_session(spark)
     use_access(filesystems.access)       # this process's flushers reach stores as Spark does
-    source = type("CassandraWalDataSource", (CassandraWalDataSource,),
+    source = type("CassandraWalDataSource", (base,),
                   {"session_conf": conf, "credential_channel": channel,
                    "filesystems": filesystems, "__module__": "sinks",
                    "__qualname__": "CassandraWalDataSource<registered>"})
     spark.dataSource.register(source)
     registry = next((r for r in registries if r.spark is spark), None)
     if registry is None:
-        registry = FlushRegistry(spark, conf)
+        registry = (ConnectFlushRegistry(spark, conf, filesystems) if connect
+                    else FlushRegistry(spark, conf))
         spark.streams.addListener(CassandraWalListener(registry))
     else:
         registry.session_conf = conf
+        if connect:
+            registry.filesystems = filesystems
     return registry
 
 

@@ -93,7 +93,8 @@ def _checkpoint_root(query) -> str:
     if reported is not None:
         return reported
     raise SinkError(f"query {query.id}: its checkpoint is unknown here (was sinks.register "
-                    "called on its session before it started?)")
+                    "called on its session before it started? With Spark Connect, call "
+                    "sinks.register(spark).track(query, checkpointLocation) after start())")
 
 
 def _is_active(query) -> bool:
