@@ -146,6 +146,11 @@ class CountingStore:
         self._count("delete")
         self.store.delete(key)
 
+    def delete_folder(self, prefix: str) -> None:
+        if getattr(self.store, "client", None) is None:    # S3 has no folders: no request
+            self._count("delete")
+        self.store.delete_folder(prefix)
+
 
 _hooked_clients: set[int] = set()
 

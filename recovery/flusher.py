@@ -226,11 +226,22 @@ class QueryFlusher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.retry_interval_s)
+            kicked = self._wake.wait(self.retry_interval_s)
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if not kicked and self._idle_on_a_store():
+                continue
             self.drain(query_running=True)
+
+    def _idle_on_a_store(self) -> bool:
+        """A timer wake with nothing to retry, on a WAL on a store: skip it. Each drain there
+        costs some 7 requests (LISTs mostly, bench/store_cost.py), and nothing can be new
+        without a kick: Spark reports every commit (onQueryProgress) and, while idle, every
+        ``spark.sql.streaming.noDataProgressEventInterval`` (onQueryIdle). A local WAL's
+        drain costs nothing; a failure or a block is retried on the timer as before."""
+        return (self.wal.remote is not None and self.last_error is None
+                and self._blocked_reason is None)
 
     def stop(self, finish_within_s: float = 0.0) -> None:
         """Stop the thread, drain what Spark committed, close. A final drain that fails

@@ -258,3 +258,40 @@ def test_a_pull_reads_each_seal_version_once_and_flushed_batches_leave_no_folder
                         lambda self, key: reads.append(key) or real_read(self, key))
     s.wal.remote.pull(s.wal.root)
     assert [k for k in reads if k.startswith("seals/")] == []
+
+
+@pytest.mark.parametrize("on_store, last_error, kicks, drains", [
+    (True, None, 0, 0),                      # idle on a store: the timer does nothing
+    (True, None, 2, 2),                      # every kick (a commit, an idle event) drains
+    (True, RuntimeError("down"), 0, None),   # a failure is retried on the timer
+    (False, None, 0, None),                  # a local WAL drains on the timer, as before
+])
+def test_the_flusher_drains_a_store_when_kicked_and_retries_on_its_timer(
+        tmp_path, on_store, last_error, kicks, drains):
+    """bench/store_cost.py: each idle drain of a store costs ~7 requests (5 LISTs), every 2 s:
+    210 a minute for nothing. None: at least 3 drains in the 0.3 s (timer every 0.05 s)."""
+    import threading
+    import time as time_
+
+    from recovery.flusher import QueryFlusher
+
+    s = Stream(tmp_path)
+    f = QueryFlusher.__new__(QueryFlusher)
+    f.wal = s.wal if on_store else WalDir(str(tmp_path / "local"))
+    f.last_error, f._blocked_reason, f.retry_interval_s = last_error, None, 0.05
+    f._wake, f._stop = threading.Event(), threading.Event()
+    count = []
+    f.drain = lambda query_running: count.append(1)
+    thread = threading.Thread(target=f._loop)
+    thread.start()
+    for _ in range(kicks):
+        time_.sleep(0.1)
+        f.kick()
+    time_.sleep(0.3)
+    f._stop.set()
+    f._wake.set()
+    thread.join(5)
+    if drains is None:
+        assert len(count) >= 3
+    else:
+        assert len(count) == drains
