@@ -38,8 +38,7 @@ class NotLocal(ValueError):
         self.location, self.uri = location, uri
 
     def __str__(self) -> str:
-        return (f"{self.location!r} is {self.uri}, not on the local filesystem: only local or "
-                f"shared (mounted) paths are supported for now")
+        return f"{self.location!r} is {self.uri}, not on the local filesystem"
 
 
 @dataclass(frozen=True)
