@@ -17,11 +17,14 @@ import shutil
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 
 import sinks
+import test_sink_types as types
 from sinkutil import (assert_rows_equal, cassandra_wal, create_table, read_table, register,
-                      rows_by_key, running, sink_options, wait_for, write_json_files)
+                      rows_by_key, running, sink_options, wait_for, wait_query_done,
+                      write_json_files, write_parquet_files)
 from sinks.registry import registries
 from tests.helpers.node import RestartableNode, ServerScript, load_script_module
 from wal.checkpoint import open_checkpoint
@@ -81,10 +84,7 @@ def _run(spark, src, cp, node, keyspace, batches_through: int):
                  or None, what=f"batch {batches_through} to be committed on HDFS")
         assert query.exception() is None
         sinks.wait_flushed(query, timeout=120)
-    for registry in registries:           # the run's last drain done and its log closed
-        flusher = registry.flusher_of(str(query.runId))
-        if flusher is not None:
-            assert flusher.stopped.wait(60)
+    _wait_flusher_stopped(query)
     return query
 
 
@@ -143,6 +143,39 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         assert open_store(wal_uri).list("segments") == []     # read, changed nothing
     finally:
         shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)
+
+
+def test_every_type_round_trips_through_a_stream_checkpointed_on_hdfs(
+        spark, on_hdfs, cassandra_node, cql, keyspace, tmp_path):
+    """The typed acceptance (tests/integration/test_sink_types.py) with the checkpoint and
+    the WAL on HDFS: every supported type, nulls included, through segments on the store."""
+    hdfs_uri, _ = on_hdfs
+    create_table(cql, keyspace, types.TABLE)
+    src, cp = tmp_path / "src", f"{hdfs_uri}/cp-{uuid.uuid4().hex[:8]}"
+    table = pa.Table.from_pylist([dict(zip(types.COLUMNS, row)) for row in types.INPUT],
+                                 schema=types.ARROW_SCHEMA)
+    write_parquet_files(src, [table.slice(0, 2), table.slice(2)])
+    stream = spark.readStream.schema(types.SPARK_SCHEMA).option("maxFilesPerTrigger", 1) \
+        .parquet(str(src))
+    query = (stream.writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, keyspace, "types", cp))
+             .trigger(availableNow=True).start())
+    try:
+        with running(query):
+            wait_query_done(spark, query)
+        sinks.wait_flushed(query, timeout=120)
+        assert open_checkpoint(cp).committed_batches() == [0, 1]
+        types.check_table(cql, keyspace)
+    finally:
+        _wait_flusher_stopped(query)
+        shutil.rmtree(working_copy_of(f"{cp}/cassandra_wal"), ignore_errors=True)
+
+
+def _wait_flusher_stopped(query) -> None:
+    for registry in registries:           # the run's last drain done and its log closed
+        flusher = registry.flusher_of(str(query.runId))
+        if flusher is not None:
+            assert flusher.stopped.wait(60)
 
 
 # -- an outage of Cassandra with the WAL on HDFS -------------------------------------------------

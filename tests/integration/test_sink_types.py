@@ -93,7 +93,7 @@ def _expected() -> dict:
     return out
 
 
-def _check(cql, keyspace):
+def check_table(cql, keyspace):
     rows = read_table(cql, keyspace, "types")
     assert all(set(r) == set(COLUMNS) for r in rows)
     assert_rows_equal(rows_by_key(rows, "k", "c"), _expected(), "types")
@@ -118,7 +118,7 @@ def test_types_round_trip_through_a_stream(spark, cassandra_node, cql, keyspace,
     with running(query):
         wait_query_done(spark, query)
     assert wait_all_flushed(cp) == 1
-    _check(cql, keyspace)
+    check_table(cql, keyspace)
 
 
 def test_types_round_trip_through_a_batch_save(spark, cassandra_node, cql, keyspace, tmp_path):
@@ -129,4 +129,4 @@ def test_types_round_trip_through_a_batch_save(spark, cassandra_node, cql, keysp
      .options(**sink_options(cassandra_node, keyspace, "types",
                              **{"wal.path": str(tmp_path / "wal")}))
      .save())
-    _check(cql, keyspace)
+    check_table(cql, keyspace)
