@@ -1,4 +1,6 @@
-"""Options of the crash tests: ``--full-matrix`` and ``--seeds N`` (see docs/testing.md).
+"""Options of the crash tests: ``--full-matrix`` and ``--seeds N`` (see docs/testing.md), and
+the stores their checkpoints may live on (``storage.py``): HDFS and S3 servers started once per
+session, only when a case on that store runs.
 
 pytest reads a conftest's options only when the conftest is loaded before the command line is
 parsed, i.e. when ``tests/crash`` (or a file in it) is on the command line:
@@ -9,8 +11,13 @@ parsed, i.e. when ``tests/crash`` (or a file in it) is on the command line:
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
+
+from tests.helpers.node import ServerScript, load_script_module
+
+from .storage import LOCAL, hdfs_storage, s3_storage
 
 DEFAULT_SEEDS = 2
 FULL_MATRIX_SEEDS = 20
@@ -45,15 +52,59 @@ def seed_count(config) -> int:
 
 
 def pytest_generate_tests(metafunc):
-    """``crash_case`` and ``kill_seed`` are parametrized here, where the options are known."""
+    """``crash_case`` and ``kill_trial`` are parametrized here, where the options are known,
+    each with the storage its harness uses (``crash_storage``)."""
     config = metafunc.config
     if "crash_case" in metafunc.fixturenames:
-        module = metafunc.module
-        cases = module.cases(full_matrix(config))
-        metafunc.parametrize("crash_case", cases, ids=[c.id for c in cases])
-    if "kill_seed" in metafunc.fixturenames:
-        seeds = list(range(1, seed_count(config) + 1))
-        metafunc.parametrize("kill_seed", seeds, ids=[f"seed{s}" for s in seeds])
+        cases = metafunc.module.cases(full_matrix(config))
+        metafunc.parametrize(("crash_storage", "crash_case"), [(c.storage, c) for c in cases],
+                             ids=[c.id for c in cases])
+    if "kill_trial" in metafunc.fixturenames:
+        trials = metafunc.module.trials(full_matrix(config), seed_count(config))
+        metafunc.parametrize(("crash_storage", "kill_trial"), [(t.storage, t) for t in trials],
+                             ids=[t.id for t in trials])
+
+
+@pytest.fixture
+def crash_storage() -> str:
+    """Where the harness keeps the checkpoint: ``local`` unless a case says (parametrized)."""
+    return LOCAL
+
+
+HDFS_START_TIMEOUT = float(os.environ.get("HDFS_WAL_START_TIMEOUT", "180"))
+
+
+@pytest.fixture(scope="session")
+def crash_hdfs(tmp_path_factory):
+    """A MiniDFSCluster (``scripts/hdfs``) for the session's crash cases on HDFS."""
+    hn = load_script_module("hdfs_node")
+    server_dir = tmp_path_factory.mktemp("crash-hdfs") / "server"
+    port = hn.free_port()
+    http_port = hn.free_port(exclude=(port,))
+    script = ServerScript("hdfs", "MiniDFSClusterManager", timeout=60)
+    with script.started(server_dir, "--port", port, "--http-port", http_port,
+                        "--timeout", HDFS_START_TIMEOUT, timeout=HDFS_START_TIMEOUT + 600):
+        yield hdfs_storage(f"hdfs://127.0.0.1:{port}", f"127.0.0.1:{http_port}")
+
+
+@pytest.fixture(scope="session")
+def crash_s3(tmp_path_factory):
+    """A moto S3 server (``scripts/s3``) with a bucket, and the s3a jars for the program's
+    Spark, for the session's crash cases on S3."""
+    s3s = load_script_module("s3_server")
+    try:
+        s3s.find_moto_server()
+    except s3s.S3ServerError as e:      # moto[server] is a test dependency
+        pytest.skip(str(e))
+    script = ServerScript("s3", "moto_server", by_cwd=True, timeout=120)
+    jars = script.run("jars", timeout=600)
+    assert jars.returncode == 0, jars.stderr
+    server_dir = (tmp_path_factory.mktemp("crash-s3") / "server").resolve()
+    bucket = f"crash-{uuid.uuid4().hex[:8]}"
+    with script.started(server_dir, "--port", s3s.free_port(), "--bucket", bucket) as started:
+        endpoint = started.stdout.strip().splitlines()[-1]
+        conf = s3s.spark_conf(endpoint, jars.stdout.strip().splitlines()[-1].split(","))
+        yield s3_storage(bucket, conf)
 
 
 def pytest_collection_modifyitems(config, items):

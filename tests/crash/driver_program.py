@@ -7,6 +7,11 @@ Python worker at once)::
     python tests/crash/driver_program.py --keyspace ks --table events \
         --checkpoint /tmp/cp --input /tmp/in --host 127.0.0.1 --port 9042 --deadline-s 120
 
+The checkpoint may be on a store (``hdfs://...``, ``s3a://...``; ``tests/crash/storage.py``):
+``--conf key=value`` (repeatable) goes to the SparkSession builder, e.g.
+``--conf spark.hadoop.dfs.namenode.http-address=127.0.0.1:9870``; the sink and this program
+then reach the store as the session says. The input files stay on the local disk.
+
 It reads the JSON files of ``--input`` one file per micro-batch (``maxFilesPerTrigger=1``),
 writes them with ``format("cassandra_wal")`` and runs until every input file is in a committed
 batch **and** the WAL has nothing pending (every batch's recovery action is "nothing"); then it
@@ -68,20 +73,22 @@ def parse_args(argv):
     p.add_argument("--trigger-ms", type=int, default=200)
     p.add_argument("--consistency", default="ONE")
     p.add_argument("--flush-mode", default="driver", help="wal.flush.mode")
-    return p.parse_args(argv)
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for the session (repeatable)")
+    args = p.parse_args(argv)
+    for item in args.conf:
+        if "=" not in item:
+            p.error(f"--conf {item!r}: expected KEY=VALUE")
+    return args
 
 
 def input_files(folder: str) -> list[str]:
     return sorted(glob.glob(os.path.join(folder, "*.json")))
 
 
-def _read_lines(path: str) -> list[str]:
-    with open(path) as f:
-        return f.read().splitlines()
-
-
 def files_by_batch(checkpoint: str, _cache: dict | None = None) -> dict[int, list[str]]:
-    """Input file names (base names) each planned batch reads, from Spark's checkpoint.
+    """Input file names (base names) each planned batch reads, from Spark's checkpoint (a
+    local folder or a store's URI, read through :func:`wal.checkpoint.open_checkpoint`).
 
     ``offsets/N`` ends with the file source's offset, ``{"logOffset": K}``: batch N reads the
     entries of the source log ``sources/0/<k>`` for k after the previous batch's offset up to
@@ -90,12 +97,15 @@ def files_by_batch(checkpoint: str, _cache: dict | None = None) -> dict[int, lis
     ``spark.sql.streaming.fileSource.log.compactInterval`` high).
     """
     cache = _cache if _cache is not None else {}
-    cp = ckpt.local_path(checkpoint)
+    store = ckpt.open_checkpoint(checkpoint).store
 
     def parsed(kind: str, name: str):
-        key = (kind, name)
+        key = f"{kind}/{name}"
         if key not in cache:
-            lines = _read_lines(os.path.join(cp, kind, name))
+            raw = store.read(key)
+            if raw is None:
+                raise FileNotFoundError(f"{checkpoint}: {key} listed but gone")
+            lines = raw.decode().splitlines()
             if kind == "offsets":
                 cache[key] = json.loads(lines[-1])["logOffset"]
             else:
@@ -104,16 +114,14 @@ def files_by_batch(checkpoint: str, _cache: dict | None = None) -> dict[int, lis
         return cache[key]
 
     def listing(kind: str) -> list[int]:
-        try:
-            return sorted(int(n) for n in os.listdir(os.path.join(cp, kind)) if n.isdigit())
-        except FileNotFoundError:
-            return []
+        names = (key.rsplit("/", 1)[-1] for key in store.list(kind))
+        return sorted(int(n) for n in names if n.isdigit())
 
     out, previous = {}, -1
     for batch in listing("offsets"):
         last = parsed("offsets", str(batch))
         out[batch] = [name for k in range(previous + 1, last + 1)
-                      for name in parsed(os.path.join("sources", "0"), str(k))]
+                      for name in parsed("sources/0", str(k))]
         previous = last
     return out
 
@@ -128,12 +136,21 @@ def committed_files(checkpoint: str, _cache: dict | None = None) -> set[str]:
 def wal_pending(checkpoint: str) -> list[str] | None:
     """What the WAL still has to do, as "batch:action" strings ([] nothing; None: no WAL yet).
 
-    Read through a RocksDB secondary instance beside the flusher, the live writer."""
-    from wal.pointer import read_pointer
+    Read through a RocksDB secondary instance beside the flusher, the live writer. A WAL on a
+    store is read in this host's working copy, the flusher's, as it is (nothing pulled: the
+    flusher pulls before it flushes, and Spark's ``commits/N`` beyond what it flushed count
+    as pending anyway)."""
     from wal import catalog
+    from wal.format import MARKER_FILE
     from wal.layout import WalDir
+    from wal.pointer import read_pointer
+    from wal.remote import is_remote, working_copy_of
 
     root = read_pointer(checkpoint)
+    if root is not None and is_remote(root):
+        root = working_copy_of(root)
+        if not os.path.exists(os.path.join(root, MARKER_FILE)):
+            return None
     if root is None or not os.path.isdir(root):
         return None
     wal = WalDir(root)
@@ -157,7 +174,8 @@ def main(argv=None) -> int:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     crash = os.environ.get("CASSANDRA_WAL_CRASH_AT")
     say(f"start: {len(files)} input files, checkpoint {args.checkpoint}, "
-        f"crash point {crash or '-'}, pgid {os.getpgrp()}")
+        f"crash point {crash or '-'}, pgid {os.getpgrp()}, "
+        f"conf {[c.partition('=')[0] for c in args.conf]}")
 
     from pyspark.sql import SparkSession
 
@@ -166,22 +184,25 @@ def main(argv=None) -> int:
     # Two splits per file (two tasks, two segments per batch), several chunks per segment.
     split = max(os.path.getsize(f) for f in files) // 2 + 1
     started = time.monotonic()
-    spark = (SparkSession.builder
-             .master("local[2]")
-             .appName("cassandra-wal-crash-driver")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             # The C1 compiler only and a serial GC: the JVM starts several times cheaper on a
-             # small, busy machine, and each case starts Spark two or three times.
-             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.files.maxPartitionBytes", str(split))
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
-             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-             .config("spark.sql.streaming.fileSource.log.compactInterval", "1000000")
-             .getOrCreate())
+    builder = (SparkSession.builder
+               .master("local[2]")
+               .appName("cassandra-wal-crash-driver")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               # The C1 compiler only and a serial GC: the JVM starts several times cheaper on a
+               # small, busy machine, and each case starts Spark two or three times.
+               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.files.maxPartitionBytes", str(split))
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
+               .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+               .config("spark.sql.streaming.fileSource.log.compactInterval", "1000000"))
+    for item in args.conf:
+        key, _, value = item.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     registry = sinks.register(spark)
     say(f"spark up in {time.monotonic() - started:.1f}s")

@@ -20,7 +20,8 @@ What is checked (``check`` raises one AssertionError listing every problem found
   ``seal.base_ts_us + 0 .. rows-1`` of the batch's final seal, and they strictly increase
   from batch to batch.
 * **Nothing pending**: the WAL's catalog says "nothing" for every batch, ``blocked.json`` is
-  absent and no staged segment is left behind.
+  absent and no staged segment is left behind. A WAL on a store is read through a private
+  read-only copy (``cli.location.read_only_wal``), and the store itself must list no segment.
 * **No survivors**: after every crash, no process of the killed run is left (the driver, its
   JVM, Spark's Python daemon and workers, the commit worker), found by an environment token
   every descendant inherits.
@@ -28,6 +29,14 @@ What is checked (``check`` raises one AssertionError listing every problem found
 Which input file went into which batch is read from Spark's own checkpoint (``offsets/N`` and
 the file source's log, see ``driver_program.files_by_batch``): batch N is file N in a first
 run, but a batch re-planned after a crash may read two files.
+
+**Stores** (``storage.py``): the checkpoint, and so the WAL, may be on HDFS or S3; every read
+of them above goes through the store. With ``lose_working_copy`` each run after a crash starts
+"on another host": the driver's working copy of the WAL (under the ``CASSANDRA_WAL_WORKING_DIR``
+the harness gives the program) and the tasks' spool are deleted first. Retention then forgets
+the seals of batches flushed before the loss (the rebuilt log never knew them; FORMAT.md, "On
+a store"), so the write-time check uses, for those, the seal the store held when the copy was
+lost.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -43,19 +53,25 @@ import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
+from cli.location import read_only_wal
 from tests.helpers import processes
 from tests.helpers.node import java_home_env
-from wal import catalog
+from wal import catalog, stores
 from wal import checkpoint as ckpt
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE
-from wal.format import BLOCKED_FILE
+from wal.errors import NotAWal, StoreUnavailable
+from wal.format import BLOCKED_FILE, SEGMENTS_DIR
 from wal.layout import WalDir
-from wal.seal import read_seal
+from wal.pointer import read_pointer
+from wal.remote import ENV_WORKING_DIR, is_remote, spool_dir, working_copy_of
+from wal.seal import Seal, read_seal
 
 from .driver_program import committed_files, files_by_batch
+from .storage import LOCAL_STORAGE, STORE_ENV, Storage
 
 DRIVER = Path(__file__).resolve().with_name("driver_program.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +127,7 @@ class Phase:
     fired: bool = False            # the crash point / the external kill happened
     killed_extra: list = field(default_factory=list)
     seconds: float = 0.0
+    lost_working_copy: bool = False   # started "on another host": the working copy deleted
 
     def tail(self, lines: int = 40) -> str:
         try:
@@ -192,12 +209,19 @@ class Sampler(threading.Thread):
 class CrashHarness:
     def __init__(self, cql, host: str, port: int, keyspace: str, workdir: Path,
                  files: int = 8, rows_per_file: int = 200, table: str = "events",
-                 run_deadline_s: float = 600.0, flush_mode: str = "driver"):
+                 run_deadline_s: float = 600.0, flush_mode: str = "driver",
+                 storage: Storage = LOCAL_STORAGE):
         self.cql, self.host, self.port = cql, host, port
         self.keyspace, self.table = keyspace, table
         self.workdir = Path(workdir)
         self.input = self.workdir / "input"
-        self.checkpoint = str(self.workdir / "checkpoint")
+        self.storage = storage
+        self.checkpoint = storage.checkpoint_for(self.workdir)
+        # On a store: where the program keeps its working copies (set in its environment).
+        self.working_dir = self.workdir / "working" if storage.remote else None
+        self.lose_working_copy = False        # see restart_on_another_host
+        # batch -> its seal when a working copy was lost (committed batches only).
+        self.seals_at_loss: dict[int, Seal] = {}
         self.files, self.rows_per_file = files, rows_per_file
         self.run_deadline_s = run_deadline_s
         self.flush_mode = flush_mode
@@ -226,12 +250,26 @@ class CrashHarness:
     def close(self) -> None:
         if self.sampler is not None and self.sampler.is_alive():
             self.sampler.stop()
+        if self.storage.remote:         # the tasks' spool is in the shared temp folder
+            try:
+                uri = self.wal_uri()
+            except StoreUnavailable:
+                uri = None
+            if uri is not None:
+                shutil.rmtree(spool_dir(uri), ignore_errors=True)
 
     def __enter__(self) -> "CrashHarness":
         return self.prepare()
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def restart_on_another_host(self) -> None:
+        """From now on, every run after a crash starts without the driver's working copy (and
+        the tasks' spool), as on another host: only the store is left."""
+        if not self.storage.remote:
+            raise ValueError("a lost working copy means something only for a WAL on a store")
+        self.lose_working_copy = True
 
     # -- runs --------------------------------------------------------------------------------
     def _python(self) -> str:
@@ -247,14 +285,24 @@ class CrashHarness:
         env["PYTHONUNBUFFERED"] = "1"
         if not env.get("JAVA_HOME"):
             env.update(_java_home())
+        if self.storage.remote:
+            for var in STORE_ENV:           # the store only as the session's conf says
+                env.pop(var, None)
+            env[ENV_WORKING_DIR] = str(self.working_dir)
+        lost = False
+        if self.lose_working_copy and self.phases and self.phases[-1].name != "finish":
+            lost = self._lose_working_copy()
         index = len(self.phases)
-        phase = Phase(name, dict(crash_env), self.workdir / f"run-{index}-{name.replace('@', '_')}.log")
+        phase = Phase(name, dict(crash_env), self.workdir / f"run-{index}-{name.replace('@', '_')}.log",
+                      lost_working_copy=lost)
         self.phases.append(phase)
         cmd = [self._python(), str(DRIVER), "--keyspace", self.keyspace, "--table", self.table,
                "--checkpoint", self.checkpoint, "--input", str(self.input),
                "--host", self.host, "--port", str(self.port),
                "--deadline-s", str(self.run_deadline_s), "--flush-mode", self.flush_mode]
-        _log(f"run {index}: {name}")
+        for key, value in self.storage.spark_conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        _log(f"run {index}: {name}" + (" (on another host: working copy lost)" if lost else ""))
         with open(phase.log_path, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT),
@@ -350,11 +398,48 @@ class CrashHarness:
                                f"FROM {self.keyspace}.{self.table}", fetch_size=10_000)
         return {r[0]: tuple(r[1:]) for r in self.cql.execute(stmt, timeout=60)}
 
-    def wal_dir(self) -> WalDir | None:
-        from wal.pointer import read_pointer
+    # -- the WAL ------------------------------------------------------------------------------
+    def wal_uri(self) -> str | None:
+        """Where the checkpoint's pointer says the WAL is (None: no batch prepared yet)."""
+        return read_pointer(self.checkpoint)
 
-        root = read_pointer(self.checkpoint)
+    def working_copy(self) -> str:
+        """The program's working copy of the WAL on the store, as the program computes it."""
+        with mock.patch.dict(os.environ, {ENV_WORKING_DIR: str(self.working_dir)}):
+            return working_copy_of(self.wal_uri())
+
+    def wal_dir(self) -> WalDir | None:
+        """The WAL to read: a local folder, or a private read-only copy of a store's (with
+        the segments of batches not flushed yet)."""
+        root = self.wal_uri()
+        if root and is_remote(root):
+            return read_only_wal(root, segments=True)
         return WalDir(root) if root else None
+
+    def _lose_working_copy(self) -> bool:
+        """The next run starts on another host: delete the working copy and the tasks' spool
+        (the killed run is down). Returns whether there was a working copy to lose. First the
+        seals of the committed batches are kept for the write-time check (see the module's
+        docstring)."""
+        uri = self.wal_uri()
+        if uri is None:                 # killed before the first batch was prepared
+            return False
+        committed = set(ckpt.committed_batches(self.checkpoint))
+        try:
+            wal = self.wal_dir()
+        except NotAWal:                 # killed before the WAL was made on the store
+            wal = None
+        for batch in wal.sealed_batch_ids() if wal else ():
+            seal = read_seal(wal, batch)
+            if batch in committed and seal is not None:
+                self.seals_at_loss[batch] = seal
+        copy = self.working_copy()
+        existed = os.path.isdir(copy)
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(spool_dir(uri), ignore_errors=True)
+        _log(f"working copy {copy} {'deleted' if existed else 'absent'}; seals kept of "
+             f"batches {sorted(self.seals_at_loss)}")
+        return existed
 
     def check(self, context: str = "") -> None:
         if self.sampler is not None:
@@ -369,10 +454,13 @@ class CrashHarness:
         problems += mapping_problems
         problems += self._check_sampler()
         rows = self.final_rows()
+        wal = self.wal_dir()
         problems += self._check_rows(rows)
-        problems += self._check_writetimes(rows, batch_of)
-        problems += self._check_wal()
-        runs = ", ".join(f"{p.name} ({p.seconds:.0f}s, rc {p.returncode})" for p in self.phases)
+        problems += self._check_writetimes(rows, batch_of, wal)
+        problems += self._check_wal(wal)
+        runs = ", ".join(f"{p.name} ({p.seconds:.0f}s, rc {p.returncode}"
+                         f"{', working copy lost' if p.lost_working_copy else ''})"
+                         for p in self.phases)
         _log(f"{context}: runs {runs}; sampler {self.sampler.samples if self.sampler else 0} "
              f"samples; total {time.monotonic() - self.started:.0f}s")
         assert not problems, (f"{context}: {len(problems)} problem(s) after runs [{runs}] "
@@ -429,7 +517,8 @@ class CrashHarness:
             out.append(f"rows with wrong values: {wrong[:20]}")
         return out
 
-    def _check_writetimes(self, rows: dict[int, tuple], batch_of: dict[int, int]) -> list[str]:
+    def _check_writetimes(self, rows: dict[int, tuple], batch_of: dict[int, int],
+                          wal: WalDir | None) -> list[str]:
         """Write times per Spark batch: the seal's ``base_ts_us + 0 .. rows-1``, increasing."""
         out = []
         changed = []
@@ -446,7 +535,6 @@ class CrashHarness:
         if changed:
             out.append(f"{len(changed)} rows rewritten with a new write time (id, first seen, "
                        f"final): {changed[:10]}")
-        wal = self.wal_dir()
         previous_max = None
         for batch in sorted(per_batch):
             stamps = sorted(per_batch[batch])
@@ -457,6 +545,8 @@ class CrashHarness:
                            f"({stamps[0]} <= previous batch's {previous_max})")
             previous_max = stamps[-1]
             seal = read_seal(wal, batch) if wal else None
+            if seal is None:            # forgotten by a rebuilt working copy's retention
+                seal = self.seals_at_loss.get(batch)
             if seal is None:
                 out.append(f"batch {batch}: no seal file left to compare write times with")
             elif stamps != list(range(seal.base_ts_us, seal.base_ts_us + seal.rows)):
@@ -465,8 +555,7 @@ class CrashHarness:
                            f"{seal.base_ts_us} + 0..{seal.rows - 1}")
         return out
 
-    def _check_wal(self) -> list[str]:
-        wal = self.wal_dir()
+    def _check_wal(self, wal: WalDir | None) -> list[str]:
         if wal is None:
             return ["the checkpoint names no WAL (cassandra_wal_sink.json)"]
         out = []
@@ -481,12 +570,25 @@ class CrashHarness:
         leftovers = wal.staged_batch_ids()
         if leftovers:
             out.append(f"staged segments left behind for batches {leftovers}")
+        if wal.remote:
+            on_store = stores.open_store(wal.location).list(SEGMENTS_DIR)
+            if on_store:
+                out.append(f"segments left on the store: {on_store[:10]}")
+            if not os.path.isdir(os.path.join(self.working_copy(), "log")):
+                out.append(f"harness: the program's working copy is not {self.working_copy()} "
+                           f"(CASSANDRA_WAL_WORKING_DIR not taken up): losing it lost nothing")
         return out
 
 
 @pytest.fixture
-def crash_harness(cql, cassandra_node, keyspace, tmp_path):
-    """A prepared harness: input files, a fresh table in the test's keyspace, a sampler."""
+def crash_harness(cql, cassandra_node, keyspace, tmp_path, crash_storage, request, monkeypatch):
+    """A prepared harness: input files, a fresh table in the test's keyspace, a sampler; the
+    checkpoint on ``crash_storage`` (``local``, ``hdfs``, ``s3``: the session's server of the
+    ``crash_<name>`` fixture), which this process then reaches as the program's Spark does."""
+    storage = LOCAL_STORAGE if crash_storage == LOCAL_STORAGE.name else \
+        request.getfixturevalue(f"crash_{crash_storage}")
+    if storage.access is not None:
+        monkeypatch.setattr(stores, "_access", storage.access)
     with CrashHarness(cql, cassandra_node.host, cassandra_node.port, keyspace,
-                      tmp_path / "crash") as harness:
+                      tmp_path / "crash", storage=storage) as harness:
         yield harness

@@ -7,6 +7,11 @@ same checkpoint, and checks the invariants (``harness.CrashHarness.check``). ``@
 n-th time the point is reached in one process, so that earlier batches are already flushed.
 
 Which instant of the protocol each case covers: ``docs/testing.md``, "Crash tests".
+
+On a store (``storage.py``): the same cases with the checkpoint and WAL on HDFS or S3, some
+restarted "on another host" (the driver's working copy of the WAL deleted after each crash).
+The default suite runs three points on HDFS (:data:`HDFS_DEFAULT`), ``--full-matrix`` every
+case on HDFS and S3 (:func:`on_store`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import pytest
 from wal.crashpoints import POINTS
 
 from .harness import crash_harness  # noqa: F401 - fixture
+from .storage import HDFS, LOCAL, S3
 
 pytestmark = [pytest.mark.integration, pytest.mark.crash]
 
@@ -25,10 +31,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.crash]
 @dataclass(frozen=True)
 class CrashCase:
     steps: tuple[str, ...]          # one crashed run per step, then a clean run
+    storage: str = LOCAL            # where the checkpoint and WAL are (storage.py)
+    lose_working_copy: bool = False  # each restart "on another host" (a store only)
 
     @property
     def id(self) -> str:
-        return "+".join(self.steps)
+        steps = "+".join(self.steps)
+        if self.storage == LOCAL:
+            return steps
+        return f"{self.storage}-{'lost-copy-' if self.lose_working_copy else ''}{steps}"
 
     @property
     def points(self) -> set[str]:
@@ -77,9 +88,42 @@ FULL = DEFAULT + (
 )
 
 
+
+def on_store(case: CrashCase, storage: str, lose_working_copy: bool = False) -> CrashCase:
+    return CrashCase(case.steps, storage, lose_working_copy)
+
+
+# The default suite on HDFS: the three instants where the store, not the driver's disk, must
+# hold the answer (each case costs 40-70 s, so three):
+# * stage.after: a task published its segment to the store and died; the re-run publishes
+#   others under new names, and the seal must name the winners and the losers be deleted from
+#   the store (no segment may be left there).
+# * commit.after_seal: the seal is on the store as a version, commits/N never written; Spark
+#   re-runs the batch and publishes a newer version, which alone may decide the timestamps.
+# * flush.mid, restarted on another host: half a batch in Cassandra and the log that knew how
+#   far is gone with the working copy; the new host replays from the store's seal and
+#   segments alone, at the sealed timestamps (identical cells), and goes on above them.
+HDFS_DEFAULT = (
+    on_store(CrashCase(("stage.after@3",)), HDFS),
+    on_store(CrashCase(("commit.after_seal@2",)), HDFS),
+    on_store(CrashCase(("flush.mid@20",)), HDFS, lose_working_copy=True),
+)
+
+
+def store_cases(storage: str) -> list[CrashCase]:
+    """--full-matrix on a store: every case of :data:`FULL`, and every default case again
+    restarted on another host."""
+    return ([on_store(c, storage) for c in FULL]
+            + [on_store(c, storage, lose_working_copy=True) for c in DEFAULT])
+
+
 def cases(full: bool) -> list[CrashCase]:
     """Called by tests/crash/conftest.py to parametrize ``crash_case``."""
-    return list(FULL if full else DEFAULT)
+    if not full:
+        return list(DEFAULT + HDFS_DEFAULT)
+    chosen = list(FULL) + store_cases(HDFS) + store_cases(S3)
+    assert set(HDFS_DEFAULT) <= set(chosen)
+    return chosen
 
 
 def test_default_cases_cover_every_crash_point():
@@ -87,8 +131,19 @@ def test_default_cases_cover_every_crash_point():
     assert covered == set(POINTS), f"crash points without a test: {set(POINTS) - covered}"
 
 
+def test_the_default_cases_on_a_store_cover_a_lost_working_copy():
+    assert all(c.storage == HDFS for c in HDFS_DEFAULT)
+    assert any(c.lose_working_copy for c in HDFS_DEFAULT)
+    assert not any(c.lose_working_copy for c in DEFAULT + FULL)   # local: nothing to lose
+
+
 def test_crash_restart_finish(crash_harness, crash_case):  # noqa: F811 - fixture
-    for step in crash_case.steps:
-        crash_harness.crash_at(step)
-    crash_harness.finish()
+    if crash_case.lose_working_copy:
+        crash_harness.restart_on_another_host()
+    phases = [crash_harness.crash_at(step) for step in crash_case.steps]
+    finish = crash_harness.finish()
+    if crash_case.lose_working_copy:
+        # Every restart ran without the working copy the crashed run had made.
+        lost = [p.lost_working_copy for p in phases[1:] + [finish]]
+        assert all(lost), f"{crash_case.id}: a restart found no working copy to lose: {lost}"
     crash_harness.check(crash_case.id)

@@ -5,23 +5,54 @@ up to a second, or for k = 0 up to 8 s after Spark is up (recovery, the first ba
 ``--full-matrix`` a third of the seeds kill a second time, on the restarted run, before the
 clean run that finishes. Every failure message names the seed: rerun one with
 ``pytest tests/crash/test_random_kills.py --seeds N -k seedS``.
+
+On a store (``storage.py``): the default suite runs one trial on HDFS, restarted "on another
+host" (the driver's working copy deleted after the kill); ``--full-matrix`` runs every seed on
+HDFS and on S3, the odd seeds on another host.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import pytest
 
 from .conftest import full_matrix
 from .harness import crash_harness  # noqa: F401 - fixture
+from .storage import HDFS, LOCAL, S3
 
 pytestmark = [pytest.mark.integration, pytest.mark.crash]
 
 
-def test_random_kill_restart_finish(crash_harness, kill_seed, request):  # noqa: F811
-    rng = random.Random(kill_seed)
-    note = f"seed {kill_seed} (random.Random({kill_seed}))"
+@dataclass(frozen=True)
+class KillTrial:
+    seed: int
+    storage: str = LOCAL
+    lose_working_copy: bool = False
+
+    @property
+    def id(self) -> str:
+        if self.storage == LOCAL:
+            return f"seed{self.seed}"
+        return f"{self.storage}-{'lost-copy-' if self.lose_working_copy else ''}seed{self.seed}"
+
+
+def trials(full: bool, seeds: int) -> list[KillTrial]:
+    """Called by tests/crash/conftest.py to parametrize ``kill_trial``."""
+    local = [KillTrial(s) for s in range(1, seeds + 1)]
+    if not full:
+        return local + [KillTrial(1, HDFS, lose_working_copy=True)]
+    return local + [KillTrial(s, storage, lose_working_copy=s % 2 == 1)
+                    for storage in (HDFS, S3) for s in range(1, seeds + 1)]
+
+
+def test_random_kill_restart_finish(crash_harness, kill_trial, request):  # noqa: F811
+    seed = kill_trial.seed
+    rng = random.Random(seed)
+    note = f"{kill_trial.id}: seed {seed} (random.Random({seed}))"
+    if kill_trial.lose_working_copy:
+        crash_harness.restart_on_another_host()
     crash_harness.kill_randomly(rng, note)
     if full_matrix(request.config) and rng.random() < 1 / 3:
         crash_harness.kill_randomly(rng, note + ", second kill")
