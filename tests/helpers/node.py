@@ -79,6 +79,23 @@ class ServerScript:
         assert not server_dir.exists()
 
 
+HDFS = ServerScript("hdfs", "MiniDFSClusterManager", timeout=60)
+HDFS_START_TIMEOUT = float(os.environ.get("HDFS_WAL_START_TIMEOUT", "180"))
+
+
+@contextlib.contextmanager
+def hdfs_started(node_dir: Path):
+    """``scripts/hdfs`` started in ``node_dir`` on two free ports (the jars fetched on first
+    use), stopped with --purge on the way out: yields ``(port, http_port, start result)``."""
+    hn = load_script_module("hdfs_node")
+    port = hn.free_port()
+    http_port = hn.free_port(exclude=(port,))
+    with HDFS.started(node_dir, "--port", port, "--http-port", http_port,
+                      "--timeout", HDFS_START_TIMEOUT,
+                      timeout=HDFS_START_TIMEOUT + 600) as start:     # + the jars
+        yield port, http_port, start
+
+
 def java_home_env() -> dict:
     """``{"JAVA_HOME": <JDK 17>}`` found the way the node script finds one; ``{}`` if none
     (pyspark then finds ``java`` on the PATH itself)."""

@@ -57,3 +57,18 @@ def kill_run(env_var: str, token: str, pgid: int | None, timeout_s: float = 20.0
         if time.monotonic() > deadline:
             raise AssertionError(f"processes of run {token} survive SIGKILL: {alive}")
         time.sleep(0.05)
+
+
+def reap_group(pgid: int, wait_s: float = 15.0) -> None:
+    """Wait for a finished program's process group (its JVM) to be gone; SIGKILL what stays."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

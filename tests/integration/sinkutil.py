@@ -109,7 +109,8 @@ def count_rows(cql, keyspace: str, table: str) -> int:
 
 def plain(value: Any) -> Any:
     """A driver value as a plain Python value: SortedSet -> set, maps -> dict,
-    ``cassandra.util.Date`` -> ``datetime.date``; containers recursively."""
+    ``cassandra.util.Date`` -> ``datetime.date``, UDT values (named tuples) and tuples ->
+    tuples; containers recursively."""
     from cassandra.util import Date, OrderedMap, SortedSet
 
     if isinstance(value, SortedSet):
@@ -118,6 +119,8 @@ def plain(value: Any) -> Any:
         return {plain(k): plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
     if isinstance(value, Date):
         return value.date()
     return value

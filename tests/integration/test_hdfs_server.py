@@ -8,7 +8,6 @@ The tests run in file order: the last one stops the server.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -20,16 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.node import ServerScript, load_script_module
+from tests.helpers.node import HDFS, hdfs_started, load_script_module
 from wal.checkpoint import SparkCheckpoint
 from wal.stores import open_store
 
 pytestmark = [pytest.mark.integration]
 
-START_TIMEOUT = float(os.environ.get("HDFS_WAL_START_TIMEOUT", "180"))
-
 hn = load_script_module("hdfs_node")
-HDFS = ServerScript("hdfs", "MiniDFSClusterManager", timeout=60)
 run_cli = HDFS.run
 server_pids = HDFS.pids  # MiniDFSClusterManager JVMs whose command line mentions the dir
 
@@ -87,10 +83,7 @@ class Hdfs:
 @pytest.fixture(scope="module")
 def hdfs(tmp_path_factory):
     node_dir = tmp_path_factory.mktemp("hdfs") / "server"
-    port = hn.free_port()
-    http_port = hn.free_port(exclude=(port,))
-    with HDFS.started(node_dir, "--port", port, "--http-port", http_port,
-                      "--timeout", START_TIMEOUT, timeout=START_TIMEOUT + 600) as start:  # + jars
+    with hdfs_started(node_dir) as (port, http_port, start):
         yield Hdfs(node_dir, port, http_port, start)
 
 

@@ -14,13 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.node import ServerScript, java_home_env, load_script_module
+from tests.helpers.processes import reap_group
 from wal.checkpoint import SparkCheckpoint
 from wal.s3 import S3Store
 
@@ -239,7 +239,7 @@ def test_spark_streaming_checkpoint_on_s3a(s3, tmp_path):
         out, err = proc.communicate()
         pytest.fail(f"the Spark program did not finish in 420 s\n{err[-4000:]}")
     finally:
-        _kill_group_leftovers(proc.pid)
+        reap_group(proc.pid)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-6000:]}"
     result = json.loads(out.strip().splitlines()[-1])
     assert len(result["batches"]) >= 3, result
@@ -253,17 +253,3 @@ def test_spark_streaming_checkpoint_on_s3a(s3, tmp_path):
     assert set(result["batches"]) <= set(read.committed_batches()), result
     assert read.query_id() and read.written_by_spark()
 
-
-def _kill_group_leftovers(pgid: int, wait: float = 15.0) -> None:
-    """Wait for the Spark program's process group (its JVM) to be gone; SIGKILL what stays."""
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

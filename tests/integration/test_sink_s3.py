@@ -16,13 +16,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 
 import pytest
 from sinkutil import assert_rows_equal, cassandra_wal, create_table, read_table, rows_by_key
 
 from tests.helpers.node import ServerScript, java_home_env, load_script_module
+from tests.helpers.processes import reap_group
 from wal.s3 import S3Store
 from wal.seal import decode_seal
 
@@ -129,7 +129,7 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
         out, err = proc.communicate()
         pytest.fail(f"the Spark program did not finish in 600 s\n{err[-4000:]}")
     finally:
-        _kill_group(proc.pid)
+        reap_group(proc.pid)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-6000:]}"
     assert json.loads(out.strip().splitlines()[-1])["working_copy"].startswith(str(tmp_path))
 
@@ -173,16 +173,3 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert store.list() == keys                      # read only: the store is as it was
 
-
-def _kill_group(pgid: int, wait: float = 15.0) -> None:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -19,14 +19,25 @@ import uuid
 
 import pyarrow as pa
 import pytest
+import test_sink_types as types
+from sinkutil import (
+    assert_rows_equal,
+    cassandra_wal,
+    create_table,
+    read_table,
+    register,
+    rows_by_key,
+    running,
+    sink_options,
+    wait_for,
+    wait_query_done,
+    write_json_files,
+    write_parquet_files,
+)
 
 import sinks
-import test_sink_types as types
-from sinkutil import (assert_rows_equal, cassandra_wal, create_table, read_table, register,
-                      rows_by_key, running, sink_options, wait_for, wait_query_done,
-                      write_json_files, write_parquet_files)
 from sinks.registry import registries
-from tests.helpers.node import RestartableNode, ServerScript, load_script_module
+from tests.helpers.node import RestartableNode, hdfs_started
 from wal.checkpoint import open_checkpoint
 from wal.pointer import read_pointer
 from wal.remote import working_copy_of
@@ -35,19 +46,12 @@ from wal.stores import open_store
 
 pytestmark = pytest.mark.integration
 
-HDFS = ServerScript("hdfs", "MiniDFSClusterManager", timeout=60)
-hn = load_script_module("hdfs_node")
-START_TIMEOUT = float(os.environ.get("HDFS_WAL_START_TIMEOUT", "180"))
 EVENT_SCHEMA = "id INT, tag INT, name STRING"
 
 
 @pytest.fixture(scope="module")
 def hdfs(tmp_path_factory):
-    node_dir = tmp_path_factory.mktemp("hdfs") / "server"
-    port = hn.free_port()
-    http_port = hn.free_port(exclude=(port,))
-    with HDFS.started(node_dir, "--port", port, "--http-port", http_port,
-                      "--timeout", START_TIMEOUT, timeout=START_TIMEOUT + 600):
+    with hdfs_started(tmp_path_factory.mktemp("hdfs") / "server") as (port, http_port, _):
         yield f"hdfs://127.0.0.1:{port}", f"127.0.0.1:{http_port}"
 
 

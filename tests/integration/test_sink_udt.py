@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sinkutil import register, running, sink_options, wait_all_flushed, wait_query_done
+from sinkutil import plain, register, running, sink_options, wait_all_flushed, wait_query_done
 
 from tests.helpers.node import fresh_keyspace
 
@@ -79,21 +79,6 @@ def expected() -> dict:
                                                 (g["to"]["code"], g["to"]["plus4"])) for g in legs],
         }
     return out
-
-
-def plain(value):
-    """Driver values as plain Python: UDT namedtuples -> tuples, SortedSet -> set, maps -> dict."""
-    from cassandra.util import OrderedMap, SortedSet
-
-    if isinstance(value, SortedSet):
-        return {plain(v) for v in value}
-    if isinstance(value, (OrderedMap, dict)):
-        return {plain(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(plain(v) for v in value)
-    return value
 
 
 def check(cql, ks: str, key: str) -> None:
