@@ -5,7 +5,8 @@ the session needs the s3a jars) and the real Cassandra node.
 The sink reaches S3 where Spark does, from the session's ``fs.s3a.*`` settings (endpoint,
 region, path-style access, keys), never from the command line. Between two runs of the query
 the driver's working copy of the WAL is deleted ("a driver on another host"): the second run
-rebuilds it from S3.
+rebuilds it from S3. Then the typed acceptance (``test_sink_types.py``: every supported type,
+nulls included) through a second stream checkpointed on S3.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import sys
 import textwrap
 import uuid
 
+import pyarrow as pa
 import pytest
-from sinkutil import assert_rows_equal, cassandra_wal, create_table, read_table, rows_by_key
+import test_sink_types as types
+from sinkutil import (assert_rows_equal, cassandra_wal, create_table, read_table, rows_by_key,
+                      write_parquet_files)
 
 from tests.helpers.node import ServerScript, java_home_env, load_script_module
 from tests.helpers.processes import reap_group
@@ -49,7 +53,7 @@ PROGRAM = textwrap.dedent("""
     from wal.checkpoint import open_checkpoint
     from wal.remote import working_copy_of
 
-    repo, conf, cp, host, port, keyspace, src = sys.argv[1:8]
+    repo, conf, cp, host, port, keyspace, src, types_src = sys.argv[1:9]
     builder = SparkSession.builder.master("local[2]").appName("s3-sink")
     for k, v in json.loads(conf).items():
         builder = builder.config(k, v)
@@ -89,7 +93,21 @@ PROGRAM = textwrap.dedent("""
     shutil.rmtree(copy)                         # a driver on another host
     write_json_files(src, [events(k) for k in range(3, 5)], first_index=3)
     run(4)
-    print(json.dumps({"working_copy": copy}))
+
+    # The typed acceptance (test_sink_types.py): every supported type through S3.
+    import test_sink_types as types
+    types_cp = cp + "-types"
+    query = (spark.readStream.schema(types.SPARK_SCHEMA).option("maxFilesPerTrigger", 1)
+             .parquet(types_src).writeStream.format("cassandra_wal")
+             .option("keyspace", keyspace).option("table", "types")
+             .option("checkpointLocation", types_cp)
+             .option("spark.cassandra.connection.host", host)
+             .option("spark.cassandra.connection.port", port)
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(240) and query.exception() is None, query.exception()
+    sinks.wait_flushed(query, timeout=120)
+    print(json.dumps({"working_copy": copy,
+                      "types_batches": open_checkpoint(types_cp).committed_batches()}))
     spark.stop()
 """)
 
@@ -108,6 +126,10 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
     assert jars.returncode == 0, jars
     conf = s3s.spark_conf(s3, jars.stdout.strip().splitlines()[-1].split(","))
     create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text)")
+    create_table(cql, keyspace, types.TABLE)
+    table = pa.Table.from_pylist([dict(zip(types.COLUMNS, row)) for row in types.INPUT],
+                                 schema=types.ARROW_SCHEMA)
+    write_parquet_files(tmp_path / "types-src", [table.slice(0, 2), table.slice(2)])
     cp = f"s3a://{BUCKET}/cp-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                CASSANDRA_WAL_WORKING_DIR=str(tmp_path / "working"))
@@ -119,7 +141,7 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
     program.write_text(PROGRAM)
     proc = subprocess.Popen(
         [sys.executable, str(program), REPO, json.dumps(conf), cp, cassandra_node.host,
-         str(cassandra_node.port), keyspace, str(tmp_path / "src")],
+         str(cassandra_node.port), keyspace, str(tmp_path / "src"), str(tmp_path / "types-src")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -131,7 +153,10 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
     finally:
         reap_group(proc.pid)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-6000:]}"
-    assert json.loads(out.strip().splitlines()[-1])["working_copy"].startswith(str(tmp_path))
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["working_copy"].startswith(str(tmp_path))
+    assert result["types_batches"] == [0, 1]
+    types.check_table(cql, keyspace)
 
     files = [[{"id": k * 10 + i, "tag": k, "name": f"e{k}-{i}"} for i in range(5)]
              for k in range(5)]
