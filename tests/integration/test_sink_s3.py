@@ -6,7 +6,9 @@ The sink reaches S3 where Spark does, from the session's ``fs.s3a.*`` settings (
 region, path-style access, keys), never from the command line. Between two runs of the query
 the driver's working copy of the WAL is deleted ("a driver on another host"): the second run
 rebuilds it from S3. Then the typed acceptance (``test_sink_types.py``: every supported type,
-nulls included) through a second stream checkpointed on S3.
+nulls included) through a second stream checkpointed on S3. Under ``--full-matrix``, an
+outage: Cassandra stopped mid-stream (a node of the module's own), the backlog on S3 shown by
+``cassandra-wal inspect`` on the URI, drained once the node is back.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pyarrow as pa
@@ -25,7 +28,7 @@ import test_sink_types as types
 from sinkutil import (assert_rows_equal, cassandra_wal, create_table, read_table, rows_by_key,
                       write_parquet_files)
 
-from tests.helpers.node import ServerScript, java_home_env, load_script_module
+from tests.helpers.node import RestartableNode, ServerScript, java_home_env, load_script_module
 from tests.helpers.processes import reap_group
 from wal.s3 import S3Store
 from wal.seal import decode_seal
@@ -41,6 +44,7 @@ except s3s.S3ServerError as e:  # moto[server] is a test dependency
 boto3 = pytest.importorskip("boto3")
 
 S3 = ServerScript("s3", "moto_server", by_cwd=True, timeout=120)
+FULL_MATRIX = os.environ.get("CASSANDRA_WAL_FULL_MATRIX") == "1"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = textwrap.dedent("""
@@ -198,3 +202,152 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert store.list() == keys                      # read only: the store is as it was
 
+
+
+# -- an outage of Cassandra with the WAL on S3 ---------------------------------------------------
+OUTAGE_PROGRAM = textwrap.dedent("""
+    import json, os, sys, time
+    sys.path.insert(0, os.path.join(sys.argv[1], "tests", "integration"))
+    from pyspark.sql import SparkSession
+    import sinks
+    from sinkutil import write_json_files
+    from wal.checkpoint import open_checkpoint
+
+    repo, conf, cp, host, port, keyspace, src, signals = sys.argv[1:9]
+    builder = SparkSession.builder.master("local[2]").appName("s3-outage")
+    for k, v in json.loads(conf).items():
+        builder = builder.config(k, v)
+    spark = builder.config("spark.ui.enabled", "false").getOrCreate()
+    sinks.register(spark)
+
+    def rows(k):
+        return [{"id": k * 1000 + i, "tag": k, "name": f"row {i} of file {k}"} for i in range(20)]
+
+    def signal(name):
+        open(os.path.join(signals, name), "w").close()
+
+    def await_signal(name, timeout=300):
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(os.path.join(signals, name)):
+            assert time.monotonic() < deadline, f"no {name} signal"
+            time.sleep(0.2)
+
+    def committed():
+        return (open_checkpoint(cp).committed_batches() or [-1])[-1]
+
+    write_json_files(src, [rows(0), rows(1)])
+    query = (spark.readStream.schema("id INT, tag INT, name STRING")
+             .option("maxFilesPerTrigger", 1).json(src)
+             .writeStream.format("cassandra_wal")
+             .option("keyspace", keyspace).option("table", "events")
+             .option("checkpointLocation", cp)
+             .option("spark.cassandra.connection.host", host)
+             .option("spark.cassandra.connection.port", port)
+             .trigger(processingTime="500 milliseconds").start())
+    while committed() < 1:
+        assert query.exception() is None, query.exception()
+        time.sleep(0.3)
+    sinks.wait_flushed(query, timeout=120)
+    signal("flushed-1")
+    await_signal("node-down")
+    write_json_files(src, [rows(k) for k in range(2, 6)], first_index=2)
+    deadline = time.monotonic() + 120
+    while committed() < 5:               # Spark goes on committing while Cassandra is away
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, "batches 2..5 not committed during the outage"
+        time.sleep(0.3)
+    signal("committed-5")
+    await_signal("node-up")
+    assert query.isActive and query.exception() is None, "the outage failed the query"
+    sinks.wait_flushed(query, timeout=180)
+    query.stop()
+    spark.stop()
+    print(json.dumps({"committed": open_checkpoint(cp).committed_batches()}))
+""")
+
+
+@pytest.fixture(scope="module")
+def restartable_node():
+    node = RestartableNode("s3-outage")
+    try:
+        yield node.start()
+    finally:
+        node.purge()
+
+
+@pytest.mark.skipif(not FULL_MATRIX, reason="the S3 outage runs under --full-matrix (the HDFS "
+                    "one, test_sink_stores.py, in the default suite)")
+def test_a_cassandra_outage_is_absorbed_by_a_wal_on_s3_and_drained(s3, restartable_node,
+                                                                   tmp_path):
+    node = restartable_node
+    jars = S3.run("jars", timeout=600)
+    assert jars.returncode == 0, jars
+    conf = s3s.spark_conf(s3, jars.stdout.strip().splitlines()[-1].split(","))
+    cp = f"s3a://{BUCKET}/outage-{uuid.uuid4().hex[:8]}"
+    wal_uri = f"{cp}/cassandra_wal"
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               CASSANDRA_WAL_WORKING_DIR=str(tmp_path / "working"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        env.pop(name, None)
+    if not env.get("JAVA_HOME"):
+        env.update(java_home_env())
+    aws = dict(os.environ, AWS_ENDPOINT_URL=s3, AWS_ACCESS_KEY_ID=s3s.ACCESS_KEY,
+               AWS_SECRET_ACCESS_KEY=s3s.SECRET_KEY, AWS_DEFAULT_REGION=s3s.REGION)
+    program = tmp_path / "s3_outage.py"
+    program.write_text(OUTAGE_PROGRAM)
+
+    def wait_signal(name: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not (signals / name).exists():
+            assert proc.poll() is None, f"the program ended early\n{proc.stderr.read()[-4000:]}"
+            assert time.monotonic() < deadline, f"no {name} signal"
+            time.sleep(0.2)
+
+    with node.keyspace("s3_outage", "events (id int PRIMARY KEY, tag int, name text)") as ks:
+        proc = subprocess.Popen(
+            [sys.executable, str(program), REPO, json.dumps(conf), cp, node.host,
+             str(node.port), ks, str(tmp_path / "src"), str(signals)],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_signal("flushed-1")
+            node.stop()
+            down_at = time.monotonic()
+            (signals / "node-down").touch()
+            wait_signal("committed-5")
+            report = cassandra_wal("inspect", wal_uri, "--json", env=aws)
+            assert report.returncode == 0, report.stderr
+            doc = json.loads(report.stdout)
+            backlog = {b["batch"]: b for b in doc["batches"] if b["batch"] >= 2}
+            assert sorted(backlog) == [2, 3, 4, 5], doc["batches"]
+            assert all(b["committed"] is True and b["action"] == "replay"
+                       for b in backlog.values()), backlog
+            assert doc["totals"]["rows_pending"] == 4 * 20
+            time.sleep(max(0.0, 20.0 - (time.monotonic() - down_at)))
+            client = boto3.client("s3", **s3s.boto3_kwargs(s3))
+            store = S3Store(BUCKET, wal_uri.split("/", 3)[3], client=client)
+            assert store.read("blocked.json") is None
+            node.start()
+            (signals / "node-up").touch()
+            out, err = proc.communicate(timeout=420)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            reap_group(proc.pid)
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-6000:]}"
+        assert json.loads(out.strip().splitlines()[-1])["committed"][-1] == 5
+        seals = {}
+        for key in store.list("seals"):
+            seal = decode_seal(store.read(key), key)
+            seals[seal.batch] = seal
+        with node.session() as cql:
+            rows = list(cql.execute(f"SELECT id, tag, name, WRITETIME(name) AS wt "
+                                    f"FROM {ks}.events"))
+        assert {r.id: (r.tag, r.name) for r in rows} == {
+            k * 1000 + i: (k, f"row {i} of file {k}") for k in range(6) for i in range(20)}
+        for r in rows:
+            assert seals[r.tag].base_ts_us <= r.wt < seals[r.tag].base_ts_us + 20, r
+        assert store.list("segments") == []
