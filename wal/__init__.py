@@ -23,6 +23,11 @@ Files beside the log: ``target.json`` (where the rows go), ``query.json`` (the s
 belongs to, :mod:`wal.binding`), ``blocked.json``, the pointer file in the checkpoint
 (:mod:`wal.pointer`), a batch job's own WAL (:mod:`wal.jobs`). Offline, ``cassandra-wal``
 (:mod:`cli`) inspects, dumps and verifies without taking the lock.
+
+On HDFS or S3 (:mod:`wal.remote`, over a :mod:`wal.store`), the same steps publish each file to
+the store before they return (a segment in step 1, a seal *version* in step 2, the flushed
+marker in step 5), and the folder above is the driver host's *working copy*, a cache that
+step 4 pulls from the store and that any host can rebuild.
 """
 
 from .errors import (
