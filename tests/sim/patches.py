@@ -3,9 +3,10 @@
 Only the world is faked: the table lookup and the Cassandra connection (``fetch_table_schema``,
 ``connect``), Spark's ``TaskContext``, the clock and sleeps (the sink's modules and tenacity see
 the simulated clock, so retention ages, seal timestamps and retry back-offs follow the seed),
-and the named crash points (a crash point armed by the world raises :class:`SimCrash`, which
-no ``except Exception`` in the sink catches, so the "process" dies right there). Everything
-else is the real code. Patches go in once per test and delegate to the current world.
+the named crash points (a crash point armed by the world raises :class:`SimCrash`, which
+no ``except Exception`` in the sink catches, so the "process" dies right there), and the store
+scheme ``simstore://`` (:mod:`tests.sim.store`). Everything else is the real code. Patches go
+in once per test and delegate to the current world.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class Patches:
         import wal.seal
 
         self._set(wal.seal, "write_seal", _spy_write_seal(wal.seal.write_seal))
+        self._install_store()
         for module in (tenacity, tenacity.nap):
             self._set(module, "time", SIM_TIME)
         for module in self._sink_modules():
@@ -138,6 +140,22 @@ class Patches:
                 self._set(module, "stop_after_delay", _no_wait)
             self._patch_defaults(module)
         return self
+
+    def _install_store(self) -> None:
+        """``simstore://`` (:mod:`tests.sim.store`) as one more store scheme: opened by
+        ``wal.stores.open_store`` and accepted by ``sinks.plan.resolve_location``. Older code
+        without stores has neither seam, and its worlds get no store."""
+        try:
+            import sinks.plan
+            import wal.stores
+        except ImportError:
+            return
+        from . import store
+
+        if hasattr(wal.stores, "_open_remote"):
+            self._set(wal.stores, "_open_remote", store.open_remote(wal.stores._open_remote))
+        if hasattr(sinks.plan, "STORE_SCHEMES"):
+            self._set(sinks.plan, "STORE_SCHEMES", (*sinks.plan.STORE_SCHEMES, store.SCHEME))
 
     @staticmethod
     def _sink_modules():

@@ -1,4 +1,5 @@
-"""The simulated Spark: a real checkpoint folder per query, task attempts, batch jobs.
+"""The simulated Spark: a real checkpoint per query (a folder, or on the simulated store),
+task attempts, batch jobs.
 
 Spark's behaviour as measured (``../shared/docs/spark-facts.md``): ``offsets/N`` is written
 when batch N starts, and entries older than the newest ``minBatchesToRetain`` are purged then
@@ -71,6 +72,56 @@ class Checkpoint:
 
     def wipe(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def exists(self) -> bool:
+        return os.path.exists(os.path.join(self.path, "metadata"))
+
+    def available(self) -> bool:
+        """Spark can read and write it now (a local folder always)."""
+        return True
+
+
+class StoreCheckpoint(Checkpoint):
+    """A checkpoint on the simulated store (``path`` is its ``simstore://`` URI), written as
+    Spark's HDFS and S3A metadata logs write it: each file created once (a re-run of batch N
+    finds ``offsets/N`` there), purged by deletes. Spark reaches the store on its own client:
+    only a store that is down fails it (:meth:`available`), and then the query fails."""
+
+    def __init__(self, location: str, state):
+        self.path, self.state = location, state
+
+    @property
+    def _store(self):
+        return self.state.raw(self.path)
+
+    def available(self) -> bool:
+        from .store import DOWN
+
+        return self.state.mode != DOWN or self.state.calm
+
+    def exists(self) -> bool:
+        return self._store.read("metadata") is not None
+
+    def create(self, query_id: str) -> None:
+        self._store.create("metadata", (json.dumps({"id": query_id}) + "\n").encode())
+
+    def _ids(self, folder: str) -> list[int]:
+        names = (k.rsplit("/", 1)[-1] for k in self._store.list(folder))
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def start_batch(self, batch: int, min_retain: int) -> None:
+        self._touch("offsets", batch, '{"batchWatermarkMs":0}')
+        if min_retain < batch:
+            for folder in ("offsets", "commits"):
+                for old in self._ids(folder):
+                    if old < batch - min_retain:
+                        self._store.delete(f"{folder}/{old}")
+
+    def _touch(self, folder: str, batch: int, body: str) -> None:
+        self._store.create(f"{folder}/{batch}", f"v1\n{body}\n".encode())
+
+    def wipe(self) -> None:
+        shutil.rmtree(self.state.folder(self.path), ignore_errors=True)
 
 
 @dataclass
