@@ -19,7 +19,6 @@ import os
 
 from .oracle import fmt
 
-
 # The file the sink writes when it cannot go on (wal/FORMAT.md). Named here, not imported:
 # the simulation also runs against older code, which kept the constant elsewhere.
 BLOCKED_FILE = "blocked.json"
@@ -55,7 +54,18 @@ def check_step(world) -> None:
                 reason = f.read()
             raise Violation("the sink never blocks where a retry could proceed",
                             f"{path}: {reason}")
+    store = getattr(world, "store", None)
+    if store is not None:
+        for location in sorted(world.store_wals):
+            reason = store.raw(location).read(BLOCKED_FILE)
+            if reason is not None:
+                raise Violation("the sink never blocks where a retry could proceed",
+                                f"{location}/{BLOCKED_FILE} on the store: {reason.decode()}")
     for owner, inflight in _live(world):
+        plan = getattr(inflight.plan, "plan", inflight.plan)
+        if getattr(plan, "wal_store", None):
+            _check_live_on_store(store, owner, inflight, plan.wal_store)
+            continue
         wal = _wal_of(inflight.plan)
         for message in inflight.winners.values():
             if message is not None and message.segment and \
@@ -68,6 +78,54 @@ def check_step(world) -> None:
             raise Violation("a batch's staged rows stay until it is committed",
                             f"{inflight.execution.label}: its seal was deleted before Spark "
                             f"committed it")
+
+
+def _check_live_on_store(store, owner: str, inflight, location: str) -> None:
+    """A batch in flight on a store: its winning segments are on the store (the working copy
+    pulls them only to flush), and once sealed the newest seal version is the one its commit
+    returned, until Spark commits it (a later version would be the batch's seal instead)."""
+    from wal.seal import encode_seal
+
+    local, e = store.raw(location), inflight.execution
+    for message in inflight.winners.values():
+        if message is not None and message.segment and \
+                local.read(f"segments/{message.segment['name']}") is None:
+            raise Violation("a batch's staged rows stay until it is committed",
+                            f"{e.label}: the winning segment {message.segment['name']} of "
+                            f"{owner} was deleted from the store before its commit")
+    if inflight.sealed:
+        versions = local.list(f"seals/{_batch_name(e.batch)}")
+        if not versions:
+            raise Violation("a batch's staged rows stay until it is committed",
+                            f"{e.label}: its seal was deleted from the store before Spark "
+                            f"committed it")
+        if local.read(versions[-1]) != encode_seal(e.seal):
+            raise Violation("the newest seal version is the last commit's",
+                            f"{e.label}: {versions[-1]} on the store is not the seal its "
+                            f"commit returned (a later commit published over it)")
+
+
+def _batch_name(batch: int) -> str:
+    from wal.format import batch_name
+
+    return batch_name(batch)
+
+
+def check_store_end(world) -> None:
+    """After the final recovery, with the store up for good: nothing of a flushed batch stays
+    on the store (its segments, its losing attempts', late zombies'), and nothing in the tasks'
+    spools (every task, of every host, spools in the world's temp dir)."""
+    from .store import leftovers, spool_leftovers
+
+    exempt = {loc for q in world.queries if q.refused or q.invalid for loc in q.wal_uris}
+    left = [x for x in leftovers(world) if not any(x.startswith(loc + "/") for loc in exempt)]
+    if left:
+        raise Violation("a flushed batch's segments are eventually gone from the store",
+                        f"{len(left)} left, e.g. {left[0]}")
+    spooled = spool_leftovers(world)
+    if spooled:
+        raise Violation("a task leaves nothing in its spool, published or failed",
+                        f"{len(spooled)} segment files left, e.g. {spooled[0]}")
 
 
 def _live(world):

@@ -20,6 +20,7 @@ from .patches import Current, Patches
 from .world import World
 
 ENV_SEED = "CASSANDRA_WAL_SIM_SEED"
+ENV_WORKING_DIR = "CASSANDRA_WAL_WORKING_DIR"     # wal.remote's: where working copies live
 WARM_UP = (-1, -2, -3)
 TESTS_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -85,6 +86,14 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
         add(0.2, w.set_node, cassandra.FLAKY)
     else:
         add(1.2, w.set_node, cassandra.UP)
+    if w.store is not None:
+        if w.store.mode == "up":
+            add(0.3, w.set_store, "down")
+            add(0.3, w.set_store, "flaky")
+        else:
+            add(1.2, w.set_store, "up")
+        if w.zombie_commits:
+            add(1.0, _zombie_commit, w)
     add(0.6, _clock_jump, w)
     return out
 
@@ -102,6 +111,10 @@ def _zombie(w: World):
     return w.zombie(w.rng.randrange(len(w.zombies)))
 
 
+def _zombie_commit(w: World):
+    return w.zombie_commit(w.rng.randrange(len(w.zombie_commits)))
+
+
 def _clock_jump(w: World):
     return w.advance(w.rng.choice((1, 1, 5, 30, 120)))
 
@@ -111,7 +124,8 @@ def _whole_batch(w: World, q):
     while q.run is not None and q.run.inflight is not None:
         inflight = q.run.inflight
         if inflight.pending:
-            _query_task(w, q)
+            if _query_task(w, q) == "store failed":
+                break            # the store is away: Spark's retries come as other steps
         elif not inflight.sealed:
             w.commit(q)
         else:
@@ -148,10 +162,15 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     old_home = os.environ.get("HOME")
+    old_working, old_tmp = os.environ.get(ENV_WORKING_DIR), tempfile.tempdir
     global_random.seed(seed)          # tenacity's jitter: replayable too
     w = World(seed, root, verbose=verbose)
     Current.world = w
     os.environ["HOME"] = w.home       # batch jobs' default WAL: ~/.cassandra_wal/<ks>.<table>
+    # A WAL on a store: the driver hosts' working copies and the tasks' spools, in the world.
+    os.environ[ENV_WORKING_DIR] = os.path.join(root, "hosts", "host-a")
+    tempfile.tempdir = os.path.join(root, "tmp")
+    os.makedirs(tempfile.tempdir)
     steps = w.rng.randint(8, 32)
     outcome = Outcome(seed, steps)
     try:
@@ -180,6 +199,11 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
         Current.world = None
         if old_home is not None:
             os.environ["HOME"] = old_home
+        tempfile.tempdir = old_tmp
+        if old_working is None:
+            os.environ.pop(ENV_WORKING_DIR, None)
+        else:
+            os.environ[ENV_WORKING_DIR] = old_working
         if not verbose:
             shutil.rmtree(root, ignore_errors=True)
     if verbose:

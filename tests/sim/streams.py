@@ -8,13 +8,17 @@ later); the flusher's own thread drains every 2 s of simulated time. A crash aba
 run (its RocksDB log closed, as a killed process releases its lock); a stop drains once more.
 The user may delete a caught-up checkpoint and start over, with the WAL under it or with an
 explicit ``wal.path`` that the new query then reuses.
+
+In a world with a store (:mod:`tests.sim.store`) a run's driver is on a host (its working
+copies), may come back on another or a new one, fails when the store fails Spark or the sink's
+``prepare_write`` and commit, and may be cut off as it commits: its commit goes on as a zombie.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import cassandra
 from .invariants import Violation, check_live
@@ -44,41 +48,102 @@ class Query:
     runs: int = 0
     refused: str | None = None        # the clear error that refused it (it stops for good)
     invalid: str | None = None        # why its configuration is an invalid WAL reuse
+    host: str = "host-a"              # where its driver runs (a WAL on a store: the working copy)
+    wal_uris: set[str] = field(default_factory=set)    # its WALs on the store
 
     @property
     def owner(self) -> str:
         return self.name if self.generation == 0 else f"{self.name}~{self.generation}"
 
 
+@dataclass
+class ZombieCommit:
+    """The commit of a run whose driver was cut off, not dead (a split brain): it goes on
+    after a new run started, and publishes its seal whenever the world lets it."""
+
+    owner: str
+    run: int
+    host: str
+    plan: object
+    messages: list
+    execution: object
+
+
 class Streams:
     """The stream actions of :class:`tests.sim.world.World`."""
 
     def start(self, q: Query) -> str:
-        from wal.pointer import read_pointer
-
         if q.runs and self.rng.random() < 0.35:
             q.options = self.draw_options(q.options.wal_path)
-        if not os.path.exists(os.path.join(q.checkpoint.path, "metadata")):
+        if not q.checkpoint.available():
+            return self.say(f"{q.owner}: start failed: its checkpoint's store is down")
+        if self.store is not None and q.runs and q.wal_uris and self.srng.random() < 0.3:
+            self.move_host(q)
+        if not q.checkpoint.exists():
             q.checkpoint.create(q.query_id)
         q.runs += 1
         q.run = Run(q.runs, last_drain_us=self.clock_us)
-        self.say(f"{q.owner}: start run {q.runs} ({q.options.describe()})")
-        if read_pointer(q.checkpoint.path) is not None:   # onQueryStarted, as FlushRegistry
+        self.say(f"{q.owner}: start run {q.runs} ({q.options.describe()})"
+                 + (f" on {q.host}" if self.store is not None else ""))
+        if self._pointer(q) is not None:   # onQueryStarted, as FlushRegistry
             self._open_flusher(q)
             if q.run is not None and q.run.flusher is not None:
                 self._drain(q, recover=True)
         return "started"
 
-    def _open_flusher(self, q: Query) -> None:
-        from recovery.flusher import QueryFlusher
-        from cql.errors import ConnectionFailed, SinkError
+    def _pointer(self, q: Query) -> str | None:
+        """The WAL the query's checkpoint points at, as the listener reads it (an error there
+        is logged by Spark's listener bus: no flusher for now)."""
         from wal.pointer import read_pointer
+
+        faults = self.store_faults()
+        try:
+            return read_pointer(q.checkpoint.path)
+        except Exception as exc:
+            if not self.store_failed(exc, faults):
+                raise
+            self.say(f"{q.owner}: listener error, pointer unreadable: {exc}")
+            return None
+
+    def on_host(self, q: Query) -> None:
+        """The calls that follow run on ``q``'s driver host (its working copies)."""
+        if self.store is not None:
+            from .store import on_host
+
+            on_host(self, q.host)
+
+    def move_host(self, q: Query, *locations: str) -> None:
+        """The driver of ``q`` comes back elsewhere: on a new host (the working copies of its
+        WALs lost, RocksDB logs and all), or on the other host (whatever copy it kept there,
+        however stale)."""
+        from .store import HOSTS, drop_working_copy
+
+        if self.srng.random() < 0.5:
+            shared = {loc for p in self.queries if p is not q and p.run is not None
+                      and p.host == q.host for loc in p.wal_uris}
+            lost = [loc for loc in sorted(set(locations) | q.wal_uris) if loc not in shared
+                    and drop_working_copy(self, q.host, loc)]
+            self.zombie_commits = [z for z in self.zombie_commits
+                                   if not (z.host == q.host and z.plan.wal_store in lost)]
+            self.say(f"{q.owner}: the driver moves to a new host: the working copy of "
+                     f"{', '.join(lost) or 'nothing'} is gone")
+        else:
+            q.host = HOSTS[1 - HOSTS.index(q.host)]
+            self.say(f"{q.owner}: the driver restarts on {q.host} (with what working copy "
+                     f"it kept there)")
+
+    def _open_flusher(self, q: Query) -> None:
+        from cql.errors import ConnectionFailed, SinkError
+        from recovery.flusher import QueryFlusher
         from wal.errors import WalError
 
-        wal_root = read_pointer(q.checkpoint.path)
+        wal_root = self._pointer(q)
+        if wal_root is None:
+            return
+        self.on_host(q)
         try:
             q.run.flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
-            self.wal_roots.add(wal_root)
+            self.wal_roots.add(q.run.flusher.wal.root)
         except ConnectionFailed as exc:
             self.say(f"{q.owner}: flusher not started: {exc}")
         except SinkError as exc:
@@ -98,6 +163,10 @@ class Streams:
         from cql.errors import ConnectionFailed, SinkError
         from sinks.plan import prepare_write
 
+        if not q.checkpoint.available():
+            self.say(f"{q.owner}: Spark cannot write offsets: the store is down, query fails")
+            self.kill(q, graceful=True)
+            return "failed"
         batch, rerun = q.checkpoint.next_batch()
         q.checkpoint.start_batch(batch, self.min_retain)
         earlier = self.executions_of.get((q.owner, batch), [])
@@ -105,6 +174,8 @@ class Streams:
             rows = earlier[-1].rows                               # the same rows again
         else:
             rows = self.draw_rows()
+        self.on_host(q)
+        faults = self.store_faults()
         try:
             plan = prepare_write(q.options.spark_options(q.checkpoint.path), {},
                                  q.options.spark_schema(), streaming=True)
@@ -115,7 +186,16 @@ class Streams:
         except SinkError as exc:
             self.refuse(q, f"prepare_write of batch {batch}", exc)
             return "refused"
+        except Exception as exc:
+            if not self.store_failed(exc, faults):
+                raise
+            self.say(f"{q.owner}: batch {batch}: prepare_write failed, query stops: {exc}")
+            self.kill(q, graceful=True)
+            return "failed"
         self.wal_roots.add(plan.wal_root)
+        if getattr(plan, "wal_store", None):
+            q.wal_uris.add(plan.wal_store)
+            self.store_wals.add(plan.wal_store)
         execution = self.new_execution(q.owner, batch, rows, q.options, q.query_id)
         q.run.inflight = InFlight(execution, plan,
                                   plan_attempts(self.rng, execution, plan, self.zombies))
@@ -128,18 +208,34 @@ class Streams:
         inflight = q.run.inflight
         e = inflight.execution
         messages = [inflight.winners[p] for p in sorted(inflight.winners)]
+        if getattr(inflight.plan, "wal_store", None) and self.store.known_failures and \
+                self.srng.random() < 0.15:      # held back: README.md, item D
+            self.zombie_commits.append(ZombieCommit(q.owner, q.run.number, q.host,
+                                                    inflight.plan, messages, e))
+            q.run.inflight = None
+            self.kill(q)
+            return self.say(f"{q.owner}: batch {e.batch}: the driver is cut off (a split "
+                            f"brain) as it commits: its commit goes on as a zombie")
         self.seals_written.clear()
         self.arm(("commit.",), 0.1)
-        crashed = None
+        crashed = failed = None
+        faults = self.store_faults()
         try:
             seal = commit_batch(inflight.plan, messages, e.batch)
         except SimCrash as crash:
             crashed = str(crash)   # not the exception: its traceback holds the dead frames
         except Exception as exc:
-            raise Violation("a commit fails only for a reason outside the sink",
-                            f"{e.label}: commit failed: {type(exc).__name__}: {exc}") from exc
+            if not self.store_failed(exc, faults):
+                raise Violation("a commit fails only for a reason outside the sink",
+                                f"{e.label}: commit failed: {type(exc).__name__}: {exc}") from exc
+            failed = str(exc)
         finally:
             self.armed = None
+        if failed is not None:       # the batch fails, and with it the query (Spark re-runs it)
+            self.say(f"{q.owner}: batch {e.batch}: commit failed, query fails: {failed}")
+            self._sealed_meanwhile(e)
+            self.kill(q, graceful=True)
+            return "failed"
         if crashed is not None:
             self.say(f"{q.owner}: batch {e.batch}: driver crashed at {crashed}")
             self._sealed_meanwhile(e)      # known, never committed: its rows must not show
@@ -151,14 +247,17 @@ class Streams:
                         f"{seal.base_ts_us})")
 
     def spark_commit(self, q: Query) -> str:
-        from wal.pointer import read_pointer
-
         e = q.run.inflight.execution
+        if not q.checkpoint.available():
+            self.say(f"{q.owner}: Spark cannot write commits/{e.batch}: the store is down, "
+                     f"query fails")
+            self.kill(q, graceful=True)
+            return "failed"
         q.checkpoint.commit(e.batch)
         e.committed = True
         q.run.inflight = None
         self.say(f"{q.owner}: Spark wrote commits/{e.batch}")
-        if q.run.flusher is None and read_pointer(q.checkpoint.path) is not None:
+        if q.run.flusher is None and self._pointer(q) is not None:
             self._open_flusher(q)                         # onQueryProgress, as FlushRegistry
         if q.run is not None and q.run.flusher is not None and self.rng.random() < 0.7:
             self._drain(q)
@@ -183,6 +282,7 @@ class Streams:
         flusher = q.run.flusher
         q.run.last_drain_us = self.clock_us
         faults, healthy = self.node.faults, self.node.mode == cassandra.UP
+        store_faults = self.store_faults()
         self.arm(("flush.", "recover."), 0.12)
         what = "recover" if recover else "periodic drain" if periodic else "drain"
         crashed = None
@@ -199,7 +299,8 @@ class Streams:
             return "crashed"
         error = getattr(flusher, "last_error", None)
         self.say(f"{q.owner}: {what}" + (f" ({type(error).__name__})" if error else ""))
-        if healthy and self.node.faults == faults and self.node.mode == cassandra.UP:
+        if healthy and self.node.faults == faults and self.node.mode == cassandra.UP and \
+                self.store_calm_since(store_faults):
             check_live(self, q, what)
         return what
 
@@ -213,6 +314,15 @@ class Streams:
             for attempt in run.inflight.pending:   # executors outliving their driver, briefly
                 if self.rng.random() < 0.3:
                     self.zombies.append(attempt)
+            inflight = run.inflight
+            if not graceful and getattr(inflight.plan, "wal_store", None) and \
+                    self.store.known_failures and \
+                    inflight.ready() and inflight.execution.seal is None and \
+                    self.srng.random() < 0.4:
+                self.zombie_commits.append(ZombieCommit(
+                    q.owner, run.number, q.host, inflight.plan,
+                    [inflight.winners[p] for p in sorted(inflight.winners)],
+                    inflight.execution))
         flusher, run.flusher = run.flusher, None
         if flusher is None:
             return
@@ -224,6 +334,27 @@ class Streams:
         # iterator in a kept exception's traceback would otherwise hold the lock until a GC).
         del flusher, run
         gc.collect()
+
+    def zombie_commit(self, index: int) -> str:
+        """A cut-off run's commit goes on: it seals its batch now, through its own host's
+        working copy, whatever happened since."""
+        from sinks.plan import commit_batch
+
+        z = self.zombie_commits.pop(index)
+        e = z.execution
+        if not os.path.isdir(z.plan.wal_root):
+            return self.say(f"{e.label}: the zombie commit of {z.owner}'s run {z.run} is gone "
+                            f"with its host")
+        self.seals_written.clear()
+        try:
+            seal = commit_batch(z.plan, z.messages, e.batch)
+        except Exception as exc:   # noqa: BLE001 - a zombie's own failure hurts nobody
+            self._sealed_meanwhile(e)
+            return self.say(f"{e.label}: zombie commit of {z.owner}'s run {z.run} failed: "
+                            f"{type(exc).__name__}: {exc}")
+        self.oracle.sealed(e, seal)          # never committed: its rows must never show
+        return self.say(f"{e.label}: zombie commit of {z.owner}'s run {z.run} sealed it late "
+                        f"({seal.rows} rows at {seal.base_ts_us})")
 
     def crash(self, q: Query) -> str:
         self.kill(q)
@@ -248,6 +379,9 @@ class Streams:
 
     def can_reset(self, q: Query) -> bool:
         """A user resets a checkpoint once the stream has caught up (nothing of it pending)."""
+        if self.store is not None and not self.store.known_failures and \
+                "://" in q.checkpoint.path:
+            return False       # held back: README.md, "Stores: what it finds", item B
         return (q.run is None and q.refused is None and q.runs > 0
                 and all(not self.oracle.missing(e) for e in self.oracle.executions
                         if e.owner == q.owner and e.committed))

@@ -19,15 +19,49 @@ from dataclasses import dataclass, field
 from cql.table import TableSchema
 
 from . import cassandra
-from .invariants import check_table, check_written, exempt_owners
+from .invariants import check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .oracle import KEYSPACE, TABLES, WRITETIME_COLUMN, Execution, Oracle, RunOptions
 from .patches import SimCrash
-from .spark import Attempt, Checkpoint, InFlight, TaskContext, TaskFailed, record_batches
+from .spark import (
+    Attempt,
+    Checkpoint,
+    InFlight,
+    StoreCheckpoint,
+    TaskContext,
+    TaskFailed,
+    record_batches,
+)
 from .streams import Query, Streams
 
+#: Worlds with a store (tests/sim/store.py): 1 (the default) draws them, holding back the two
+#: cases the sink fails today (README.md, "Stores: what it finds"); all: those too; 0: none.
+ENV_STORES = "CASSANDRA_WAL_SIM_STORES"
+#: 1 world in this many has a store (CASSANDRA_WAL_SIM_STORE_SHARE=1: every world).
+ENV_STORE_SHARE = "CASSANDRA_WAL_SIM_STORE_SHARE"
 START_US = 1_800_000_000_000_000          # 2027-01-15: the simulated clock's origin
 TS_FLOOR_WT = 1_700_000_000_000_000       # user-chosen write timestamps (writetime column)
+
+
+def stores_on() -> bool:
+    """Store worlds are drawn: switched on, and the code under test has stores."""
+    if os.environ.get(ENV_STORES, "1") == "0":
+        return False
+    try:
+        import wal.remote  # noqa: F401 - older code has no stores
+    except ImportError:
+        return False
+    return True
+
+
+def store_uri(path: str) -> str:
+    from .store import uri
+
+    return uri(path)
+
+
+def is_store(location: str | None) -> bool:
+    return bool(location) and "://" in location
 
 
 @dataclass
@@ -62,6 +96,19 @@ class World(Streams, BatchJobs):
         self.wal_roots: set[str] = set()
         self.executions_of: dict[tuple[str, int], list[Execution]] = {}
         self.wt_next = TS_FLOOR_WT + self.rng.randrange(1_000_000)
+        # The store's draws come from an RNG of their own: a world without a store draws
+        # from self.rng exactly what it drew before stores were simulated (the seeds named in
+        # README.md replay the same schedules).
+        self.srng = random.Random(f"store:{self.seed}")
+        self.store = None
+        self.store_wals: set[str] = set()        # the simstore:// URIs of WALs used
+        self.zombie_commits: list = []
+        share = int(os.environ.get(ENV_STORE_SHARE, "4"))
+        if stores_on() and self.srng.randrange(share) == 0:
+            from .store import StoreState
+
+            self.store = StoreState(os.path.join(self.root, "store"), self.srng,
+                                    known_failures=os.environ.get(ENV_STORES) == "all")
         self._setup()
 
     # -- the schedule's cast ------------------------------------------------------------------
@@ -70,10 +117,12 @@ class World(Streams, BatchJobs):
         streams = 0 if r < 0.15 else 1 if r < 0.75 else 2
         self.jobs_on = streams == 0 or self.rng.random() < 0.3
         shared = os.path.join(self.root, "wal-shared")
+        if self.store is not None and self.srng.random() < 0.6:
+            shared = store_uri("wal-shared")
         explicit = self.rng.random() < 0.4
         for i in range(streams):
             wal_path = shared if (explicit or (i == 1 and self.rng.random() < 0.6)) else None
-            q = Query(f"q{i + 1}", Checkpoint(os.path.join(self.root, f"cp{i + 1}")),
+            q = Query(f"q{i + 1}", self._checkpoint(f"cp{i + 1}"),
                       self.draw_options(wal_path), self._uuid())
             self.queries.append(q)
         with_shared = [q for q in self.queries if q.options.wal_path == shared]
@@ -81,8 +130,16 @@ class World(Streams, BatchJobs):
             for q in with_shared:
                 q.invalid = "two queries share one wal.path"
         self.say(f"world: table {self.table}, minBatchesToRetain={self.min_retain}, "
-                 f"queries: " + "; ".join(f"{q.name} ({q.options.describe()})" for q in self.queries)
-                 + (", batch jobs" if self.jobs_on else ""))
+                 f"queries: " + "; ".join(f"{q.name} ({q.options.describe()}"
+                                          f"{', checkpoint ' + q.checkpoint.path if is_store(q.checkpoint.path) else ''})"
+                                          for q in self.queries)
+                 + (", batch jobs" if self.jobs_on else "")
+                 + (f"; a store ({self.store.describe()})" if self.store is not None else ""))
+
+    def _checkpoint(self, name: str) -> Checkpoint:
+        if self.store is not None and self.srng.random() < 0.75:
+            return StoreCheckpoint(store_uri(name), self.store)
+        return Checkpoint(os.path.join(self.root, name))
 
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128)))
@@ -151,7 +208,15 @@ class World(Streams, BatchJobs):
 
     def task(self, owner_label: str, inflight: InFlight, index: int) -> str:
         attempt = inflight.pending.pop(index)
-        message = self.run_attempt(attempt)
+        faults = self.store_faults()
+        try:
+            message = self.run_attempt(attempt)
+        except Exception as exc:
+            if not self.store_failed(exc, faults):
+                raise
+            self.say(f"{owner_label}: task {attempt.label} failed: {exc}"
+                     + self._retry_task(inflight, attempt))
+            return "store failed"
         if attempt.fate == "ok":
             if attempt.partition not in inflight.winners:
                 inflight.winners[attempt.partition] = message
@@ -162,6 +227,37 @@ class World(Streams, BatchJobs):
         if attempt.fate == "fail":
             return self.say(f"{owner_label}: task {attempt.label} failed mid-write")
         return self.say(f"{owner_label}: task {attempt.label} staged, then its executor was lost")
+
+    def _retry_task(self, inflight: InFlight, attempt: Attempt) -> str:
+        """Spark runs another attempt of a task that failed, unless one is still to come."""
+        p = attempt.partition
+        if p in inflight.winners or any(a.partition == p and a.fate == "ok"
+                                        for a in inflight.pending):
+            return ""
+        number = 1 + max([a.number for a in inflight.pending + self.zombies
+                          if a.execution is attempt.execution and a.partition == p]
+                         + [attempt.number])
+        inflight.pending.append(Attempt(attempt.execution, p, number, "ok", attempt.plan))
+        return f"; Spark retries it as attempt {number}"
+
+    # -- the store ------------------------------------------------------------------------------
+    def store_faults(self) -> int:
+        return self.store.faults if self.store is not None else 0
+
+    def store_failed(self, exc: Exception, faults_before: int) -> bool:
+        """``exc`` is the sink reporting a store failure the world injected since then."""
+        from wal.errors import StoreUnavailable
+
+        return isinstance(exc, StoreUnavailable) and self.store_faults() != faults_before
+
+    def store_calm_since(self, faults_before: int) -> bool:
+        from .store import UP
+
+        return self.store is None or (self.store.mode == UP and self.store.faults == faults_before)
+
+    def set_store(self, mode: str) -> str:
+        self.store.mode = mode
+        return self.say(f"store: {mode}")
 
     def run_attempt(self, attempt: Attempt):
         """Stage one task attempt's rows: its commit message (None if it failed mid-write)."""
@@ -213,22 +309,30 @@ class World(Streams, BatchJobs):
         """Every driver gone, the node up for good, then recovery as a user would run it: each
         stream restarted once (recovery, then a clean stop), and one more batch job on the
         batch WAL, which completes batch jobs that failed after their seal."""
-        from recovery.flusher import QueryFlusher
         from cql.errors import SinkError
+        from recovery.flusher import QueryFlusher
         from wal.pointer import read_pointer
 
         self.step += 1
         self.doing = "final recovery"
         self.node.mode = cassandra.UP
-        self.say("final: every driver stops, Cassandra up, recovery runs")
+        if self.store is not None:
+            self.store.mode, self.store.calm = "up", True
+        self.say("final: every driver stops, Cassandra up" + (", the store up" if self.store
+                                                              else "") + ", recovery runs")
         for q in self.queries:
             self.kill(q)
         self.jobs.clear()
         self.zombies.clear()
+        self.zombie_commits.clear()
         for q in self.queries:
             wal_root = read_pointer(q.checkpoint.path) if q.refused is None else None
             if wal_root is None:
                 continue
+            if self.store is not None:
+                if is_store(wal_root) and self.srng.random() < 0.3:
+                    self.move_host(q, wal_root)
+                self.on_host(q)
             try:
                 flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
             except SinkError as exc:
@@ -244,6 +348,8 @@ class World(Streams, BatchJobs):
         if any(e.owner.startswith("job") for e in self.oracle.executions):
             self._final_job()
         check_written(self)
+        if self.store is not None and self.store.known_failures:
+            check_store_end(self)
         if not exempt_owners(self):
             self.clock_us += 2 * 86400 * 1_000_000     # past every TTL
             check_table(self)
