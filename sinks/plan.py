@@ -66,6 +66,7 @@ class WritePlan:
                                         # then the driver host's working copy)
     access: StoreAccess = field(default_factory=StoreAccess)   # how tasks and the commit reach
                                                                # it (the session's)
+    checkpoint: str | None = None       # a stream's checkpoint, resolved (a path or a URI)
 
     @property
     def wal(self) -> WalDir:
@@ -212,7 +213,7 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         write_pointer(checkpoint, wal.location)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra,
-                     wal.remote.uri if wal.remote else None, filesystems.access)
+                     wal.remote.uri if wal.remote else None, filesystems.access, checkpoint)
 
 
 def _check_bound(wal: WalDir, checkpoint: str) -> None:
@@ -354,6 +355,18 @@ def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
             f"share, mounted at the same path (see 'Deployment' in docs/user-guide.md)")
 
 
+def check_not_committed(checkpoint: str, batch_id: int) -> None:
+    """Spark never runs the commit of a batch it has committed: one that comes after
+    ``commits/N`` is a run that lost its query to another driver (a zombie), and its seal would
+    replace the one Spark committed (the newest seal wins). Refused, nothing sealed. (A zombie
+    that checks just before the other driver's commit still gets through: two live drivers of
+    one query are not fenced, here or by Spark.)"""
+    if ckpt.is_committed(checkpoint, batch_id):
+        raise SinkError(f"batch {batch_id}: Spark has committed it already (in {checkpoint}): "
+                        f"this commit comes from a run of the query that another driver "
+                        f"replaced; nothing was sealed")
+
+
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
                  commit_point: str = COMMIT_POINT_CHECKPOINT,
                  floor: TableFloor | None = None) -> Seal:
@@ -366,6 +379,8 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
     check_not_blocked(plan.wal)
     check_segments_visible(plan.wal, refs, batch_id)
     wait_for_room(plan, batch_id)
+    if commit_point == COMMIT_POINT_CHECKPOINT and plan.checkpoint is not None:
+        check_not_committed(plan.checkpoint, batch_id)
     crash_point("commit.before_seal")
     seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point,
                       write=plan.target.write_record(), floor=floor)

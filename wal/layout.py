@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -42,6 +43,14 @@ class WalDir:
         root = working_copy_of(location)
         make_working_copy(root, location)
         wal = cls(root)
+        if wal.remote.is_stale(root):
+            # Moved aside, not emptied: a flusher of the old WAL in this process may still
+            # hold its RocksDB log open; what it writes there now reaches nothing.
+            stale = f"{root}.stale-{time.time_ns()}"
+            os.rename(root, stale)
+            shutil.rmtree(stale, ignore_errors=True)
+            make_working_copy(root, location)
+            wal = cls(root)
         wal.remote.pull_state(root)
         return wal
 

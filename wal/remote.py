@@ -196,6 +196,17 @@ class RemoteWal:
         stems = (k.rsplit("/", 1)[-1] for k in self.store.list(FLUSHED_MARKERS))
         return max((int(s) for s in stems if s.isdigit()), default=-1)
 
+    def is_stale(self, root: str) -> bool:
+        """The working copy at ``root`` is of a WAL the store no longer holds: the WAL was
+        deleted there (with its checkpoint, a reset) and maybe made again by another query.
+        Its ``query.json`` and RocksDB log would then speak for the old WAL: a new query
+        refused, or its batches taken for flushed."""
+        local = _read(os.path.join(root, fmt.BINDING_FILE))
+        if local is not None and self.store.read(fmt.BINDING_FILE) != local:
+            return True
+        return os.path.exists(os.path.join(root, fmt.MARKER_FILE)) and \
+            self.store.read(fmt.MARKER_FILE) is None
+
     def pull_state(self, root: str) -> None:
         """``WAL_FORMAT``, ``query.json``, the newest ``target.json``, ``blocked.json`` and
         the highest flushed batch into the working copy at ``root``."""
@@ -242,13 +253,20 @@ class RemoteWal:
 
     def pull_segments(self, root: str, above: int) -> int:
         """Segments of batches above ``above`` (the highest flushed) that the working copy
-        does not have yet; returns how many were fetched."""
+        does not have yet; returns how many were fetched. Segments of batches at or below it
+        are a late task attempt's (a zombie or speculative task that published after its
+        batch was flushed: wal/FORMAT.md, "States"): garbage, deleted from the store."""
         fetched = 0
         prefix = f"{fmt.SEGMENTS_DIR}/"
+        late: set[str] = set()
         for key in self.store.list(fmt.SEGMENTS_DIR):
             name = key[len(prefix):]
             batch = name.split("/", 1)[0]
-            if not batch.isdigit() or int(batch) <= above or not name.endswith(fmt.SEGMENT_SUFFIX):
+            if batch.isdigit() and int(batch) <= above:
+                self.store.delete(key)
+                late.add(batch)
+                continue
+            if not batch.isdigit() or not name.endswith(fmt.SEGMENT_SUFFIX):
                 continue
             path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
             if os.path.exists(path):
@@ -259,6 +277,8 @@ class RemoteWal:
             make_private_dirs(os.path.dirname(path))
             atomic_write(path, data)
             fetched += 1
+        for batch in late:
+            self.store.delete_folder(f"{fmt.SEGMENTS_DIR}/{batch}")
         return fetched
 
     def pull(self, root: str, segments: bool = True) -> None:
@@ -267,6 +287,14 @@ class RemoteWal:
         self.pull_seals(root)
         if segments:
             self.pull_segments(root, _read_int(os.path.join(root, fmt.FLUSHED_THROUGH_FILE)))
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def _read_int(path: str) -> int:

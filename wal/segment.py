@@ -124,9 +124,11 @@ class SegmentWriter:
         # to be named in a seal.
         fsync_dir(os.path.dirname(folder))
         if self.wal.remote:     # a WAL on a store: published there before the task reports it
-            self.wal.remote.publish_segment(self.name, self._final)
-            if self.wal.spool_for:
-                os.unlink(self._final)
+            try:
+                self.wal.remote.publish_segment(self.name, self._final)
+            finally:            # a spool keeps nothing, published or not (Spark retries the task)
+                if self.wal.spool_for:
+                    os.unlink(self._final)
         return SegmentRef(self.name, self.partition, self.attempt, self.rows, self.chunks,
                           self._bytes, crc)
 

@@ -45,7 +45,7 @@ TS_FLOOR_WT = 1_700_000_000_000_000       # user-chosen write timestamps (writet
 
 def stores_on() -> bool:
     """Store worlds are drawn: switched on, and the code under test has stores."""
-    if os.environ.get(ENV_STORES, "1") == "0":
+    if os.environ.get(ENV_STORES, "all") == "0":
         return False
     try:
         import wal.remote  # noqa: F401 - older code has no stores
@@ -108,7 +108,7 @@ class World(Streams, BatchJobs):
             from .store import StoreState
 
             self.store = StoreState(os.path.join(self.root, "store"), self.srng,
-                                    known_failures=os.environ.get(ENV_STORES) == "all")
+                                    known_failures=os.environ.get(ENV_STORES, "all") == "all")
         self._setup()
 
     # -- the schedule's cast ------------------------------------------------------------------

@@ -295,3 +295,79 @@ def test_the_flusher_drains_a_store_when_kicked_and_retries_on_its_timer(
         assert len(count) >= 3
     else:
         assert len(count) == drains
+
+
+# -- found by the simulation's store schedules (tests/sim/README.md, A-D) ------------------------
+def test_a_late_attempts_segment_of_a_flushed_batch_is_removed_from_the_store(tmp_path):
+    """Sim A (seeds 42, 81...): a zombie task published into batch 0 after it was flushed;
+    the pull skipped batches at or below the flushed marker, so it stayed on the store."""
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0)])
+    s.commit(0)
+    s.flush()
+    s.stage(0, 1, 2, 50, attempt=3)                       # the zombie, late
+    assert s.store.list("segments")
+    s.flush()
+    assert s.store.list("segments") == []
+    assert not os.path.exists(s.store_dir / "segments" / "00000000000000000000")
+
+
+def test_a_failed_publish_leaves_nothing_in_the_tasks_spool(tmp_path, monkeypatch):
+    """Sim C (seeds 25, 54...): the spool file, renamed into place, stayed when the publish
+    failed (abort removed only the .tmp)."""
+    from wal.errors import StoreUnavailable
+
+    s = Stream(tmp_path)
+
+    def refused(self, name, path):
+        raise StoreUnavailable(self.uri, "injected: PUT timed out")
+
+    monkeypatch.setattr(RemoteWal, "publish_segment", refused)
+    with pytest.raises(StoreUnavailable):
+        s.stage(0, 0, 3, 0)
+    assert not any(files for _, _, files in os.walk(spool_dir(s.uri)))
+
+
+def test_a_working_copy_of_a_wal_deleted_on_the_store_is_rebuilt_not_trusted(tmp_path,
+                                                                              monkeypatch):
+    """Sim B (seeds 208, 465...): the checkpoint (and the WAL under it) deleted on the store
+    and the query started again; the old working copy's query.json refused the new query,
+    and its RocksDB log would have taken the new batches for flushed."""
+    import wal.layout as layout
+
+    s = Stream(tmp_path)
+    bind(s.wal, s.checkpoint)
+    s.seal(0, [s.stage(0, 0, 3, 0)])
+    s.commit(0)
+    s.flush()
+    root = s.wal.root
+    shutil.rmtree(s.store_dir)                             # the user's reset
+    shutil.rmtree(s.checkpoint)
+    os.makedirs(os.path.join(s.checkpoint, "commits"))
+    with open(os.path.join(s.checkpoint, "metadata"), "w") as f:
+        f.write('{"id":"a-new-query"}\n')
+    # WalDir.at as for an hdfs:// or s3a:// location (file: is a local WAL), on this copy.
+    monkeypatch.setattr(layout, "is_remote", lambda location: True)
+    monkeypatch.setattr(layout, "working_copy_of", lambda uri: root)
+    fresh = WalDir.at(s.uri).create()
+    assert fresh.root == root and not os.path.exists(os.path.join(root, "log"))
+    bind(fresh, s.checkpoint)                              # the new query: not refused
+    WRITES.clear()
+    s.wal = fresh
+    s.seal(0, [s.stage(0, 0, 2, 70)])
+    s.commit(0)
+    assert s.flush().replayed == [0]                       # not taken for flushed
+    assert sorted(i for _, _, ids in WRITES for i in ids) == [70, 71]
+
+
+def test_a_commit_after_spark_committed_its_batch_is_refused(tmp_path):
+    """Sim D (seed 992): a cut-off driver's commit of batch 0 published its seal after the
+    re-run's was committed, and the newest version (its) was written."""
+    from cql.errors import SinkError
+    from sinks.plan import check_not_committed
+
+    s = Stream(tmp_path)
+    check_not_committed(s.checkpoint, 0)                   # not committed: nothing to say
+    s.commit(0)
+    with pytest.raises(SinkError, match="batch 0: Spark has committed it already"):
+        check_not_committed(s.checkpoint, 0)
