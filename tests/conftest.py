@@ -19,8 +19,8 @@ from typing import List, Optional
 
 import pytest
 
-from tests.helpers.node import (fresh_keyspace, java_home_env, load_cassandra_node_module,
-                                start_timeout)
+from tests.helpers.node import (fresh_keyspace, hdfs_started, java_home_env,
+                                load_cassandra_node_module, start_timeout)
 
 
 def pytest_configure(config):
@@ -151,3 +151,12 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def hdfs_server(tmp_path_factory):
+    """One HDFS (``scripts/hdfs``, a MiniDFSCluster) for the session's tests that need a running
+    one: ``(hdfs://127.0.0.1:<port>, 127.0.0.1:<http port>)``. (The script's own tests start
+    theirs: they check what a start prints.)"""
+    with hdfs_started(tmp_path_factory.mktemp("hdfs") / "server") as (port, http_port, _):
+        yield f"hdfs://127.0.0.1:{port}", f"127.0.0.1:{http_port}"

@@ -71,20 +71,10 @@ def crash_storage() -> str:
     return LOCAL
 
 
-HDFS_START_TIMEOUT = float(os.environ.get("HDFS_WAL_START_TIMEOUT", "180"))
-
-
 @pytest.fixture(scope="session")
-def crash_hdfs(tmp_path_factory):
-    """A MiniDFSCluster (``scripts/hdfs``) for the session's crash cases on HDFS."""
-    hn = load_script_module("hdfs_node")
-    server_dir = tmp_path_factory.mktemp("crash-hdfs") / "server"
-    port = hn.free_port()
-    http_port = hn.free_port(exclude=(port,))
-    script = ServerScript("hdfs", "MiniDFSClusterManager", timeout=60)
-    with script.started(server_dir, "--port", port, "--http-port", http_port,
-                        "--timeout", HDFS_START_TIMEOUT, timeout=HDFS_START_TIMEOUT + 600):
-        yield hdfs_storage(f"hdfs://127.0.0.1:{port}", f"127.0.0.1:{http_port}")
+def crash_hdfs(hdfs_server):
+    """The session's HDFS (``tests/conftest.py``) for the crash cases on HDFS."""
+    return hdfs_storage(*hdfs_server)
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ from sinkutil import (
 
 import sinks
 from sinks.registry import registries
-from tests.helpers.node import RestartableNode, hdfs_started
+from tests.helpers.node import RestartableNode
 from wal.checkpoint import open_checkpoint
 from wal.pointer import read_pointer
 from wal.remote import working_copy_of
@@ -49,17 +49,11 @@ pytestmark = pytest.mark.integration
 EVENT_SCHEMA = "id INT, tag INT, name STRING"
 
 
-@pytest.fixture(scope="module")
-def hdfs(tmp_path_factory):
-    with hdfs_started(tmp_path_factory.mktemp("hdfs") / "server") as (port, http_port, _):
-        yield f"hdfs://127.0.0.1:{port}", f"127.0.0.1:{http_port}"
-
-
 @pytest.fixture
-def on_hdfs(spark, hdfs):
+def on_hdfs(spark, hdfs_server):
     """The session knows the namenode's HTTP address (as hdfs-site.xml says on a cluster); the
     sink re-registered to take it up; both restored afterwards."""
-    uri, http = hdfs
+    uri, http = hdfs_server
     conf = spark._jsc.hadoopConfiguration()
     before = conf.get("dfs.namenode.http-address")
     conf.set("dfs.namenode.http-address", http)

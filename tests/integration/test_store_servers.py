@@ -36,12 +36,8 @@ def script(name: str, *args, timeout: float = 300) -> str:
 
 
 @pytest.fixture(scope="module")
-def hdfs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("hdfs")
-    port, http_port = free_port(), free_port()
-    script("hdfs", "start", "--port", port, "--http-port", http_port, "--dir", folder)
-    yield f"http://127.0.0.1:{http_port}"
-    script("hdfs", "stop", "--port", port, "--dir", folder, "--purge")
+def hdfs(hdfs_server):
+    return f"http://{hdfs_server[1]}"
 
 
 @pytest.fixture(scope="module")
