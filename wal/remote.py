@@ -49,7 +49,6 @@ SEAL_VERSIONS = fmt.SEALS_DIR          # seals/<batch>/<version>-<tok>.seal
 TARGET_VERSIONS = "targets"            # targets/<version>-<tok>.json
 FLUSHED_MARKERS = "flushed"            # flushed/<batch>
 VERSION_DIGITS = 8
-MAX_PUBLISH_RACES = 64
 
 
 def is_remote(location: str) -> bool:
@@ -113,18 +112,19 @@ class RemoteWal:
             raise StoreUnavailable(self.uri, f"segment {name} exists with other bytes")
 
     def publish_version(self, folder: str, data: bytes, suffix: str) -> str:
-        """``data`` as the next version under ``folder`` (create-only); the key published."""
-        for _ in range(MAX_PUBLISH_RACES):
-            versions = [v for v in map(_version_of, self.store.list(folder)) if v is not None]
-            # The token makes every key unique for good: a version deleted (a discarded batch's
-            # seals) and published again under the same number is another key, so an object
-            # once read never changes (RemoteWal caches them).
-            version = max(versions, default=0) + 1
-            key = f"{folder}/{version:0{VERSION_DIGITS}d}-{uuid.uuid4().hex[:12]}{suffix}"
-            if self.store.create(key, data):
-                return key
-        raise StoreUnavailable(self.uri, f"{folder}: lost {MAX_PUBLISH_RACES} races for a "
-                               f"new version (another writer publishing in a loop?)")
+        """``data`` as the next version under ``folder`` (create-only); the key published.
+
+        The token makes every key unique for good: a version deleted (a discarded batch's
+        seals) and published again under the same number is another key, so an object once
+        read never changes (RemoteWal keeps them). Two writers publishing one number at once
+        (only two live drivers of one query would) both succeed; readers order them by token,
+        all alike (:meth:`latest_version`, :meth:`pull_seals`)."""
+        versions = [v for v in map(_version_of, self.store.list(folder)) if v is not None]
+        version = max(versions, default=0) + 1
+        key = f"{folder}/{version:0{VERSION_DIGITS}d}-{uuid.uuid4().hex[:12]}{suffix}"
+        if not self.store.create(key, data):      # a 12-hex-digit token taken: never seen
+            raise StoreUnavailable(self.uri, f"{key} exists already")
+        return key
 
     def latest_version(self, folder: str) -> bytes | None:
         """The newest version under ``folder`` (None: none)."""
@@ -239,7 +239,7 @@ class RemoteWal:
             parts = key.split("/")
             version = _version_of(key)
             if (len(parts) == 3 and parts[1].isdigit() and version is not None
-                    and version > newest.get(parts[1], (-1, ""))[0]):
+                    and (version, key) > newest.get(parts[1], (-1, ""))):   # as latest_version
                 newest[parts[1]] = (version, key)
         folder = os.path.join(root, fmt.SEALS_DIR)
         make_private_dirs(folder)

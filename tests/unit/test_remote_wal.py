@@ -371,3 +371,17 @@ def test_a_commit_after_spark_committed_its_batch_is_refused(tmp_path):
     s.commit(0)
     with pytest.raises(SinkError, match="batch 0: Spark has committed it already"):
         check_not_committed(s.checkpoint, 0)
+
+
+def test_two_versions_of_one_number_are_ordered_alike_by_every_reader(tmp_path):
+    """Two writers publishing one version number at once both succeed (the token makes the
+    keys differ); the seal pull and latest_version must pick the same one."""
+    s = Stream(tmp_path)
+    remote = s.wal.remote
+    for token in ("aaaaaaaaaaaa", "ffffffffffff"):
+        s.store.create(f"seals/00000000000000000004/00000001-{token}.seal", token.encode())
+        s.store.create(f"targets/00000001-{token}.json", token.encode())
+    remote.pull_seals(s.wal.root)
+    with open(s.wal.seal_path(4), "rb") as f:
+        assert f.read() == b"ffffffffffff"
+    assert remote.latest_version("targets") == b"ffffffffffff"
