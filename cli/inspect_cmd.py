@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from cli import EXIT_OK, UsageError, log_errors, warn
-from cli.location import WAL_DIR_HELP, checkpoint_at, read_only_wal, shown
+from cli.location import WAL_DIR_HELP, read_only_wal, shown
 from cli.render import human_age, human_bytes, progress, table, yes_no
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
@@ -70,7 +69,7 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
         if not found:
             what = "no such directory" if ckpt.is_local(given) else "no Spark checkpoint there"
             raise UsageError(f"--checkpoint {given}: {what}", "pass the query's checkpointLocation")
-        return checkpoint_at(given), "option"
+        return ckpt.normal_location(given), "option"
     try:
         recorded = RecordedTarget.read(wal)
     except WalCorrupted as exc:
@@ -88,7 +87,7 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
         warn(f"checkpoint {location} (from target.json) not found; Spark's commits are "
              f"unknown (pass --checkpoint)")
         return None, None
-    return checkpoint_at(location), "target.json"
+    return ckpt.normal_location(location), "target.json"
 
 
 def flush_progress(view: BatchView) -> str | None:

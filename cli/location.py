@@ -17,17 +17,10 @@ import os
 import shutil
 import tempfile
 
-from wal import checkpoint as ckpt
 from wal.layout import WalDir
 from wal.remote import is_remote, make_working_copy
 
 WAL_DIR_HELP = "the WAL directory, or the WAL's URI on a store (hdfs://..., s3a://...)"
-
-
-def checkpoint_at(location: str) -> str:
-    """The checkpoint as the WAL's code reads it: a local folder's path, a store's URI. Raises
-    ValueError for a filesystem no store reaches."""
-    return ckpt.local_path(location) if ckpt.is_local(location) else location
 
 
 def shown(wal: WalDir) -> str:

@@ -12,7 +12,7 @@ import sys
 import time
 
 from cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, CliError, UsageError
-from cli.location import WAL_DIR_HELP, checkpoint_at, working_wal
+from cli.location import WAL_DIR_HELP, working_wal
 from cli.render import table
 from cql import credentials
 from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
@@ -99,7 +99,7 @@ def _checkpoint(wal: WalDir, args) -> str | None:
         return None
     where = "--checkpoint" if args.checkpoint else f"{wal.target_file} (checkpoint_location)"
     try:
-        local = checkpoint_at(given)
+        local = ckpt.normal_location(given)
         found = ckpt.exists(local)
     except ValueError as exc:
         raise UsageError(f"{where}: the checkpoint {given}: {exc}: recover cannot read which "

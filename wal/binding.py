@@ -34,12 +34,6 @@ def query_id_of(checkpoint: str) -> str:
     return ckpt.open_checkpoint(checkpoint).query_id() or ""
 
 
-def _normal(checkpoint: str) -> str:
-    """One spelling per checkpoint: a local one as an absolute path, a store's as its URI."""
-    return os.path.abspath(ckpt.local_path(checkpoint)) if ckpt.is_local(checkpoint) \
-        else checkpoint.rstrip("/")
-
-
 def read_binding(wal: WalDir) -> Binding | None:
     path = os.path.join(wal.root, fmt.BINDING_FILE)
     try:
@@ -68,7 +62,7 @@ def check(wal: WalDir, checkpoint: str) -> None:
     unbound). For readers and operators: a recovery given the wrong checkpoint would record
     another query's commits as this WAL's."""
     bound = read_binding(wal)
-    now = Binding(_normal(checkpoint), query_id_of(checkpoint))
+    now = Binding(ckpt.normal_location(checkpoint), query_id_of(checkpoint))
     if bound is not None and not _same_query(bound, now):
         raise WalBoundElsewhere(wal.root, bound, now)
 
@@ -81,7 +75,7 @@ def bind(wal: WalDir, checkpoint: str) -> Binding:
     A WAL written before bindings existed is bound on first use, unless its newest seal names
     another query id (its batches are another query's).
     """
-    now = Binding(_normal(checkpoint), query_id_of(checkpoint))
+    now = Binding(ckpt.normal_location(checkpoint), query_id_of(checkpoint))
     bound = read_binding(wal)
     if bound is None:
         newest = max(wal.sealed_batch_ids(), default=None)

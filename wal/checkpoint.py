@@ -125,6 +125,12 @@ def is_local(location: str) -> bool:
     return scheme is None or scheme == LOCAL_SCHEME
 
 
+def normal_location(location: str) -> str:
+    """One spelling per checkpoint: a local one as its absolute path, any other as its URI
+    without a trailing ``/`` (opening it says whether a store reaches it)."""
+    return local_path(location) if is_local(location) else location.rstrip("/")
+
+
 def open_checkpoint(location: str) -> "SparkCheckpoint":
     """The checkpoint at ``location``: a local path or ``file:`` URI, or a store's URI
     (``hdfs://``, ``s3a://``: :func:`wal.stores.open_store`)."""
