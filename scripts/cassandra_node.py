@@ -267,65 +267,114 @@ LOGIN_REFUSED = "login refused"
 last_probe_failure: Optional[str] = None
 
 
-def cql_release_version(port: int, host: str = HOST, timeout: float = 3.0, *,
-                        credentials: Optional[tuple] = None,
-                        ssl_context: Optional[ssl.SSLContext] = None) -> Optional[str]:
-    """Run `SELECT release_version FROM system.local` over a raw v4 connection.
+def _cql_session(host: str, port: int, timeout: float, credentials: Optional[tuple],
+                 ssl_context: Optional[ssl.SSLContext]):
+    """A connected, READY raw v4 socket (logged in if the node asks), or None if the node
+    is not ready or refuses the login (:data:`last_probe_failure`)."""
+    global last_probe_failure
+    raw = socket.create_connection((host, port), timeout=timeout)
+    sock = ssl_context.wrap_socket(raw) if ssl_context is not None else raw
+    sock.settimeout(timeout)
+    op, _ = _cql_request(sock, 0, 0x01, struct.pack(">H", 1)
+                         + _cql_string("CQL_VERSION") + _cql_string("3.0.0"))
+    if op == 0x03:  # AUTHENTICATE: SASL PLAIN with the probe's credentials
+        last_probe_failure = LOGIN_REFUSED
+        if not credentials:
+            sock.close()
+            return None
+        user, password = credentials
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        op, _ = _cql_request(sock, 1, 0x0F, struct.pack(">i", len(token)) + token)
+        if op != 0x10:  # AUTH_SUCCESS
+            sock.close()
+            return None
+        last_probe_failure = None
+    elif op != 0x02:  # READY
+        sock.close()
+        return None
+    return sock
 
-    Returns the version string, or None if the node does not answer CQL (yet). A node that
-    asks for authentication gets ``credentials`` (user, password) over SASL PLAIN; without
-    them, or while they are refused (the default superuser is not created yet), it is not
-    ready, and :data:`last_probe_failure` is :data:`LOGIN_REFUSED`.
-    ``ssl_context``: speak TLS (a TLS-only node drops a plaintext client).
-    """
+
+def _rows(p: bytes) -> Optional[List[List[Optional[bytes]]]]:
+    """The rows of a RESULT/Rows body, each a list of raw cell values (None for null). Only
+    columns of types without parameters (text, uuid, inet, bigint, ...) are understood: None
+    for a result with a collection, tuple, UDT or custom column."""
+    if struct.unpack(">i", p[:4])[0] != 2:  # not Rows
+        return None
+    pos = 4
+    flags, ncols = struct.unpack(">ii", p[pos:pos + 8])
+    pos += 8
+    if flags & 0x0002:  # paging state
+        (n,) = struct.unpack(">i", p[pos:pos + 4])
+        pos += 4 + max(n, 0)
+
+    def skip_string(pos: int) -> int:
+        return pos + 2 + struct.unpack(">H", p[pos:pos + 2])[0]
+
+    if not flags & 0x0004:  # metadata present
+        if flags & 0x0001:  # global table spec
+            pos = skip_string(skip_string(pos))
+        for _ in range(ncols):
+            if not flags & 0x0001:
+                pos = skip_string(skip_string(pos))
+            pos = skip_string(pos)  # name
+            (type_id,) = struct.unpack(">H", p[pos:pos + 2])
+            if type_id == 0 or type_id >= 0x20:  # custom, list, map, set, UDT, tuple
+                return None
+            pos += 2
+    (nrows,) = struct.unpack(">i", p[pos:pos + 4])
+    pos += 4
+    rows = []
+    for _ in range(nrows):
+        row = []
+        for _ in range(ncols):
+            (n,) = struct.unpack(">i", p[pos:pos + 4])
+            pos += 4
+            row.append(p[pos:pos + n] if n >= 0 else None)
+            pos += max(n, 0)
+        rows.append(row)
+    return rows
+
+
+def cql_rows(port: int, host: str, query: str, timeout: float = 3.0, *,
+             credentials: Optional[tuple] = None,
+             ssl_context: Optional[ssl.SSLContext] = None) -> Optional[List[list]]:
+    """Run ``query`` (a SELECT of columns without type parameters) over a raw v4 connection
+    and return its rows of raw cell values; None if the node does not answer CQL (yet) or
+    refuses the login (then :data:`last_probe_failure` is :data:`LOGIN_REFUSED`)."""
     global last_probe_failure
     last_probe_failure = None
     try:
-        with socket.create_connection((host, port), timeout=timeout) as raw:
-            sock = ssl_context.wrap_socket(raw) if ssl_context is not None else raw
-            sock.settimeout(timeout)
-            op, _ = _cql_request(sock, 0, 0x01, struct.pack(">H", 1)
-                                 + _cql_string("CQL_VERSION") + _cql_string("3.0.0"))
-            if op == 0x03:  # AUTHENTICATE: SASL PLAIN with the probe's credentials
-                last_probe_failure = LOGIN_REFUSED
-                if not credentials:
-                    return None
-                user, password = credentials
-                token = b"\0" + user.encode() + b"\0" + password.encode()
-                op, _ = _cql_request(sock, 1, 0x0F, struct.pack(">i", len(token)) + token)
-                if op != 0x10:  # AUTH_SUCCESS
-                    return None
-                last_probe_failure = None
-            elif op != 0x02:  # READY
-                return None
-            q = b"SELECT release_version FROM system.local"
+        sock = _cql_session(host, port, timeout, credentials, ssl_context)
+        if sock is None:
+            return None
+        with sock:
+            q = query.encode()
             op, p = _cql_request(sock, 1, 0x07,
                                  struct.pack(">I", len(q)) + q + struct.pack(">HB", 0x0001, 0))
-            if op != 0x08 or struct.unpack(">i", p[:4])[0] != 2:  # RESULT / Rows
-                return None
-            pos = 4
-            flags, ncols = struct.unpack(">ii", p[pos:pos + 8])
-            pos += 8
-            if flags & 0x0002:  # paging state
-                (n,) = struct.unpack(">i", p[pos:pos + 4])
-                pos += 4 + max(n, 0)
-            if not flags & 0x0004:  # metadata present
-                def skip_string(pos: int) -> int:
-                    return pos + 2 + struct.unpack(">H", p[pos:pos + 2])[0]
-                if flags & 0x0001:  # global table spec
-                    pos = skip_string(skip_string(pos))
-                for _ in range(ncols):
-                    if not flags & 0x0001:
-                        pos = skip_string(skip_string(pos))
-                    pos = skip_string(pos) + 2  # name, type id (varchar: no params)
-            (nrows,) = struct.unpack(">i", p[pos:pos + 4])
-            pos += 4
-            if nrows < 1:
-                return ""
-            (n,) = struct.unpack(">i", p[pos:pos + 4])
-            return p[pos + 4:pos + 4 + n].decode() if n >= 0 else ""
-    except (OSError, ConnectionError, struct.error, UnicodeDecodeError, ssl.SSLError):
+            return _rows(p) if op == 0x08 else None  # RESULT
+    except (OSError, ConnectionError, struct.error, ssl.SSLError):
         return None  # an error answer to the login keeps last_probe_failure = LOGIN_REFUSED
+
+
+def cql_release_version(port: int, host: str = HOST, timeout: float = 3.0, *,
+                        credentials: Optional[tuple] = None,
+                        ssl_context: Optional[ssl.SSLContext] = None) -> Optional[str]:
+    """``SELECT release_version FROM system.local`` over a raw v4 connection
+    (:func:`cql_rows`): the version string, or None if the node does not answer CQL (yet).
+    A node that asks for authentication gets ``credentials`` (user, password) over SASL
+    PLAIN; without them, or while they are refused (the default superuser is not created
+    yet), it is not ready, and :data:`last_probe_failure` is :data:`LOGIN_REFUSED`.
+    ``ssl_context``: speak TLS (a TLS-only node drops a plaintext client).
+    """
+    rows = cql_rows(port, host, "SELECT release_version FROM system.local", timeout,
+                    credentials=credentials, ssl_context=ssl_context)
+    if rows is None:
+        return None
+    try:
+        return rows[0][0].decode() if rows and rows[0][0] is not None else ""
+    except UnicodeDecodeError:
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,15 +395,18 @@ class NodeInfo:
     auth: bool = False                  # PasswordAuthenticator (default superuser cassandra)
     tls_keystore: Optional[str] = None  # native port is TLS-only; its password is not kept here
     extra: dict = field(default_factory=dict)
+    # One node of a cluster (scripts/cassandra_cluster.py); a single node keeps the defaults.
+    host: str = HOST                    # listen and rpc address: a loopback address 127.0.0.x
+    membership: Optional[dict] = None   # {"cluster_name", "seeds", "initial_token"}
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def probe(self, timeout: float = 3.0) -> Optional[str]:
         """release_version over CQL as this node expects it (login, TLS), None if not up."""
         return cql_release_version(
-            self.port, timeout=timeout,
+            self.port, self.host, timeout=timeout,
             credentials=probe_credentials() if self.auth else None,
             ssl_context=probe_ssl_context() if self.tls_keystore else None)
 
@@ -391,19 +443,31 @@ def _security_yaml(info: NodeInfo, tls_keystore_password: Optional[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _membership_yaml(info: NodeInfo) -> tuple[str, str, str]:
+    """(cluster_name, seeds, extra lines): a single node is its own seed; a cluster's node
+    gets the cluster's name, seeds and token, and joins without bootstrapping (every node of
+    a new cluster starts empty: there is nothing to stream)."""
+    if not info.membership:
+        return f"cassandra-wal-{info.port}", f"{info.host}:{info.storage_port}", ""
+    m = info.membership
+    extra = f"initial_token: {m['initial_token']}\nauto_bootstrap: false\n"
+    return m["cluster_name"], m["seeds"], extra
+
+
 def render_cassandra_yaml(info: NodeInfo, tls_keystore_password: Optional[str] = None) -> str:
+    cluster_name, seeds, membership = _membership_yaml(info)
     return f"""\
 # Written by scripts/cassandra_node.py on every start; edits are overwritten.
-cluster_name: 'cassandra-wal-{info.port}'
+cluster_name: '{cluster_name}'
 num_tokens: 1
-partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+{membership}partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "{HOST}:{info.storage_port}"
-listen_address: {HOST}
-rpc_address: {HOST}
+      - seeds: "{seeds}"
+listen_address: {info.host}
+rpc_address: {info.host}
 storage_port: {info.storage_port}
 native_transport_port: {info.port}
 start_native_transport: true
@@ -507,7 +571,8 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
           die_with_parent: bool = False, quiet: bool = False, auth: bool = False,
           tls_keystore: Optional[os.PathLike] = None,
           tls_keystore_password: Optional[str] = None, wait: bool = True,
-          version: Optional[str] = None) -> NodeInfo:
+          version: Optional[str] = None, host: Optional[str] = None,
+          storage_port: Optional[int] = None, membership: Optional[dict] = None) -> NodeInfo:
     """Start (or reuse) the node of node_dir and wait until CQL answers.
 
     The JVM runs in its own session (a Ctrl-C in the terminal does not reach it).
@@ -520,6 +585,10 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
     dir's node or data is refused.
     wait=False: return as soon as the JVM is launched; call :func:`wait_started` with the
     result (lets a caller boot several nodes at once from one thread).
+    host, storage_port, membership: a node of a cluster (``cassandra_cluster.py``): its loopback
+    address, the storage port every node of the cluster uses, and the cluster's name, seeds
+    and this node's token (:class:`NodeInfo`); None: the dir's recorded ones, else a single
+    node on 127.0.0.1 with a free storage port.
     Raises PortInUseError / CassandraNodeError on failure.
     """
     if version is not None:
@@ -555,18 +624,25 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
                 raise CassandraNodeError(f"node in {node_dir} (pid {pid}) runs but does not answer "
                                          f"CQL on {info.address}\n" + tail_logs(node_dir))
             return info
-        KIND.require_free((port, "port"))
+        prev = KIND.load(node_dir)
+        host = host or (prev.host if prev else HOST)
+        membership = membership or (prev.membership if prev else None)
+        alone = membership is None  # a cluster's nodes share their ports on other addresses
+        KIND.require_free((port, "port"), host=host, wildcard=alone)
+        if storage_port is not None:
+            KIND.require_free((storage_port, "storage port"), host=host, wildcard=alone)
+        else:
+            storage_port = prev.storage_port if prev and prev.storage_port else 0
+            if not storage_port or storage_port == port or port_in_use(storage_port, host):
+                storage_port = free_port(exclude=(port,))
 
         java_home = find_java_home()
-        prev = KIND.load(node_dir)
         version = _version_for(node_dir, prev, version)
-        storage_port = prev.storage_port if prev and prev.storage_port else 0
-        if not storage_port or storage_port == port or port_in_use(storage_port):
-            storage_port = free_port(exclude=(port,))
         lib = ensure_jars(java_home, version)
         info = NodeInfo(node_dir=str(node_dir), port=port, storage_port=storage_port,
                         fast=fast, heap=heap, java=str(java_home / "bin" / "java"),
-                        auth=bool(auth), tls_keystore=tls_keystore, version=version)
+                        auth=bool(auth), tls_keystore=tls_keystore, version=version,
+                        host=host, membership=membership)
         for sub in ("conf", "data", "logs"):
             (node_dir / sub).mkdir(exist_ok=True)
         yaml_path = node_dir / "conf" / "cassandra.yaml"
@@ -643,12 +719,13 @@ def stop(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
 def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -> dict:
     """{'state': 'up'|'starting'|'down', 'pid', 'address', ...}."""
     port, node_dir, info, pid = KIND.observe(port, node_dir)
-    probe_as = info if info and info.port == port else NodeInfo(str(node_dir), port)
+    probe_as = (info if info and info.port == port
+                else NodeInfo(str(node_dir), port, host=info.host if info else HOST))
     version = probe_as.probe() if pid else None
     refused = pid is not None and version is None and last_probe_failure == LOGIN_REFUSED
     state = "up" if pid and version is not None else ("starting" if pid else "down")
     result = KIND.status(
-        state, pid, port, address=f"{HOST}:{port}", node_dir=str(node_dir),
+        state, pid, port, host=probe_as.host, address=probe_as.address, node_dir=str(node_dir),
         storage_port=info.storage_port if info else None,
         version=info.version if info else None, release_version=version,
         log=str(node_dir / "logs" / "system.log"), auth=bool(info and info.auth),
@@ -668,6 +745,7 @@ def status(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None) -
 
 EPILOG = """\
 examples:
+  scripts/cassandra cluster --help             # a cluster of several nodes: cluster start|stop|...
   scripts/cassandra start                      # node on 127.0.0.1:9042, dir .cache/cassandra/node-9042
   scripts/cassandra start --port 19042 --fast  # another port; unsafe (no fsync) system tables
   export CASSANDRA_PORT=$(scripts/cassandra start --port 19042 | cut -d: -f2)
@@ -742,11 +820,15 @@ def _start_command(args) -> int:
     info = start(args.port, args.node_dir, timeout=args.timeout, fast=args.fast,
                  heap=args.heap, auth=args.auth, tls_keystore=args.tls_keystore,
                  tls_keystore_password=password, version=args.version)
-    return local_server.answer(args, {"address": info.address, "host": HOST, **asdict(info)},
+    return local_server.answer(args, {"address": info.address, **asdict(info)},
                                info.address)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["cluster"]:
+        import cassandra_cluster
+        return cassandra_cluster.main(argv[1:])
     return local_server.main(
         _parser().parse_args(argv), KIND, start=_start_command,
         status=lambda args: status(args.port, args.node_dir),

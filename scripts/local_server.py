@@ -90,9 +90,10 @@ def is_live(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """True if something holds (host, port) or the wildcard address for it."""
-    for addr in (host, "0.0.0.0"):
+def port_in_use(port: int, host: str = HOST, wildcard: bool = True) -> bool:
+    """True if something holds (host, port) or, ``wildcard``, the wildcard address for it (a
+    cluster's nodes share ports on several loopback addresses: the wildcard is theirs)."""
+    for addr in (host, "0.0.0.0") if wildcard else (host,):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT
@@ -186,11 +187,14 @@ class ServerKind:
             port = info.port if info else self.default_port
         return port, server_dir
 
-    def require_free(self, *ports: Tuple[int, str]) -> None:
-        """Raise ``port_error`` for the first of the (port, what) that something holds."""
+    def require_free(self, *ports: Tuple[int, str], host: str = HOST,
+                     wildcard: bool = True) -> None:
+        """Raise ``port_error`` for the first of the (port, what) that something holds on
+        ``host`` (:func:`port_in_use`)."""
         for port, what in ports:
-            if port_in_use(port):
-                raise self.port_error(f"{what} {port} is in use by another process")
+            if port_in_use(port, host, wildcard):
+                raise self.port_error(f"{what} {port} is in use by another process"
+                                      + (f" on {host}" if host != HOST else ""))
 
     # -- files
 

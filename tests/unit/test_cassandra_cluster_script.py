@@ -1,0 +1,101 @@
+"""scripts/cassandra cluster without starting a node: tokens, each node's cassandra.yaml, ports
+shared over loopback addresses, the raw CQL result parser its agreement check reads peers with,
+and its command line."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+
+import pytest
+
+from tests.helpers.node import load_script_module
+
+pytestmark = pytest.mark.unit
+
+cn = load_script_module("cassandra_node")
+cc = load_script_module("cassandra_cluster")
+local_server = load_script_module("local_server")
+
+
+def test_tokens_cut_the_ring_in_equal_ranges():
+    tokens = [int(cc.token_of(i, 3)) for i in (1, 2, 3)]
+    assert tokens == [-2 ** 63, -2 ** 63 + 2 ** 64 // 3, -2 ** 63 + 2 * (2 ** 64 // 3)]
+    assert all(-2 ** 63 <= t < 2 ** 63 for t in tokens)
+    assert [cc.host_of(i) for i in (1, 2, 3)] == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def test_a_cluster_node_gets_its_address_the_seed_its_token_and_no_bootstrap(tmp_path):
+    info = cc.ClusterInfo(cluster_dir=str(tmp_path), name="cassandra-wal-cluster-19042",
+                          port=19042, storage_port=17000,
+                          nodes=[cc.ClusterNode(i, cc.host_of(i), str(tmp_path / f"node{i}"),
+                                                cc.token_of(i, 3)) for i in (1, 2, 3)])
+    yaml = cn.render_cassandra_yaml(cc._node_info(info, info.node(2)))
+    assert "cluster_name: 'cassandra-wal-cluster-19042'" in yaml
+    assert 'seeds: "127.0.0.1:17000"' in yaml
+    assert "listen_address: 127.0.0.2\nrpc_address: 127.0.0.2\n" in yaml
+    assert f"initial_token: {cc.token_of(2, 3)}\nauto_bootstrap: false\n" in yaml
+    assert "storage_port: 17000\nnative_transport_port: 19042\n" in yaml
+
+
+def test_a_single_node_is_its_own_seed_on_127_0_0_1(tmp_path):
+    yaml = cn.render_cassandra_yaml(cn.NodeInfo(str(tmp_path), 19042, storage_port=17000))
+    assert "cluster_name: 'cassandra-wal-19042'" in yaml
+    assert 'seeds: "127.0.0.1:17000"' in yaml
+    assert "listen_address: 127.0.0.1\n" in yaml
+    assert "initial_token" not in yaml and "auto_bootstrap" not in yaml
+
+
+def test_a_port_held_on_one_loopback_address_is_free_on_another():
+    with socket.socket() as held:
+        held.bind(("127.0.0.2", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert local_server.port_in_use(port, "127.0.0.2", wildcard=False)
+        assert not local_server.port_in_use(port, "127.0.0.3", wildcard=False)
+        # A single node on 127.0.0.1 also wants the wildcard free: it is not, here.
+        assert local_server.port_in_use(port, "127.0.0.1")
+
+
+def _string(s: str) -> bytes:
+    return struct.pack(">H", len(s)) + s.encode()
+
+
+def _rows_body(columns: list[tuple[str, int]], rows: list[list[bytes | None]]) -> bytes:
+    body = struct.pack(">iii", 2, 0x0001, len(columns)) + _string("system") + _string("peers")
+    for name, type_id in columns:
+        body += _string(name) + struct.pack(">H", type_id)
+    body += struct.pack(">i", len(rows))
+    for row in rows:
+        for cell in row:
+            body += struct.pack(">i", -1) if cell is None else struct.pack(">i", len(cell)) + cell
+    return body
+
+
+def test_rows_of_a_result_are_read_cell_by_cell_nulls_included():
+    version = uuid.uuid4()
+    body = _rows_body([("peer", 0x0010), ("schema_version", 0x000C)],
+                      [[socket.inet_aton("127.0.0.2"), version.bytes],
+                       [socket.inet_aton("127.0.0.3"), None]])
+    assert cn._rows(body) == [[socket.inet_aton("127.0.0.2"), version.bytes],
+                              [socket.inet_aton("127.0.0.3"), None]]
+
+
+def test_a_result_with_a_collection_column_is_not_guessed_at():
+    assert cn._rows(_rows_body([("tokens", 0x0022)], [])) is None   # set<...> has parameters
+    assert cn._rows(struct.pack(">i", 1)) is None                     # Void, not Rows
+
+
+def test_the_command_line_has_examples_and_refuses_a_bad_node_count(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cc.main(["start", "--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and "cluster kill --node 2" in out
+    assert cc.main(["start", "--nodes", "12", "--dir", str(tmp_path / "c")]) == 1
+    assert "--nodes must be 1..9" in capsys.readouterr().err
+
+
+def test_kill_of_a_cluster_that_does_not_exist_says_how_to_start_one(tmp_path, capsys):
+    assert cc.main(["kill", "--node", "2", "--dir", str(tmp_path / "none")]) == 1
+    assert "scripts/cassandra cluster start --dir" in capsys.readouterr().err
