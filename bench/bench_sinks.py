@@ -146,14 +146,20 @@ def node_bench_arguments(doc: str, rows: int, reps: int, out: str) -> argparse.N
 
 
 class Node:
-    def __init__(self, host: str, port: int, keyspace: str = KEYSPACE):
+    """The node, or the cluster, the contestants write to (``host``: one address or several
+    comma-separated), with the bench's keyspace at ``replication_factor``."""
+
+    def __init__(self, host: str, port: int, keyspace: str = KEYSPACE,
+                 replication_factor: int = 1):
         from cassandra.cluster import Cluster
         self.keyspace = keyspace
-        self.cluster = Cluster([host], port=port)
+        self.cluster = Cluster([h.strip() for h in host.split(",")], port=port)
         self.session = self.cluster.connect()
         self.session.default_timeout = 600
         self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-                             "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+                             "{'class': 'SimpleStrategy', 'replication_factor': "
+                             f"{replication_factor}}}")
+        self.nodes = len(self.cluster.metadata.all_hosts())
         self.version = self.session.execute(
             "SELECT release_version FROM system.local").one().release_version
 
@@ -258,6 +264,11 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-replay-max", type=int, default=1_000_000,
                     help="replay (for the flusher's memory) only micro-batches up to this size")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--replication-factor", type=int, default=1,
+                    help="of the bench's keyspace (bench_sinks_rf<N> when not 1)")
+    ap.add_argument("--consistency", default="LOCAL_QUORUM",
+                    help="write consistency level of every contestant (default LOCAL_QUORUM, "
+                         "the sink's and the connector's default)")
     ap.add_argument("--work", help="scratch folder (default: a temp folder, removed)")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     ap.add_argument("--plots", default=str(RESULTS), help="folder for the PNG plots ('' skips)")
@@ -271,8 +282,11 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     info = machine()
-    node = Node(args.host, args.port)
+    keyspace = KEYSPACE if args.replication_factor == 1 else f"{KEYSPACE}_rf{args.replication_factor}"
+    node = Node(args.host, args.port, keyspace, args.replication_factor)
     info["cassandra"] = node.version
+    info.update(cassandra_nodes=node.nodes, replication_factor=args.replication_factor,
+                consistency=args.consistency)
     print(f"# machine: {info}", file=sys.stderr)
 
     base = flights_table()
@@ -281,7 +295,8 @@ def main(argv=None) -> int:
     landing = work / "landing"
     files = write_landing(data, landing, max(1, args.batch_rows // 2))
     del data
-    spec_base = {"host": args.host, "port": args.port, "keyspace": KEYSPACE,
+    spec_base = {"host": args.host, "port": args.port, "keyspace": keyspace,
+                 "consistency": args.consistency,
                  "landing": str(landing), "files_per_trigger": 2, "rows": args.rows}
     tables = {n: node.table("t_" + n.replace("-", "_")) for n in names}
 

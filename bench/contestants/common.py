@@ -41,6 +41,17 @@ def insert_cql(keyspace: str, table: str) -> str:
             f"VALUES ({', '.join('?' for _ in COLUMNS)})")
 
 
+def hosts(spec: dict) -> list[str]:
+    """The spec's contact points (``host``: one address, or several comma-separated)."""
+    return [h.strip() for h in spec["host"].split(",") if h.strip()]
+
+
+def consistency(spec: dict) -> str:
+    """The write consistency level every contestant uses (the sink's and the connector's
+    default, ``LOCAL_QUORUM``, unless the spec says otherwise)."""
+    return spec.get("consistency", "LOCAL_QUORUM")
+
+
 def load_spec() -> dict:
     """The run's spec: a JSON file named by ``--spec`` (written by the harness)."""
     path = sys.argv[sys.argv.index("--spec") + 1]

@@ -12,7 +12,8 @@ by column) and writes them with one prepared ``INSERT``:
 * ``--procs P``: P processes, each with its own session, the files split between them.
 
 Timed from before the first file is read to the last acknowledgement (everything is visible at
-the table's consistency level, ONE/LOCAL_QUORUM on one node).
+the spec's consistency level, ``LOCAL_QUORUM`` unless it says otherwise: what our sink and
+the connector write at by default).
 
     python bench/contestants/raw.py --spec SPEC.json --mode args --concurrency 64 --procs 1
 """
@@ -41,8 +42,11 @@ def write_files(spec: dict, files: list[str], mode: str, concurrency: int) -> in
     from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
     from cassandra.query import BatchStatement, BatchType
 
-    cluster = Cluster([spec["host"]], port=spec["port"], protocol_version=5)
+    from cassandra import ConsistencyLevel
+
+    cluster = Cluster(common.hosts(spec), port=spec["port"], protocol_version=5)
     session = cluster.connect()
+    session.default_consistency_level = ConsistencyLevel.name_to_value[common.consistency(spec)]
     stmt = session.prepare(common.insert_cql(spec["keyspace"], spec["table"]))
     key = [common.COLUMNS.index(c) for c in common.PARTITION_KEY]
     n = 0
@@ -65,7 +69,8 @@ def write_files(spec: dict, files: list[str], mode: str, concurrency: int) -> in
                         if len(part) == 1:
                             pending.append((stmt, part[0]))
                             continue
-                        b = BatchStatement(batch_type=BatchType.UNLOGGED)
+                        b = BatchStatement(batch_type=BatchType.UNLOGGED,
+                                           consistency_level=session.default_consistency_level)
                         for r in part:
                             b.add(stmt, r)
                         pending.append((b, ()))

@@ -31,6 +31,7 @@ def session(spec: dict | None):
     if spec:
         extra["spark.cassandra.connection.host"] = spec["host"]
         extra["spark.cassandra.connection.port"] = str(spec["port"])
+        extra["spark.cassandra.output.consistency.level"] = common.consistency(spec)
     return common.spark_session(SparkSession.builder.appName("bench-scc"), spec or {}, extra)
 
 

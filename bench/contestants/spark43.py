@@ -55,6 +55,7 @@ SINK_OPTIONS = {"ours-batch32": {"spark.cassandra.output.batch.size.rows": "32",
 def options(spec: dict) -> dict:
     return {"spark.cassandra.connection.host": spec["host"],
             "spark.cassandra.connection.port": str(spec["port"]),
+            "spark.cassandra.output.consistency.level": common.consistency(spec),
             "keyspace": spec["keyspace"], "table": spec["table"]}
 
 
@@ -177,13 +178,16 @@ def _floor_source():
 
 
 def _naive_writer(spec: dict):
-    host, port, cql = spec["host"], spec["port"], common.insert_cql(spec["keyspace"], spec["table"])
+    hosts, port, cql = common.hosts(spec), spec["port"], common.insert_cql(spec["keyspace"], spec["table"])
+    level = common.consistency(spec)
     columns = list(common.COLUMNS)
 
     def write_partition(rows):
+        from cassandra import ConsistencyLevel
         from cassandra.cluster import Cluster
-        cluster = Cluster([host], port=port)
+        cluster = Cluster(hosts, port=port)
         session = cluster.connect()
+        session.default_consistency_level = ConsistencyLevel.name_to_value[level]
         stmt = session.prepare(cql)
         for row in rows:
             session.execute(stmt, tuple(row[c] for c in columns))

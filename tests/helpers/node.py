@@ -195,7 +195,7 @@ class LocalCluster:
     and ``port`` as the sink options want them; :meth:`kill` and :meth:`start` take a node
     down (``kill -9``, its data kept) and bring it back."""
 
-    def __init__(self, prefix: str, nodes: int = 3, heap: str = "1g"):
+    def __init__(self, prefix: str, nodes: int = 3, heap: str | None = None):
         import tempfile
 
         self.cc = load_script_module("cassandra_cluster")
