@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import sys
 import time
 import uuid
@@ -133,19 +134,37 @@ def load(cluster_dir: os.PathLike) -> Optional[ClusterInfo]:
 
 
 def resolve(port: Optional[int], cluster_dir: Optional[os.PathLike]) -> tuple[Optional[int], Path]:
+    """(port, cluster dir): without a dir, the port's default dir, and the port
+    :data:`DEFAULT_PORT` if none is given (so that ``stop --port P`` finds what ``start --port
+    P`` made); with a dir, the port as given (None: the recorded one, or free ones)."""
     if cluster_dir is None:
-        return port, default_dir(port or DEFAULT_PORT)
+        port = port or DEFAULT_PORT
+        return port, default_dir(port)
     return port, Path(cluster_dir).expanduser().resolve()
 
 
-def free_ports(hosts: List[str]) -> tuple[int, int]:
-    """A CQL port and a storage port free on every one of ``hosts``."""
+def _in_use(port: int, host: str) -> bool:
+    try:
+        return local_server.port_in_use(port, host, wildcard=False)
+    except OSError as e:   # EADDRNOTAVAIL: not an address of this machine
+        raise ClusterError(
+            f"cannot use {host}: {e.strerror}. On Linux the whole 127.0.0.0/8 range is "
+            f"local; elsewhere add the address to the loopback interface first (e.g. "
+            f"`sudo ifconfig lo0 alias {host}` on macOS)") from None
+
+
+def free_ports(hosts: List[str], port: Optional[int] = None) -> tuple[int, int]:
+    """A CQL port (``port`` if given, once checked) and a storage port free on every one of
+    ``hosts``."""
+    if port is not None:
+        busy = [h for h in hosts if _in_use(port, h)]
+        if busy:
+            raise ClusterError(f"port {port} is in use on {', '.join(busy)}")
     for _ in range(100):
-        port = local_server.free_port()
-        storage = local_server.free_port(exclude=(port,))
-        if not any(local_server.port_in_use(p, h, wildcard=False)
-                   for h in hosts for p in (port, storage)):
-            return port, storage
+        cql = port or local_server.free_port()
+        storage = local_server.free_port(exclude=(cql,))
+        if not any(_in_use(p, h) for h in hosts for p in (cql, storage)):
+            return cql, storage
     raise ClusterError(f"found no pair of ports free on all of {', '.join(hosts)}")
 
 
@@ -162,35 +181,58 @@ def node_pid(node: ClusterNode) -> Optional[int]:
 # agreement
 
 
-def _peers(info: ClusterInfo, node: ClusterNode, timeout: float = 3.0) -> Optional[dict]:
-    """{"schema": its schema version, "peers": {peer address: its schema version}} as the
-    node sees them; None if it does not answer."""
+def _view(info: ClusterInfo, node: ClusterNode, timeout: float = 3.0) -> Optional[dict]:
+    """What ``node`` knows of the cluster: {address: (gossip generation or None, ready for
+    CQL, schema version)}, itself included; None if it does not answer.
+
+    From ``system_views.gossip_info`` where the node has it (5.0): a peer that restarted has a
+    new generation, and a node that shows it has heard from the restarted peer since (and
+    marked it up). Else (4.1) from ``system.local`` and ``system.peers``, which keep a dead
+    peer listed: generations are then None."""
+    rows = cn.cql_rows(info.port, node.host, "SELECT address, generation, rpc_ready, \"schema\" "
+                       "FROM system_views.gossip_info", timeout)
+    if rows:
+        return {str(ipaddress.ip_address(a)): (
+                    struct.unpack(">i", g)[0] if g else None, r == b"true",
+                    v.decode() if v else None) for a, g, r, v in rows if a}
     local = cn.cql_rows(info.port, node.host, "SELECT schema_version FROM system.local", timeout)
     peers = cn.cql_rows(info.port, node.host, "SELECT peer, schema_version FROM system.peers",
                         timeout)
     if not local or peers is None:
         return None
+
     def as_uuid(b: Optional[bytes]) -> Optional[str]:
         return str(uuid.UUID(bytes=b)) if b else None
-    return {"schema": as_uuid(local[0][0]),
-            "peers": {str(ipaddress.ip_address(p)): as_uuid(v) for p, v in peers if p}}
+    view = {str(ipaddress.ip_address(p)): (None, True, as_uuid(v)) for p, v in peers if p}
+    view[node.host] = (None, True, as_uuid(local[0][0]))
+    return view
 
 
 def disagreement(info: ClusterInfo, running: List[ClusterNode]) -> Optional[str]:
-    """Why the running nodes are not a cluster yet (one that does not answer, one that does
-    not list another as a peer, two schema versions); None once they are."""
-    versions = {}
+    """Why the running nodes are not one cluster yet: one does not answer CQL, one does not
+    know another, or knows it from before its last restart (an older generation), or not yet
+    ready for clients, or they have two schema versions; None once they are one."""
+    views = {}
     for node in running:
-        seen = _peers(info, node)
-        if seen is None:
+        views[node.host] = _view(info, node)
+        if views[node.host] is None:
             return f"node {node.index} ({node.host}) does not answer CQL"
-        missing = [o.host for o in running if o is not node and o.host not in seen["peers"]]
-        if missing:
-            return f"node {node.index} ({node.host}) does not see {', '.join(missing)} yet"
-        versions[node.host] = seen["schema"]
-    if len(set(versions.values())) > 1:
+    own = {host: view.get(host, (None, True, None)) for host, view in views.items()}
+    for node in running:
+        view = views[node.host]
+        for other in running:
+            if other is node:
+                continue
+            seen = view.get(other.host)
+            if seen is None:
+                return f"node {node.index} ({node.host}) does not know {other.host} yet"
+            if seen[0] != own[other.host][0] or not seen[1]:
+                return (f"node {node.index} ({node.host}) has not seen {other.host} up since "
+                        f"its last start yet")
+    schemas = {host: own[host][2] for host in views}
+    if len(set(schemas.values())) > 1:
         return "the nodes do not agree on the schema yet: " + ", ".join(
-            f"{h} {v}" for h, v in versions.items())
+            f"{h} {v}" for h, v in schemas.items())
     return None
 
 
@@ -227,10 +269,7 @@ def start(nodes: Optional[int] = None, port: Optional[int] = None,
         if not 1 <= nodes <= MAX_NODES:
             raise ClusterError(f"--nodes must be 1..{MAX_NODES}, not {nodes}")
         hosts = [host_of(i) for i in range(1, nodes + 1)]
-        if port is None:
-            port, storage_port = free_ports(hosts)
-        else:
-            storage_port = free_ports(hosts)[1]
+        port, storage_port = free_ports(hosts, port)
         cluster_dir.mkdir(parents=True, exist_ok=True)
         info = ClusterInfo(
             cluster_dir=str(cluster_dir), name=f"cassandra-wal-cluster-{port}", port=port,
@@ -246,16 +285,35 @@ def start(nodes: Optional[int] = None, port: Optional[int] = None,
                            f"{nodes}; `stop --purge` it to make another")
     t0 = time.monotonic()
     for node in info.nodes:
-        if node_pid(node):
-            continue
-        say(f"starting node {node.index} of {len(info.nodes)} on {node.host}:{info.port} ...")
-        cn.start(info.port, node.node_dir, timeout=timeout, fast=info.fast, heap=info.heap,
-                 die_with_parent=die_with_parent, quiet=True, version=info.version,
-                 host=node.host, storage_port=info.storage_port,
-                 membership=info.membership(node))
+        _start_node(info, node, timeout, die_with_parent, say)
     wait_agreement(info, info.nodes, timeout)
     say(f"cluster {info.name}: {len(info.nodes)} nodes up on {info.contact_points} "
         f"port {info.port}, agreeing on the schema, after {time.monotonic() - t0:.1f}s")
+    return info
+
+
+def _start_node(info: ClusterInfo, node: ClusterNode, timeout: float, die_with_parent: bool,
+                say) -> None:
+    """Start ``node`` unless it runs, and wait until it answers CQL."""
+    if node_pid(node):
+        return
+    say(f"starting node {node.index} of {len(info.nodes)} on {node.host}:{info.port} ...")
+    cn.start(info.port, node.node_dir, timeout=timeout, fast=info.fast, heap=info.heap,
+             die_with_parent=die_with_parent, quiet=True, version=info.version,
+             host=node.host, storage_port=info.storage_port, membership=info.membership(node))
+
+
+def start_node(index: int, port: Optional[int] = None,
+               cluster_dir: Optional[os.PathLike] = None, *,
+               timeout: float = cn.DEFAULT_TIMEOUT, die_with_parent: bool = False,
+               quiet: bool = False) -> ClusterInfo:
+    """Start node ``index`` alone (the others as they are) and wait until it and the other
+    running nodes agree: how a test brings back one of two nodes it took down."""
+    say = (lambda m: None) if quiet else log
+    info = _existing(port, cluster_dir)
+    node = info.node(index)
+    _start_node(info, node, timeout, die_with_parent, say)
+    wait_agreement(info, [n for n in info.nodes if node_pid(n)], timeout)
     return info
 
 
@@ -268,7 +326,9 @@ def kill(index: int, port: Optional[int] = None,
     if pid:
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and cn.KIND.is_ours(pid, Path(node.node_dir)):
+        while cn.KIND.is_ours(pid, Path(node.node_dir)):
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"node {index} (pid {pid}) is still alive 10 s after SIGKILL")
             time.sleep(0.05)
     return pid
 
@@ -342,17 +402,17 @@ def status(port: Optional[int] = None, cluster_dir: Optional[os.PathLike] = None
 
 EPILOG = """\
 examples:
-  scripts/cassandra cluster start                   # 3 nodes on 127.0.0.1-3, free ports
+  scripts/cassandra cluster start                   # 3 nodes on 127.0.0.1-3, port 9042
   scripts/cassandra cluster start --nodes 3 --port 19042 --dir /tmp/c3 --heap 1g
   scripts/cassandra cluster status --dir /tmp/c3 --json
   scripts/cassandra cluster kill --node 2 --dir /tmp/c3      # kill -9 node 2 (data kept)
-  scripts/cassandra cluster start --dir /tmp/c3              # bring it back
+  scripts/cassandra cluster start-node --node 2 --dir /tmp/c3 # bring it back (start: all down)
   scripts/cassandra cluster stop --dir /tmp/c3 --purge       # stop all, delete the data
 
 stdout of `start` is exactly HOSTS:PORT, e.g. 127.0.0.1,127.0.0.2,127.0.0.3:19042 (what
 spark.cassandra.connection.host and .port take); progress and errors go to stderr.
 exit codes: 0 ok / up; 1 failure / down or degraded.
-A start takes about 15 s a node here (2 cores), then a few seconds to agree.
+Three nodes start in 23-30 s here (2 cores), 56 s with the machine busy.
 """
 
 
@@ -361,8 +421,8 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--dir", dest="cluster_dir", default=None,
                         help="cluster directory (default: <cache>/cluster-<port>)")
     common.add_argument("--port", type=int, default=None,
-                        help="CQL port of every node (default: a free one on the first start, "
-                             "then the recorded one)")
+                        help=f"CQL port of every node (default: {DEFAULT_PORT} without --dir; "
+                             f"with --dir a free one on the first start, then the recorded one)")
     common.add_argument("--json", action="store_true", help="print a JSON object on stdout")
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
@@ -385,7 +445,9 @@ def parser() -> argparse.ArgumentParser:
                        help="stop every node")
     t.add_argument("--purge", action="store_true", help="also delete the cluster's data")
     for name, what in (("kill", "kill -9 one node (its data stays)"),
-                       ("stop-node", "stop one node (SIGTERM; its data stays)")):
+                       ("stop-node", "stop one node (SIGTERM; its data stays)"),
+                       ("start-node", "start one node that is down, and wait until the "
+                                      "running nodes agree")):
         k = sub.add_parser(name, parents=[common], formatter_class=fmt, epilog=EPILOG, help=what)
         k.add_argument("--node", type=int, required=True, help="the node's number (1..n)")
     sub.add_parser("status", parents=[common], formatter_class=fmt, epilog=EPILOG,
@@ -406,6 +468,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             pids = stop(args.port, args.cluster_dir, purge=args.purge)
             return local_server.answer(args, {"stopped_pids": pids, "purged": args.purge},
                                        f"stopped {len(pids)} node(s)")
+        if args.command == "start-node":
+            info = start_node(args.node, args.port, args.cluster_dir)
+            return local_server.answer(args, {"node": args.node, "contact_points":
+                                              info.contact_points, "port": info.port},
+                                       f"node {args.node} up")
         if args.command in ("kill", "stop-node"):
             act = kill if args.command == "kill" else stop_node
             pid = act(args.node, args.port, args.cluster_dir)

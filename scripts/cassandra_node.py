@@ -271,8 +271,17 @@ def _cql_session(host: str, port: int, timeout: float, credentials: Optional[tup
                  ssl_context: Optional[ssl.SSLContext]):
     """A connected, READY raw v4 socket (logged in if the node asks), or None if the node
     is not ready or refuses the login (:data:`last_probe_failure`)."""
-    global last_probe_failure
     raw = socket.create_connection((host, port), timeout=timeout)
+    try:
+        return _cql_ready(raw, timeout, credentials, ssl_context)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def _cql_ready(raw: socket.socket, timeout: float, credentials: Optional[tuple],
+               ssl_context: Optional[ssl.SSLContext]):
+    global last_probe_failure
     sock = ssl_context.wrap_socket(raw) if ssl_context is not None else raw
     sock.settimeout(timeout)
     op, _ = _cql_request(sock, 0, 0x01, struct.pack(">H", 1)

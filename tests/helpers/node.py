@@ -223,6 +223,12 @@ class LocalCluster:
                                   die_with_parent=True, quiet=True, timeout=start_timeout())
         return self
 
+    def start_node(self, index: int) -> "LocalCluster":
+        """Start node ``index`` alone and wait until the running nodes agree."""
+        self.cc.start_node(index, cluster_dir=self.cluster_dir, die_with_parent=True,
+                           quiet=True, timeout=start_timeout())
+        return self
+
     def kill(self, index: int) -> int:
         """``kill -9`` node ``index`` (1-based); its pid."""
         pid = self.cc.kill(index, cluster_dir=self.cluster_dir)

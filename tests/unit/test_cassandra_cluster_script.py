@@ -99,3 +99,53 @@ def test_the_command_line_has_examples_and_refuses_a_bad_node_count(tmp_path, ca
 def test_kill_of_a_cluster_that_does_not_exist_says_how_to_start_one(tmp_path, capsys):
     assert cc.main(["kill", "--node", "2", "--dir", str(tmp_path / "none")]) == 1
     assert "scripts/cassandra cluster start --dir" in capsys.readouterr().err
+
+
+def _three(tmp_path):
+    return cc.ClusterInfo(cluster_dir=str(tmp_path), name="c", port=19042, storage_port=17000,
+                          nodes=[cc.ClusterNode(i, cc.host_of(i), str(tmp_path / f"node{i}"),
+                                                cc.token_of(i, 3)) for i in (1, 2, 3)])
+
+
+def test_agreement_waits_until_every_node_saw_a_restarted_one_up(tmp_path, monkeypatch):
+    info = _three(tmp_path)
+    own = {"127.0.0.1": 100, "127.0.0.2": 250, "127.0.0.3": 120}   # node 2 restarted: 250
+    seen_by_1 = {"127.0.0.2": 200}   # node 1 still knows node 2 from before its restart
+    schema = "s1"
+
+    def view(_info, node):
+        return {h: (seen_by_1.get(h, g) if node.host == "127.0.0.1" else g, True, schema)
+                for h, g in own.items()}
+    monkeypatch.setattr(cc, "_view", view)
+    assert cc.disagreement(info, info.nodes) == (
+        "node 1 (127.0.0.1) has not seen 127.0.0.2 up since its last start yet")
+    seen_by_1.clear()
+    assert cc.disagreement(info, info.nodes) is None
+    # Only the running nodes are asked: node 3 down does not hold the others back.
+    assert cc.disagreement(info, info.nodes[:2]) is None
+
+
+def test_agreement_waits_for_one_schema_and_for_every_node_to_answer(tmp_path, monkeypatch):
+    info = _three(tmp_path)
+    monkeypatch.setattr(cc, "_view", lambda _i, node: {
+        h: (1, True, "s2" if h == "127.0.0.3" else "s1") for h in info.hosts})
+    assert cc.disagreement(info, info.nodes).startswith("the nodes do not agree on the schema")
+    monkeypatch.setattr(cc, "_view", lambda _i, node: {})
+    assert cc.disagreement(info, info.nodes) == "node 1 (127.0.0.1) does not know 127.0.0.2 yet"
+    monkeypatch.setattr(cc, "_view", lambda _i, node: None if node.index == 2 else {})
+    assert cc.disagreement(info, info.nodes) == "node 2 (127.0.0.2) does not answer CQL"
+
+
+def test_without_a_dir_the_port_names_the_dir_so_stop_finds_what_start_made():
+    port, where = cc.resolve(None, None)
+    assert (port, where.name) == (cc.DEFAULT_PORT, f"cluster-{cc.DEFAULT_PORT}")
+    assert cc.resolve(19042, None)[1].name == "cluster-19042"
+
+
+def test_a_given_port_in_use_on_one_node_address_is_refused_before_anything_is_made():
+    with socket.socket() as held:
+        held.bind(("127.0.0.3", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(cc.ClusterError, match=f"port {port} is in use on 127.0.0.3"):
+            cc.free_ports(["127.0.0.1", "127.0.0.2", "127.0.0.3"], port)
