@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tenacity import (
     Retrying,
@@ -39,11 +40,13 @@ from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.layout import WalDir
 from wal.retention import RetentionPolicy
 
+from . import events
 from .errors import SINK_ERRORS, RecoveryBlocked, is_transient
 from .executors import ExecutorsWriter, SparkJobs
+from .health import LAG_AFTER_S, FlushCounters, Health, read_health
 from .output import CassandraOutput
 from .recover import open_writer_waiting
-from .replay import Replayer
+from .replay import Replayer, WrittenBatch
 from .target import RecordedTarget, Target
 
 log = logging.getLogger(__name__)
@@ -81,7 +84,10 @@ class QueryFlusher:
         self.log = open_writer_waiting(self.wal, 30)
         self.output = CassandraOutput(self.target, self.wal.root, session_conf)
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
-                                 checkpoint, retention=retention_of(self.target))
+                                 checkpoint, retention=retention_of(self.target),
+                                 on_written=self._written)
+        self.counters = FlushCounters()        # retries and replays: sinks.status, metrics
+        self._replay: tuple[str, float, int, int] | None = None   # why, since, batches, rows
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
@@ -113,12 +119,15 @@ class QueryFlusher:
                 if not self.target.config.wal.flush:
                     return
                 writer = self._executors() if executors_allowed else None
+                self._replay_due(query_running)
                 self.last_report = self.replayer.run(query_running, crash_prefix, writer)
                 self.last_error = None
+                self._replay_done()
                 self._set_blocked(None)
             except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
                 if is_transient(exc):   # the batch stays in the WAL, retried in a moment
                     self.last_error = exc
+                    self.counters.count(retries=1)
                     log.warning("cassandra_wal: %s: flush deferred, retried in %.0f s: %s: %s",
                                 self.wal.root, self.retry_interval_s, type(exc).__name__, exc)
                 else:
@@ -127,6 +136,42 @@ class QueryFlusher:
                     self._reset_output()
             finally:
                 self.drains += 1
+
+    # -- what the operator sees ---------------------------------------------------------
+    def health(self, lag_after_s: float = LAG_AFTER_S) -> Health:
+        """The WAL's figures (:func:`~recovery.health.read_health`) with this run's retries and
+        replays. Any thread: it reads the WAL through a read-only log instance."""
+        return read_health(self.wal, self.checkpoint, self.counters, lag_after_s)
+
+    def _replay_due(self, query_running: bool) -> None:
+        """A drain that writes what an earlier run (recovery at query start) or an earlier
+        drain (a transient failure) left unfinished is a replay: its first batch written
+        starts it, its end finishes it (:mod:`recovery.events`)."""
+        if self._replay is not None:
+            return                       # the last one failed again: still the same replay
+        if not query_running:
+            self._replay = ("recovery at query start", 0.0, 0, 0)
+        elif self.last_error is not None:
+            failed = self.last_error
+            self._replay = (f"after {type(failed).__name__}", 0.0, 0, 0)
+
+    def _written(self, done: WrittenBatch) -> None:
+        """The Replayer marked a batch FLUSHED (flusher's thread, inside a drain)."""
+        events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
+        if self._replay is None:
+            return
+        why, since, batches, rows = self._replay
+        if batches == 0:
+            events.replay_started(self.wal.root, done.batch, why)
+            since = time.monotonic()
+        self._replay = (why, since, batches + 1, rows + done.rows)
+        self.counters.count(replays=1)
+
+    def _replay_done(self) -> None:
+        if self._replay is not None and self._replay[2] > 0:
+            _, since, batches, rows = self._replay
+            events.replay_finished(self.wal.root, batches, rows, time.monotonic() - since)
+        self._replay = None
 
     def _recorded_fingerprint(self) -> str | None:
         try:
@@ -186,8 +231,7 @@ class QueryFlusher:
         if reason != self._blocked_reason:   # retried every few seconds: say it once
             # An error of no family of ours is a bug: its traceback is what to report.
             typed = isinstance(exc, SINK_ERRORS)
-            log.error("cassandra_wal: %s: blocked: %s", self.wal.root, reason,
-                      exc_info=None if typed else exc)
+            events.blocked(self.wal.root, reason, None if typed else exc)
         self.last_error, self._blocked_reason = exc, reason
         self._set_blocked(reason)
 
@@ -199,6 +243,8 @@ class QueryFlusher:
 
     def _set_blocked(self, reason: str | None) -> None:
         if reason is None:
+            if self._blocked_reason is not None:
+                events.unblocked(self.wal.root)
             self._blocked_reason = None
         try:
             self.wal.write_blocked(reason)
