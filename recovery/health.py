@@ -86,31 +86,6 @@ class Health:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def summary(self) -> str:
-        """One line, the state first: what ``cassandra-wal status`` prints."""
-        if self.state == BLOCKED:
-            return f"blocked: {self.blocked_reason}"
-        cap = "?" if self.max_bytes is None else _bytes(self.max_bytes)
-        backlog = (f"{self.pending_batches} batches ({self.pending_rows} rows, "
-                   f"{_bytes(self.pending_bytes)} of {cap}) pending")
-        if self.oldest_pending_age_s is not None:
-            backlog += f", oldest {self.oldest_pending_age_s:.0f} s"
-        written = ("nothing written yet" if self.flushed_through < 0
-                   else f"written through batch {self.flushed_through}")
-        if self.last_write_latency_s is not None:
-            written += (f" (batch {self.last_written_batch} visible "
-                        f"{self.last_write_latency_s:.1f} s after its commit)")
-        return f"{self.state}: {backlog}; {written}; {self.rows_per_s:.0f} rows/s"
-
-
-def _bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
 
 def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None,
               max_bytes: int | None, wal_bytes: int, flushed_through: int,

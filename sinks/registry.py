@@ -21,6 +21,7 @@ import threading
 import cassandra.cluster  # noqa: F401
 
 from cql import credentials
+from recovery import events
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher
 from wal.checkpoint import Filesystems
@@ -261,6 +262,7 @@ def register_session(spark) -> FlushRegistry:
         base, channel = CassandraWalDataSource, credentials.ensure_server().path
         filesystems = Filesystems.of_session(spark)
     use_access(filesystems.access)       # this process's flushers reach stores as Spark does
+    events.make_visible()                # a batch written, blocked...: in the driver's log
     source = type("CassandraWalDataSource", (base,),
                   {"session_conf": conf, "credential_channel": channel,
                    "filesystems": filesystems, "__module__": "sinks",
