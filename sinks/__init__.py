@@ -33,7 +33,7 @@ listener and flusher in the client process, which must be told each query's chec
 (:mod:`sinks.foreach_batch`), and ``sinks.wait_flushed(query, timeout)`` returns once every
 batch a query committed is in Cassandra (:mod:`sinks.wait`); ``sinks.status(query)`` returns
 the figures of its WAL now: backlog, oldest pending age, latency, retries, blocked state
-(:mod:`sinks.status`).
+(:mod:`sinks.query_status`).
 """
 
 from __future__ import annotations
@@ -101,10 +101,10 @@ def status(query, lag_after_s: float = 30.0):
     ``pending_bytes`` (committed, not yet in Cassandra) against ``max_bytes``;
     ``oldest_pending_age_s``; ``last_written_batch`` and ``last_write_latency_s`` (commit to
     visible); ``rows_per_s``; ``retries`` and ``replays``; ``wal_bytes``. Never waits: see
-    :func:`wait_flushed` to wait for the backlog. See :func:`sinks.status.status`.
+    :func:`wait_flushed` to wait for the backlog. See :func:`sinks.query_status.status`.
 
     Runs: in the driver process, on the calling thread."""
-    from .status import status as read
+    from .query_status import status as read
 
     return read(query, lag_after_s)
 

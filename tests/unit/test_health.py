@@ -236,3 +236,15 @@ def test_inspect_watch_redraws_count_times_and_json_gives_one_object_a_line(caps
     assert code == 0 and out.count("backlog     3 batches") == 2
     code, _, err = run_cli(capsys, "inspect", wal.root, "--count", "2")
     assert code == 2 and "--count goes with --watch" in err
+
+
+def test_sinks_status_stays_the_function_once_its_module_is_loaded():
+    """A module ``sinks/status.py`` would replace the function with itself on first call."""
+    import sinks
+    from cql.errors import SinkError
+
+    unknown = type("Query", (), {"id": "q-unknown", "runId": "r"})()
+    for _ in range(2):
+        with pytest.raises(SinkError, match="checkpoint is unknown"):
+            sinks.status(unknown)
+    assert callable(sinks.status)

@@ -6,6 +6,9 @@ The figures are :mod:`recovery.health`'s, the one owner that the Prometheus endp
 ``cassandra-wal status`` read too. :func:`sinks.wait_flushed` waits for the backlog this
 reports to be written; ``status`` never waits and never writes.
 
+Why not ``sinks/status.py``: importing a submodule sets it as an attribute of its package,
+and ``sinks.status`` must stay the function.
+
 Runs: in the driver process, on the calling thread.
 """
 
