@@ -82,11 +82,11 @@ class QueryFlusher:
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
-        self.output = CassandraOutput(self.target, self.wal.root, session_conf)
+        self.counters = FlushCounters()        # retries and replays: sinks.status, metrics
+        self.output = self._output(self.target)
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target),
                                  on_written=self._written)
-        self.counters = FlushCounters()        # retries and replays: sinks.status, metrics
         self._replay: tuple[str, float, int, int] | None = None   # why, since, batches, rows
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
@@ -191,11 +191,17 @@ class QueryFlusher:
         target = load_target(self.wal, self.session_conf)
         self._reset_output()
         self.target, self._fingerprint = target, fingerprint
-        self.output = CassandraOutput(target, self.wal.root, self.session_conf)
+        self.output = self._output(target)
         self.replayer.retention = retention_of(target)
         self._close_executors()
         log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
                  self.wal.root)
+
+    def _output(self, target: Target) -> CassandraOutput:
+        """The session and Upserters of the driver's writes; each retry of requests that
+        failed transiently counts as a retry."""
+        return CassandraOutput(target, self.wal.root, self.session_conf,
+                               on_retry=lambda: self.counters.count(retries=1))
 
     def _executors(self) -> ExecutorsWriter | None:
         """The segment writer of ``wal.flush.mode=processes`` (worker processes), or of

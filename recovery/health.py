@@ -43,10 +43,12 @@ RATE_WINDOW_S = 60.0
 
 
 class FlushCounters:
-    """What only the live flusher knows, counted since its run started: drains that failed
-    transiently and are retried (``retries``), and batches a recovery wrote again after an
-    earlier run or drain left them unfinished (``replays``). Thread-safe: the flusher's
-    thread counts, any thread reads."""
+    """What only the live flusher knows, counted since its run started: ``retries``, each
+    retry of write requests that failed transiently (in the driver: ``wal.flush.mode=driver``
+    and recoveries; flush tasks and worker processes retry on their own, uncounted) and each
+    drain that failed transiently and is tried again (every mode); ``replays``, batches a
+    replay wrote (recovery at query start, or a drain after a failed one). Thread-safe: the
+    flusher's thread counts, any thread reads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,7 +82,7 @@ class Health:
     last_written_batch: int | None      # the newest batch written, of those the log holds
     last_write_latency_s: float | None  # its seal (Spark's commit) to its flushed mark
     rows_per_s: float                   # rows written per second, recent batches
-    retries: int | None = None          # drains failed transiently, retried (live flusher only)
+    retries: int | None = None          # transient failures retried (live flusher only)
     replays: int | None = None          # batches written again by a recovery (live only)
 
     def to_dict(self) -> dict:

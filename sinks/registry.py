@@ -30,6 +30,7 @@ from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import read_pointer
 
+from . import metrics_endpoint
 from .connect import (
     ConnectCassandraWalDataSource,
     filesystems_of,
@@ -69,6 +70,7 @@ class FlushRegistry:
         self.runs: dict[str, tuple[str, str]] = {}        # run id -> (query id, checkpoint)
         self.stopping: dict[str, tuple[str, QueryFlusher]] = {}   # run id -> (query id, flusher)
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
+        self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
         self._lock = threading.Lock()
         registries.append(self)
         _register_exit_hook()
@@ -107,7 +109,20 @@ class FlushRegistry:
             return None
         with self._lock:
             self.flushers[run_id] = flusher
+        port = flusher.target.config.wal.metrics_port
+        if port is not None:
+            metrics_endpoint.serve(port, running_flushers)
         return flusher
+
+    def running(self) -> list[tuple[str, str, QueryFlusher]]:
+        """``(query id, query name, flusher)`` of every run whose flusher is running."""
+        with self._lock:
+            return [(self.runs[r][0], self.names.get(self.runs[r][0], ""), f)
+                    for r, f in self.flushers.items() if r in self.runs]
+
+    def _name_of(self, query_id: str) -> str:
+        query = self.spark.streams.get(query_id)
+        return (query.name or "") if query is not None else ""
 
     def flusher_of(self, run_id: str) -> QueryFlusher | None:
         """The run's flusher, running or finishing its last drain; None if it has none."""
@@ -131,9 +146,11 @@ class FlushRegistry:
         checkpoint = self._checkpoint_of(query_id)
         if checkpoint is None:
             return
+        name = self._name_of(query_id)
         with self._lock:
             self.runs[run_id] = (query_id, checkpoint)
             self.checkpoints[query_id] = checkpoint
+            self.names[query_id] = name
         flusher = self._flusher(run_id)
         if flusher is not None:
             self._begin(flusher)
@@ -222,6 +239,10 @@ class ConnectFlushRegistry(FlushRegistry):
         flusher.start()
         flusher.kick()
 
+    def _name_of(self, query_id: str) -> str:
+        with self._lock:
+            return self.names.get(query_id, "")
+
     def _spark_jobs(self) -> SparkJobs | None:
         return None
 
@@ -237,6 +258,7 @@ class ConnectFlushRegistry(FlushRegistry):
         checkpoint = tracked_checkpoint(query_id, checkpoint_location, self.filesystems)
         with self._lock:
             self.checkpoints[query_id] = checkpoint
+            self.names[query_id] = query.name or ""
             known = run_id in self.runs
         if not known:
             self.started(query_id, run_id)
@@ -300,6 +322,12 @@ def finish_at_exit() -> None:
                  FINISH_ON_STOP_S)
     for registry in busy:
         registry.finish(FINISH_ON_STOP_S)
+
+
+def running_flushers() -> list[tuple[str, str, QueryFlusher]]:
+    """``(query id, query name, flusher)`` of every running flusher in any session of this
+    process: what the metrics endpoint serves."""
+    return [entry for registry in registries for entry in registry.running()]
 
 
 def flusher_of_run(run_id: str) -> QueryFlusher | None:

@@ -8,10 +8,12 @@ WAL over to the new run and ignore the old run's late events.
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 import sinks.registry as driver
+from recovery.config import SinkConfig
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +28,7 @@ class FakeFlusher:
         self.stopped = threading.Event()
         self.release = threading.Event()        # a stop's last drain ends when this is set
         self.release.set()
+        self.target = SimpleNamespace(config=SinkConfig("ks", "t"))   # no wal.metrics.port
         FakeFlusher.made.append(self)
 
     def recover(self):
@@ -56,7 +59,7 @@ class FakeSpark:
             root = f"/cp/{query_id}"
             streaming = type("SQ", (), {"resolvedCheckpointRoot": lambda _s: root})()
             jsq = type("JSQ", (), {"streamingQuery": lambda _s: streaming})()
-            return type("Q", (), {"_jsq": jsq})()
+            return type("Q", (), {"_jsq": jsq, "name": None})()
 
     streams = _Streams()
 
