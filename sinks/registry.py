@@ -109,10 +109,17 @@ class FlushRegistry:
             return None
         with self._lock:
             self.flushers[run_id] = flusher
+        self._serve_metrics(flusher)
+        return flusher
+
+    def _serve_metrics(self, flusher: QueryFlusher) -> None:
+        """Start the metrics endpoint if the run's options name a port (``wal.metrics.port``).
+        Asked at the flusher's start and at each batch: a restarted query's flusher is made
+        before the run's first batch records the run's options, and takes them up (a port
+        newly given included) at its first drain."""
         port = flusher.target.config.wal.metrics_port
         if port is not None:
             metrics_endpoint.serve(port, running_flushers)
-        return flusher
 
     def running(self) -> list[tuple[str, str, QueryFlusher]]:
         """``(query id, query name, flusher)`` of every run whose flusher is running."""
@@ -179,6 +186,7 @@ class FlushRegistry:
                 return
             flusher.start()
         flusher.kick()
+        self._serve_metrics(flusher)
 
     def terminated(self, query_id: str, run_id: str) -> None:
         with self._lock:
