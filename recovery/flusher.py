@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 from tenacity import (
     Retrying,
@@ -53,6 +54,18 @@ log = logging.getLogger(__name__)
 
 BLOCK_REMEDY = ("the flusher tries again every few seconds and the block clears as soon as "
                 "it gets past; see docs/runbook.md ('The sink is blocked')")
+
+
+@dataclass
+class Replay:
+    """A replay under way: why (recovery at query start, or after which failure), since when
+    its first batch was written, and how much it wrote. Started and finished once each in the
+    log, however many drains it takes."""
+
+    why: str
+    since: float = 0.0
+    batches: int = 0
+    rows: int = 0
 
 
 def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
@@ -87,7 +100,7 @@ class QueryFlusher:
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target),
                                  on_written=self._written)
-        self._replay: tuple[str, float, int, int] | None = None   # why, since, batches, rows
+        self._replay: Replay | None = None     # the replay under way (recovery.events)
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
@@ -150,28 +163,28 @@ class QueryFlusher:
         if self._replay is not None:
             return                       # the last one failed again: still the same replay
         if not query_running:
-            self._replay = ("recovery at query start", 0.0, 0, 0)
+            self._replay = Replay("recovery at query start")
         elif self.last_error is not None:
-            failed = self.last_error
-            self._replay = (f"after {type(failed).__name__}", 0.0, 0, 0)
+            self._replay = Replay(f"after {type(self.last_error).__name__}")
 
     def _written(self, done: WrittenBatch) -> None:
         """The Replayer marked a batch FLUSHED (flusher's thread, inside a drain)."""
         events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
-        if self._replay is None:
+        replay = self._replay
+        if replay is None:
             return
-        why, since, batches, rows = self._replay
-        if batches == 0:
-            events.replay_started(self.wal.root, done.batch, why)
-            since = time.monotonic()
-        self._replay = (why, since, batches + 1, rows + done.rows)
+        if replay.batches == 0:
+            events.replay_started(self.wal.root, done.batch, replay.why)
+            replay.since = time.monotonic()
+        replay.batches += 1
+        replay.rows += done.rows
         self.counters.count(replays=1)
 
     def _replay_done(self) -> None:
-        if self._replay is not None and self._replay[2] > 0:
-            _, since, batches, rows = self._replay
-            events.replay_finished(self.wal.root, batches, rows, time.monotonic() - since)
-        self._replay = None
+        replay, self._replay = self._replay, None
+        if replay is not None and replay.batches > 0:
+            events.replay_finished(self.wal.root, replay.batches, replay.rows,
+                                   time.monotonic() - replay.since)
 
     def _recorded_fingerprint(self) -> str | None:
         try:
