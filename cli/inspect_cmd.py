@@ -3,6 +3,12 @@
 Built on :func:`wal.catalog.describe` (the same view recovery plans from), with the log opened
 as a RocksDB secondary (never the lock). Spark's checkpoint says which batches are committed:
 ``--checkpoint``, else ``target.json``'s ``checkpoint_location``, else unknown (``?``).
+
+The top lines are the WAL's health (:mod:`recovery.health`, what ``cassandra-wal status`` and
+the sink's metrics say): the blocked reason first when there is one, then the backlog against
+``wal.maxBytes`` and the oldest pending batch's age. ``--watch`` redraws it all every few
+seconds until interrupted (``--count``: that many times), each time from a fresh read-only
+look at the WAL.
 """
 
 from __future__ import annotations
@@ -10,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from cli import EXIT_OK, UsageError, log_errors, warn
 from cli.location import WAL_DIR_HELP, read_only_wal, shown
 from cli.render import human_age, human_bytes, progress, table, yes_no
+from recovery.health import Health, read_health
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
 from wal.catalog import REPLAY, WAIT, BatchView, describe
@@ -32,13 +40,16 @@ columns:
   ACTION     what recovery would do: replay, discard, wait, nothing, or error
 rows pending: sealed rows Cassandra has not acknowledged yet, of batches to replay or waiting.
 
---json prints one object: {"wal": {...}, "batches": [...], "totals": {...}, "size": {...}}
-(sizes in bytes, ages in seconds, "committed" true/false/null).
+--json prints one object: {"wal": {...}, "health": {...}, "batches": [...], "totals": {...},
+"size": {...}} (sizes in bytes, ages in seconds, "committed" true/false/null); "health" is
+what `cassandra-wal status --json` prints. With --watch, one such object a line per refresh.
 
 Examples:
   cassandra-wal inspect /data/wal
   cassandra-wal inspect /data/wal --checkpoint /data/checkpoints/q1
-  cassandra-wal inspect /data/wal --json | jq '.batches[] | select(.action == "replay")'"""
+  cassandra-wal inspect /data/wal --json | jq '.batches[] | select(.action == "replay")'
+  cassandra-wal inspect /data/wal --watch        # redraw every 2 s until Ctrl-C
+  cassandra-wal inspect /data/wal --watch 10 --count 6 --json > samples.jsonl"""
 
 STATE_ORDER = ("staged", "sealed", "flushing", "flushed", "discarded", "missing")
 
@@ -53,8 +64,28 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="CP",
                    help="Spark checkpoint folder (default: target.json's checkpoint_location)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--watch", metavar="SECONDS", nargs="?", type=_interval, const=2.0,
+                   help="redraw every SECONDS (default 2) until interrupted")
+    p.add_argument("--count", metavar="N", type=_count,
+                   help="with --watch: stop after N refreshes")
     p.set_defaults(run=run)
     return p
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--watch {text}: not a positive number of seconds")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--count {text}: not a positive whole number")
+    return int(text)
 
 
 def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str | None]:
@@ -131,12 +162,39 @@ def totals(views: list[BatchView]) -> dict:
 def run(args) -> int:
     wal = read_only_wal(args.wal_dir)
     checkpoint, source = resolve_checkpoint(wal, args.checkpoint)
+    if args.count is not None and args.watch is None:
+        raise UsageError("--count goes with --watch", "add --watch [SECONDS]")
+    if args.watch is None:
+        show(wal, checkpoint, source, args.json)
+        return EXIT_OK
+    shown_times = 0
+    try:
+        while True:
+            if not args.json:
+                sys.stdout.write(CLEAR if sys.stdout.isatty() else "\n")
+            show(wal, checkpoint, source, args.json, compact=True)
+            sys.stdout.flush()
+            shown_times += 1
+            if args.count is not None and shown_times >= args.count:
+                return EXIT_OK
+            time.sleep(args.watch)
+    except KeyboardInterrupt:      # the way out of --watch: not an error
+        return EXIT_OK
+
+
+CLEAR = "\x1b[H\x1b[2J"          # cursor home, clear screen
+
+
+def show(wal: WalDir, checkpoint: str | None, source: str | None, as_json: bool,
+         compact: bool = False) -> None:
+    """One look at the WAL: health first, then every batch, then totals."""
     log = WalLog.open_reader(wal)
     try:
         with log_errors(wal):
             views = describe(wal, log, checkpoint)
             flushed_through = max(log.flushed_through() if log is not None else -1,
                                   wal.read_flushed_through())
+            health = read_health(wal, checkpoint, log=log, views=views)
     finally:
         if log is not None:
             log.close()
@@ -146,17 +204,21 @@ def run(args) -> int:
             "checkpoint": checkpoint, "checkpoint_source": source,
             "log": log is not None, "flushed_through": flushed_through}
     out = sys.stdout
-    if args.json:
-        json.dump({"wal": head, "batches": [batch_dict(v) for v in views], "totals": summary,
-                   "size": size.to_dict()}, out, indent=2, sort_keys=False)
+    if as_json:
+        json.dump({"wal": head, "health": health.to_dict(),
+                   "batches": [batch_dict(v) for v in views], "totals": summary,
+                   "size": size.to_dict()}, out, indent=None if compact else 2,
+                  sort_keys=False)
         out.write("\n")
-        return EXIT_OK
+        return
     if flushed_through >= 0:
         log_line = f"flushed through batch {flushed_through}"
     elif log is None:
         log_line = "none yet"
     else:
         log_line = "nothing flushed yet"
+    for line in health_lines(health):
+        print(line, file=out)
     print(f"WAL         {head['path']} (format {FORMAT_VERSION})", file=out)
     print(f"checkpoint  {f'{checkpoint} (from {source})' if checkpoint else 'unknown'}",
           file=out)
@@ -179,4 +241,24 @@ def run(args) -> int:
     print(f"rows pending  {summary['rows_pending']}", file=out)
     print(f"size          {human_bytes(size.total)} (segments {human_bytes(size.segments)}, "
           f"log {human_bytes(size.log)}, seals {human_bytes(size.seals)})", file=out)
-    return EXIT_OK
+
+
+def health_lines(health: Health) -> list[str]:
+    """The top of the page: the blocked reason before anything else, then the backlog
+    against the cap and the oldest pending batch."""
+    lines = []
+    if health.blocked_reason is not None:
+        lines.append(f"BLOCKED     {health.blocked_reason}")
+    cap = "?" if health.max_bytes is None else human_bytes(health.max_bytes)
+    backlog = (f"{health.pending_batches} batches, {health.pending_rows} rows, "
+               f"{human_bytes(health.pending_bytes)} of wal.maxBytes {cap}")
+    if health.oldest_pending_age_s is not None:
+        backlog += f"; oldest pending {human_age(health.oldest_pending_age_s)}"
+    lines.append(f"health      {health.state}")
+    lines.append(f"backlog     {backlog}")
+    if health.last_written_batch is not None:
+        lines.append(f"last write  batch {health.last_written_batch}, visible "
+                     f"{health.last_write_latency_s:.1f} s after its commit; "
+                     f"{health.rows_per_s:.0f} rows/s")
+    lines.append("")
+    return lines

@@ -5,7 +5,7 @@ int``. Errors end here: a one-line ``cassandra-wal: error: ...`` on stderr and t
 exit code (see :data:`EPILOG`), never a traceback. ``--version`` prints the installed
 distribution's version (:func:`version`).
 
-``inspect``, ``dump`` and ``verify`` read the WAL only (floor ``wal``); ``recover`` writes to
+``inspect``, ``status``, ``dump`` and ``verify`` read the WAL only (floor ``wal``); ``recover`` writes to
 Cassandra through :mod:`recovery.recover`.
 """
 
@@ -29,15 +29,16 @@ from cli import (
     dump_cmd,
     inspect_cmd,
     recover_cmd,
+    status_cmd,
     verify_cmd,
 )
 from wal.errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
 
-COMMANDS = (inspect_cmd, dump_cmd, verify_cmd, recover_cmd)
+COMMANDS = (inspect_cmd, status_cmd, dump_cmd, verify_cmd, recover_cmd)
 
 DESCRIPTION = """\
 Offline tools for a cassandra-wal write-ahead log (the WAL_DIR of a Spark -> Cassandra sink).
-inspect, dump and verify are read-only: they never take the WAL's lock, never write under
+inspect, status, dump and verify are read-only: they never take the WAL's lock, never write under
 WAL_DIR, and run beside a live sink or on a copy of a WAL taken from a crashed machine."""
 
 EPILOG = """\
@@ -47,10 +48,13 @@ exit codes:
   2  bad usage
   3  corruption found, or WAL_DIR is not a WAL, has an unsupported (newer) format version,
      or holds files that cannot be read
+  status: 0 healthy, 1 lagging, 2 blocked (see 'cassandra-wal status --help')
 
 Examples:
   cassandra-wal inspect /data/wal
   cassandra-wal inspect /data/wal --checkpoint /data/checkpoints/q1 --json
+  cassandra-wal inspect /data/wal --watch
+  cassandra-wal status /data/wal || echo "lagging or blocked"
   cassandra-wal dump /data/wal --batch 42 --limit 10
   cassandra-wal verify /data/wal || echo "corrupted"
   cassandra-wal recover /data/wal --dry-run

@@ -108,8 +108,10 @@ class Upserter:
     def __init__(self, session, table: TableSchema, columns: Sequence[str], write: WriteConfig,
                  consistency_level: int | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock_us: Callable[[], int] = lambda: time.time_ns() // 1000):
+                 clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
+                 on_retry: Callable[[], None] | None = None):
         self.session, self.table, self.columns, self.write = session, table, list(columns), write
+        self._on_retry = on_retry    # told before each retry of failed requests (the metrics)
         self.table_columns = [table.resolve_column(c) or c for c in self.columns]
         cols = ", ".join(quote(c) for c in self.table_columns)
         marks = ", ".join("?" for _ in self.columns)
@@ -377,7 +379,8 @@ class Upserter:
         retrying = Retrying(
             stop=stop_after_attempt(self.write.retry_count + 1),
             wait=wait_exponential_jitter(multiplier=0.2, max=10.0),
-            retry=retry_if_exception_type(_Transient), sleep=self._sleep, reraise=True)
+            retry=retry_if_exception_type(_Transient), sleep=self._sleep, reraise=True,
+            before_sleep=(lambda _state: self._on_retry()) if self._on_retry else None)
         pending, launched, built_s = flight.pending, flight.results, flight.built_s
         try:
             for attempt in retrying:

@@ -26,6 +26,7 @@ class WalConfig:
     flush: bool = True
     flush_mode: str = "driver"
     flush_processes: int = 2
+    metrics_port: int | None = None     # the driver's Prometheus endpoint (sinks.metrics_endpoint)
 
     def public_dict(self) -> dict[str, Any]:
         return public_fields(self)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from dataclasses import dataclass
 
 from tenacity import (
     Retrying,
@@ -39,17 +41,31 @@ from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.layout import WalDir
 from wal.retention import RetentionPolicy
 
+from . import events
 from .errors import SINK_ERRORS, RecoveryBlocked, is_transient
 from .executors import ExecutorsWriter, SparkJobs
+from .health import LAG_AFTER_S, FlushCounters, Health, read_health
 from .output import CassandraOutput
 from .recover import open_writer_waiting
-from .replay import Replayer
+from .replay import Replayer, WrittenBatch
 from .target import RecordedTarget, Target
 
 log = logging.getLogger(__name__)
 
 BLOCK_REMEDY = ("the flusher tries again every few seconds and the block clears as soon as "
                 "it gets past; see docs/runbook.md ('The sink is blocked')")
+
+
+@dataclass
+class Replay:
+    """A replay under way: why (recovery at query start, or after which failure), since when
+    its first batch was written, and how much it wrote. Started and finished once each in the
+    log, however many drains it takes."""
+
+    why: str
+    since: float = 0.0
+    batches: int = 0
+    rows: int = 0
 
 
 def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
@@ -79,9 +95,12 @@ class QueryFlusher:
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
-        self.output = CassandraOutput(self.target, self.wal.root, session_conf)
+        self.counters = FlushCounters()        # retries and replays: sinks.status, metrics
+        self.output = self._output(self.target)
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
-                                 checkpoint, retention=retention_of(self.target))
+                                 checkpoint, retention=retention_of(self.target),
+                                 on_written=self._written)
+        self._replay: Replay | None = None     # the replay under way (recovery.events)
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
@@ -113,12 +132,15 @@ class QueryFlusher:
                 if not self.target.config.wal.flush:
                     return
                 writer = self._executors() if executors_allowed else None
+                self._replay_due(query_running)
                 self.last_report = self.replayer.run(query_running, crash_prefix, writer)
                 self.last_error = None
+                self._replay_done()
                 self._set_blocked(None)
             except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
                 if is_transient(exc):   # the batch stays in the WAL, retried in a moment
                     self.last_error = exc
+                    self.counters.count(retries=1)
                     log.warning("cassandra_wal: %s: flush deferred, retried in %.0f s: %s: %s",
                                 self.wal.root, self.retry_interval_s, type(exc).__name__, exc)
                 else:
@@ -127,6 +149,42 @@ class QueryFlusher:
                     self._reset_output()
             finally:
                 self.drains += 1
+
+    # -- what the operator sees ---------------------------------------------------------
+    def health(self, lag_after_s: float = LAG_AFTER_S) -> Health:
+        """The WAL's figures (:func:`~recovery.health.read_health`) with this run's retries and
+        replays. Any thread: it reads the WAL through a read-only log instance."""
+        return read_health(self.wal, self.checkpoint, self.counters, lag_after_s)
+
+    def _replay_due(self, query_running: bool) -> None:
+        """A drain that writes what an earlier run (recovery at query start) or an earlier
+        drain (a transient failure) left unfinished is a replay: its first batch written
+        starts it, its end finishes it (:mod:`recovery.events`)."""
+        if self._replay is not None:
+            return                       # the last one failed again: still the same replay
+        if not query_running:
+            self._replay = Replay("recovery at query start")
+        elif self.last_error is not None:
+            self._replay = Replay(f"after {type(self.last_error).__name__}")
+
+    def _written(self, done: WrittenBatch) -> None:
+        """The Replayer marked a batch FLUSHED (flusher's thread, inside a drain)."""
+        events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
+        replay = self._replay
+        if replay is None:
+            return
+        if replay.batches == 0:
+            events.replay_started(self.wal.root, done.batch, replay.why)
+            replay.since = time.monotonic()
+        replay.batches += 1
+        replay.rows += done.rows
+        self.counters.count(replays=1)
+
+    def _replay_done(self) -> None:
+        replay, self._replay = self._replay, None
+        if replay is not None and replay.batches > 0:
+            events.replay_finished(self.wal.root, replay.batches, replay.rows,
+                                   time.monotonic() - replay.since)
 
     def _recorded_fingerprint(self) -> str | None:
         try:
@@ -146,11 +204,17 @@ class QueryFlusher:
         target = load_target(self.wal, self.session_conf)
         self._reset_output()
         self.target, self._fingerprint = target, fingerprint
-        self.output = CassandraOutput(target, self.wal.root, self.session_conf)
+        self.output = self._output(target)
         self.replayer.retention = retention_of(target)
         self._close_executors()
         log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
                  self.wal.root)
+
+    def _output(self, target: Target) -> CassandraOutput:
+        """The session and Upserters of the driver's writes; each retry of requests that
+        failed transiently counts as a retry."""
+        return CassandraOutput(target, self.wal.root, self.session_conf,
+                               on_retry=lambda: self.counters.count(retries=1))
 
     def _executors(self) -> ExecutorsWriter | None:
         """The segment writer of ``wal.flush.mode=processes`` (worker processes), or of
@@ -186,8 +250,7 @@ class QueryFlusher:
         if reason != self._blocked_reason:   # retried every few seconds: say it once
             # An error of no family of ours is a bug: its traceback is what to report.
             typed = isinstance(exc, SINK_ERRORS)
-            log.error("cassandra_wal: %s: blocked: %s", self.wal.root, reason,
-                      exc_info=None if typed else exc)
+            events.blocked(self.wal.root, reason, None if typed else exc)
         self.last_error, self._blocked_reason = exc, reason
         self._set_blocked(reason)
 
@@ -199,6 +262,8 @@ class QueryFlusher:
 
     def _set_blocked(self, reason: str | None) -> None:
         if reason is None:
+            if self._blocked_reason is not None:
+                events.unblocked(self.wal.root)
             self._blocked_reason = None
         try:
             self.wal.write_blocked(reason)

@@ -9,6 +9,7 @@ reopens it when a failure may have been the session's.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from cql import credentials
 from cql.connection import connect
@@ -27,8 +28,9 @@ class CassandraOutput:
     first batch, after the flusher was made)."""
 
     def __init__(self, target: Target, wal_root: str | None = None,
-                 session_conf: dict | None = None):
+                 session_conf: dict | None = None, on_retry: Callable[[], None] | None = None):
         self.target, self._cluster, self._session = target, None, None
+        self.on_retry = on_retry          # each retry of failed requests (the flusher counts)
         self.wal_root, self.session_conf = wal_root, session_conf
         self._upserters: dict[str, Upserter] = {}
 
@@ -50,7 +52,8 @@ class CassandraOutput:
             target = self.target.as_sealed(record)
             self._upserters[key] = Upserter(self._session, target.table, target.columns,
                                             target.config.write,
-                                            target.config.connection.consistency_level)
+                                            target.config.connection.consistency_level,
+                                            on_retry=self.on_retry)
         return self._upserters[key]
 
     def close(self) -> None:

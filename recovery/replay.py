@@ -36,7 +36,7 @@ from wal.retention import (
     remove_batch_files,
     remove_unsealed_segments,
 )
-from wal.seal import Seal
+from wal.seal import Seal, now_us
 from wal.segment import decode_chunk
 from wal.states import BatchState
 
@@ -76,6 +76,24 @@ class ReplayReport:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class WrittenBatch:
+    """A batch the Replayer just marked FLUSHED: what the flusher logs and counts.
+    ``resumed``: the log held it already (an earlier drain or run began it)."""
+
+    batch: int
+    rows: int
+    bytes: int
+    sealed_at_us: int
+    flushed_at_us: int
+    resumed: bool
+
+    @property
+    def latency_s(self) -> float:
+        """From its seal (Spark's commit follows at once) to its rows all in Cassandra."""
+        return max(0.0, (self.flushed_at_us - self.sealed_at_us) / 1e6)
 
 
 @dataclass(frozen=True)
@@ -137,8 +155,10 @@ class Replayer:
     def __init__(self, wal: WalDir, log_: WalLog, upserter_factory: Callable[[Seal], object] | None,
                  checkpoint: str | None, retention: RetentionPolicy | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 crash_prefix: str = "flush", writer: RowWriter | None = None):
+                 crash_prefix: str = "flush", writer: RowWriter | None = None,
+                 on_written: Callable[[WrittenBatch], None] | None = None):
         self.wal, self.log, self.checkpoint = wal, log_, checkpoint
+        self.on_written = on_written
         self.writer = writer if writer is not None else DriverWriter(upserter_factory)
         self.retention = retention
         self.on_progress = on_progress
@@ -195,6 +215,11 @@ class Replayer:
             elif view.action == catalog.REPLAY:
                 report.rows_written += self.flush(view, writer)
                 report.replayed.append(view.batch)
+                if self.on_written is not None:
+                    seal = view.seal or view.record.seal
+                    self.on_written(WrittenBatch(view.batch, seal.rows, seal.bytes,
+                                                 seal.sealed_at_us, now_us(),
+                                                 resumed=view.record is not None))
         if self.retention is not None:
             report.removed_by_retention = apply_retention(self.wal, self.log, self.retention)
         report.seconds = time.monotonic() - started

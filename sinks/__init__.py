@@ -31,7 +31,9 @@ listener and flusher in the client process, which must be told each query's chec
 
 ``foreachBatch`` users get the same through :class:`CassandraWalWriter`
 (:mod:`sinks.foreach_batch`), and ``sinks.wait_flushed(query, timeout)`` returns once every
-batch a query committed is in Cassandra (:mod:`sinks.wait`).
+batch a query committed is in Cassandra (:mod:`sinks.wait`); ``sinks.status(query)`` returns
+the figures of its WAL now: backlog, oldest pending age, latency, retries, blocked state
+(:mod:`sinks.query_status`).
 """
 
 from __future__ import annotations
@@ -93,7 +95,21 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     wait(query, timeout)
 
 
-__all__ = ["register", "wait_flushed", "WalBlocked", "NotFlushedYet",
+def status(query, lag_after_s: float = 30.0):
+    """The figures of ``query``'s WAL now (a :class:`recovery.health.Health`): ``state``
+    (healthy, lagging, blocked) and ``blocked_reason``; ``pending_batches``, ``pending_rows``,
+    ``pending_bytes`` (committed, not yet in Cassandra) against ``max_bytes``;
+    ``oldest_pending_age_s``; ``last_written_batch`` and ``last_write_latency_s`` (commit to
+    visible); ``rows_per_s``; ``retries`` and ``replays``; ``wal_bytes``. Never waits: see
+    :func:`wait_flushed` to wait for the backlog. See :func:`sinks.query_status.status`.
+
+    Runs: in the driver process, on the calling thread."""
+    from .query_status import status as read
+
+    return read(query, lag_after_s)
+
+
+__all__ = ["register", "wait_flushed", "status", "WalBlocked", "NotFlushedYet",
            "CassandraWalWriter", "CassandraWalDataSource", "FORMAT_NAME",
            "SinkError", "OptionError", "SchemaError", "NullPrimaryKeyError", "ConnectionFailed",
            "CounterTableError", "UnknownKeyspaceError", "UnknownTableError"]

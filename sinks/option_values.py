@@ -6,6 +6,8 @@ option (its value redacted for secrets).
 
 from __future__ import annotations
 
+import importlib.util
+
 import math
 import os.path
 import re
@@ -63,6 +65,17 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def metrics_port(raw: str) -> int:
+    """A TCP port for the metrics endpoint, and prometheus-client installed to serve it: a
+    missing library fails the query's first batch here, not silently in the driver later."""
+    port = int_in(1, 65535)(raw)
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise ValueError("needs the prometheus-client library: pip install "
+                         "'cassandra-wal-sink[metrics]' (or prometheus-client) where the "
+                         "driver runs")
+    return port
 
 
 def positive_float(raw: str) -> float:

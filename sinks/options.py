@@ -351,13 +351,25 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="write.group_rows",
     ),
     _spec(
+        "wal.metrics.port", None, values.metrics_port,
+        "Serve the sink's figures for Prometheus on this TCP port of the driver "
+        "(`http://<driver host>:<port>/metrics`); unset: no endpoint. It starts with the "
+        "query's flusher (at its first batch; a restart that adds the option: at its second) "
+        "and serves every query of the driver process "
+        "that names the port, labelled `query_id` and `query_name`. Needs "
+        "`prometheus-client` (`pip install 'cassandra-wal-sink[metrics]'`). Metric names: "
+        "docs/user-guide.md, \"Operating the sink\".",
+        section=_L, target="wal.metrics_port",
+    ),
+    _spec(
         "spark.cassandra.output.batch.grouping.buffer.size", None, values.ignored,
         "Rows are grouped over `wal.flush.groupRows` rows of a batch instead.",
         section=_I, status="ignored",
     ),
     _spec(
         "spark.cassandra.output.metrics", None, values.ignored,
-        "SCC's JVM task metrics do not exist for a Python data source.",
+        "SCC's JVM task metrics do not exist for a Python data source; see `wal.metrics.port` "
+        "and `sinks.status(query)` instead.",
         section=_I, status="ignored",
     ),
     _spec(

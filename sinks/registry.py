@@ -21,6 +21,7 @@ import threading
 import cassandra.cluster  # noqa: F401
 
 from cql import credentials
+from recovery import events
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher
 from wal.checkpoint import Filesystems
@@ -29,6 +30,7 @@ from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import read_pointer
 
+from . import metrics_endpoint
 from .connect import (
     ConnectCassandraWalDataSource,
     filesystems_of,
@@ -68,6 +70,7 @@ class FlushRegistry:
         self.runs: dict[str, tuple[str, str]] = {}        # run id -> (query id, checkpoint)
         self.stopping: dict[str, tuple[str, QueryFlusher]] = {}   # run id -> (query id, flusher)
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
+        self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
         self._lock = threading.Lock()
         registries.append(self)
         _register_exit_hook()
@@ -106,7 +109,27 @@ class FlushRegistry:
             return None
         with self._lock:
             self.flushers[run_id] = flusher
+        self._serve_metrics(flusher)
         return flusher
+
+    def _serve_metrics(self, flusher: QueryFlusher) -> None:
+        """Start the metrics endpoint if the run's options name a port (``wal.metrics.port``).
+        Asked at the flusher's start and at each batch: a restarted query's flusher is made
+        before the run's first batch records the run's options, and takes them up (a port
+        newly given included) at its first drain."""
+        port = flusher.target.config.wal.metrics_port
+        if port is not None:
+            metrics_endpoint.serve(port, running_flushers)
+
+    def running(self) -> list[tuple[str, str, QueryFlusher]]:
+        """``(query id, query name, flusher)`` of every run whose flusher is running."""
+        with self._lock:
+            return [(self.runs[r][0], self.names.get(self.runs[r][0], ""), f)
+                    for r, f in self.flushers.items() if r in self.runs]
+
+    def _name_of(self, query_id: str) -> str:
+        query = self.spark.streams.get(query_id)
+        return (query.name or "") if query is not None else ""
 
     def flusher_of(self, run_id: str) -> QueryFlusher | None:
         """The run's flusher, running or finishing its last drain; None if it has none."""
@@ -130,9 +153,11 @@ class FlushRegistry:
         checkpoint = self._checkpoint_of(query_id)
         if checkpoint is None:
             return
+        name = self._name_of(query_id)
         with self._lock:
             self.runs[run_id] = (query_id, checkpoint)
             self.checkpoints[query_id] = checkpoint
+            self.names[query_id] = name
         flusher = self._flusher(run_id)
         if flusher is not None:
             self._begin(flusher)
@@ -161,6 +186,7 @@ class FlushRegistry:
                 return
             flusher.start()
         flusher.kick()
+        self._serve_metrics(flusher)
 
     def terminated(self, query_id: str, run_id: str) -> None:
         with self._lock:
@@ -221,6 +247,10 @@ class ConnectFlushRegistry(FlushRegistry):
         flusher.start()
         flusher.kick()
 
+    def _name_of(self, query_id: str) -> str:
+        with self._lock:
+            return self.names.get(query_id, "")
+
     def _spark_jobs(self) -> SparkJobs | None:
         return None
 
@@ -236,6 +266,7 @@ class ConnectFlushRegistry(FlushRegistry):
         checkpoint = tracked_checkpoint(query_id, checkpoint_location, self.filesystems)
         with self._lock:
             self.checkpoints[query_id] = checkpoint
+            self.names[query_id] = query.name or ""
             known = run_id in self.runs
         if not known:
             self.started(query_id, run_id)
@@ -261,6 +292,7 @@ def register_session(spark) -> FlushRegistry:
         base, channel = CassandraWalDataSource, credentials.ensure_server().path
         filesystems = Filesystems.of_session(spark)
     use_access(filesystems.access)       # this process's flushers reach stores as Spark does
+    events.make_visible()                # a batch written, blocked...: in the driver's log
     source = type("CassandraWalDataSource", (base,),
                   {"session_conf": conf, "credential_channel": channel,
                    "filesystems": filesystems, "__module__": "sinks",
@@ -298,6 +330,12 @@ def finish_at_exit() -> None:
                  FINISH_ON_STOP_S)
     for registry in busy:
         registry.finish(FINISH_ON_STOP_S)
+
+
+def running_flushers() -> list[tuple[str, str, QueryFlusher]]:
+    """``(query id, query name, flusher)`` of every running flusher in any session of this
+    process: what the metrics endpoint serves."""
+    return [entry for registry in registries for entry in registry.running()]
 
 
 def flusher_of_run(run_id: str) -> QueryFlusher | None:

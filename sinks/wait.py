@@ -33,7 +33,7 @@ def wait_flushed(query, timeout: float | None = None) -> None:
 
     Runs: in the driver process, on the calling thread."""
     started = time.monotonic()
-    checkpoint = _checkpoint_root(query)
+    checkpoint = checkpoint_root(query)
     committed = ckpt.committed_batches(checkpoint)
     if not committed:
         return
@@ -85,7 +85,7 @@ def pending_batches(wal: WalDir, checkpoint: str, through: int) -> list[tuple[in
             if v.batch <= through and v.action != catalog.NOTHING]
 
 
-def _checkpoint_root(query) -> str:
+def checkpoint_root(query) -> str:
     jsq = getattr(query, "_jsq", None)
     if jsq is not None:
         return str(jsq.streamingQuery().resolvedCheckpointRoot())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import sinks
 from sinkutil import (cassandra_wal, committed_batches, connection_options, create_table, read_table,
                       register, running, sink_error_line, sink_options, stream_wal, wait_for,
                       write_json_files)
@@ -126,6 +127,12 @@ def test_a_query_restarted_on_a_damaged_wal_fails_naming_the_batch_and_segment(
         # Batch 3 commits; its flush writes batch 0 and stops at batch 1: the WAL is blocked.
         wait_for(lambda: os.path.exists(os.path.join(wal.root, "blocked.json")),
                  what="the flusher to refuse batch 1")
+        health = sinks.status(query)
+        assert health.state == "blocked" and "batch 1" in health.blocked_reason, health
+        assert health.flushed_through == 0 and health.pending_batches >= 2, health
+        status = cassandra_wal("status", wal.root, "--checkpoint", str(cp))
+        assert status.returncode == 2, status.stdout + status.stderr
+        assert status.stdout.startswith("blocked: ") and "batch 1" in status.stdout
         write_json_files(src, [file_rows(4)], first_index=4)
         wait_for(lambda: not query.isActive, what="batch 4's commit to fail the query")
     line = sink_error_line(query.exception())

@@ -5,9 +5,14 @@ port and data (``tests/helpers/node.py: RestartableNode``):
 
 * an outage of more than 30 s: the query keeps running and committing, ``cassandra-wal
   inspect`` shows the backlog, and once the node is back every batch drains, in batch order,
-  with the timestamps of its seal, nothing lost and nothing twice;
+  with the timestamps of its seal, nothing lost and nothing twice; all along, the metrics
+  endpoint (``wal.metrics.port``, scraped every second), ``sinks.status`` and ``cassandra-wal
+  status`` show the backlog rising during the outage and draining after it
+  (``CASSANDRA_WAL_OUTAGE_SAMPLES=file.json`` keeps the scrapes: bench/plot_outage.py draws
+  docs/img/outage-backlog.png from them);
 * back-pressure at ``wal.maxBytes``: ``block`` holds the commit (the query waits, nothing is
-  sealed) until the flusher has drained the backlog; ``fail`` fails the query with
+  sealed, ``status`` says lagging with the backlog over the cap) until the flusher has
+  drained the backlog; ``fail`` fails the query with
   ``WalFull`` naming the cap, and a restart loses nothing;
 * an outage with the flush in worker processes never blocks the sink (``blocked.json`` is
   sampled all along, the node's restart included);
@@ -23,11 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,6 +45,8 @@ from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, error_text, f
                       register, running, sink_options, stream_wal, wait_all_flushed, wait_for,
                       write_json_files)
 from tests.crash.harness import CrashHarness
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.helpers.node import RestartableNode, java_home_env
 from wal.log import WalLog
 from wal.seal import read_seal
@@ -103,6 +113,62 @@ class BlockedSampler(threading.Thread):
         return self.seen
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int, query_id: str) -> dict[str, float]:
+    """``GET /metrics`` of the driver's endpoint: the query's samples, by metric name."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.labels.get("query_id") == query_id}
+
+
+class MetricsScraper(threading.Thread):
+    """Scrapes the endpoint every second, as Prometheus would; keeps ``(seconds, samples)``."""
+
+    def __init__(self, port: int, query_id: str):
+        super().__init__(name="metrics-scraper", daemon=True)
+        self.port, self.query_id = port, query_id
+        self.started_at = time.monotonic()
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.errors: list[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(1.0):
+            try:
+                got = scrape(self.port, self.query_id)
+            except OSError as exc:
+                self.errors.append(repr(exc))
+                continue
+            self.samples.append((time.monotonic() - self.started_at, got))
+
+    def at(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def stop(self) -> list[tuple[float, dict[str, float]]]:
+        self.done.set()
+        self.join(10)
+        return self.samples
+
+
+def keep_samples(samples, down_s: float, up_s: float) -> None:
+    """For the user guide's picture: ``CASSANDRA_WAL_OUTAGE_SAMPLES=file.json``."""
+    path = os.environ.get("CASSANDRA_WAL_OUTAGE_SAMPLES")
+    if path:
+        Path(path).write_text(json.dumps({"node_stopped_s": down_s, "node_started_s": up_s,
+                                          "samples": samples}, indent=1))
+
+
+def status_cli(cp: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``cassandra-wal status`` beside the running sink."""
+    return cassandra_wal("status", stream_wal(cp).root, "--checkpoint", str(cp), *extra)
+
+
 @pytest.fixture
 def retain_two_batches(spark):
     """``spark.sql.streaming.minBatchesToRetain=2`` for the queries started meanwhile (Spark
@@ -160,15 +226,28 @@ def flushed_records(cp: Path) -> dict[int, int]:
         reader.close()
 
 
-def test_a_cassandra_outage_is_absorbed_and_drained_in_order(spark, node, keyspace, tmp_path):
+def test_a_cassandra_outage_is_absorbed_and_drained_in_order(spark, node, keyspace, tmp_path,
+                                                            caplog):
+    caplog.set_level(logging.INFO, logger="cassandra_wal")
     src, cp = tmp_path / "src", tmp_path / "cp"
     write_json_files(src, [file_rows(0), file_rows(1)])
-    query = start_stream(spark, node, keyspace, src, cp)
+    port = free_port()
+    query = start_stream(spark, node, keyspace, src, cp, **{"wal.metrics.port": str(port)})
+    scraper = MetricsScraper(port, str(query.id))
     with running(query):
         wait_all_flushed(cp, at_least=1)
+        # Spark's progress has no figure of a Python sink's (docs/user-guide.md, "Operating
+        # the sink"): what the endpoint and sinks.status are for.
+        wait_for(lambda: query.lastProgress is not None, what="a first progress report")
+        assert not query.lastProgress["sink"].get("metrics"), query.lastProgress["sink"]
+        before = sinks.status(query)
+        assert (before.state, before.pending_batches, before.last_written_batch) == \
+            ("healthy", 0, 1), before
+        scraper.start()
+        wait_for(lambda: scraper.samples, timeout=30, what="a first scrape of the endpoint")
 
         node.stop()
-        down_at = time.monotonic()
+        down_at, down_s = time.monotonic(), scraper.at()
         write_json_files(src, [file_rows(k) for k in range(2, 6)], first_index=2)
         # The query goes on: Spark commits every batch while Cassandra is away.
         wait_for(lambda: committed_batches(cp)[-1] >= 5, timeout=120,
@@ -181,14 +260,55 @@ def test_a_cassandra_outage_is_absorbed_and_drained_in_order(spark, node, keyspa
         assert sorted(backlog) == [2, 3, 4, 5]
         assert all(b["committed"] is True and b["action"] == "replay" for b in backlog.values())
         assert report["totals"]["rows_pending"] == 4 * ROWS_PER_FILE
+        assert report["health"]["pending_rows"] == 4 * ROWS_PER_FILE
+
+        time.sleep(max(0.0, OUTAGE_S - 5 - (time.monotonic() - down_at)))
+        during = sinks.status(query, lag_after_s=10)
+        assert (during.state, during.pending_batches, during.pending_rows) == \
+            ("lagging", 4, 4 * ROWS_PER_FILE), during
+        assert during.oldest_pending_age_s >= 10 and during.flushed_through == 1
+        assert during.retries > 0 and during.blocked_reason is None, during
+        lagging = status_cli(cp, "--lag-after", "10")
+        assert lagging.returncode == 1, lagging.stdout + lagging.stderr
+        assert lagging.stdout.startswith("lagging: 4 batches pending (80 rows"), lagging.stdout
+        scraped = scrape(port, str(query.id))
+        assert scraped["cassandra_wal_pending_rows"] == 4 * ROWS_PER_FILE
+        assert scraped["cassandra_wal_oldest_pending_age_seconds"] >= 10
+        assert scraped["cassandra_wal_blocked"] == 0
+        assert scraped["cassandra_wal_retries_total"] > 0
 
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
         assert query.isActive and query.exception() is None, "the outage failed the query"
         assert not os.path.exists(os.path.join(stream_wal(cp).root, "blocked.json"))
         node.start()
+        up_s = scraper.at()
 
         wait_all_flushed(cp, at_least=5)
         assert query.exception() is None
+        after = sinks.status(query)
+        assert (after.state, after.pending_batches, after.pending_rows) == ("healthy", 0, 0)
+        assert after.last_written_batch == 5 and after.flushed_through == 5
+        # Batch 5 was committed during the outage: visible once the node was back.
+        assert after.last_write_latency_s > 5, after
+        assert after.replays >= 4 and after.rows_per_s > 0, after
+        healthy = status_cli(cp)
+        assert healthy.returncode == 0 and healthy.stdout.startswith("healthy: 0 batches")
+        wait_for(lambda: scraper.samples[-1][0] > scraper.at() - 1.5
+                 and scraper.samples[-1][1].get("cassandra_wal_pending_rows") == 0,
+                 timeout=30, what="a scrape after the drain")
+        samples = scraper.stop()
+    keep_samples(samples, down_s, up_s)
+    lines = [r.getMessage() for r in caplog.records if r.name == "cassandra_wal"]
+    assert any("batch 5 written: 20 rows" in line and "after its commit" in line
+               for line in lines), lines
+    assert any("replay started at batch 2" in line for line in lines), lines
+    assert any("replay finished: 4 batches, 80 rows" in line for line in lines), lines
+    assert scraper.errors == [] and len(samples) > OUTAGE_S / 2, scraper.errors[:3]
+    pending = [(t, m.get("cassandra_wal_pending_rows")) for t, m in samples]
+    outage = [rows for t, rows in pending if down_s <= t < up_s]
+    assert outage == sorted(outage) and outage[-1] == 4 * ROWS_PER_FILE, pending
+    assert max(rows for t, rows in pending if t < down_s) == 0, pending
+    assert pending[-1][1] == 0, pending
     assert_table_holds(node, keyspace, cp, files=6)
     flushed_at = flushed_records(cp)
     assert sorted(flushed_at) == [0, 1, 2, 3, 4, 5]
@@ -218,6 +338,10 @@ def test_block_holds_the_commit_while_the_backlog_is_over_the_cap(spark, node, k
         assert query.isActive and query.exception() is None
         held = {b["batch"]: b for b in inspect_json(cp)["batches"]}
         assert held[1]["action"] == "replay" and held[2]["state"] == "staged"
+        holding = sinks.status(query)     # the backlog over the cap is what holds the commit
+        assert holding.state == "lagging" and holding.blocked_reason is None, holding
+        assert holding.pending_batches == 1 and holding.pending_bytes > holding.max_bytes == 1
+        assert status_cli(cp).returncode == 1
         node.start()
         wait_all_flushed(cp, at_least=2)
         assert query.exception() is None

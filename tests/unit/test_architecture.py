@@ -62,6 +62,7 @@ def test_a_broken_floor_is_caught(tmp_path, module, bad_import, contract):
 #: with it (about 90 ms a worker: test_one_shot_workers_import_no_flusher_and_no_driver_cluster).
 OWN_DEFERRED = {("sinks/__init__.py", "register", "sinks.registry"),
                 ("sinks/__init__.py", "wait_flushed", "sinks.wait"),
+                ("sinks/__init__.py", "status", "sinks.query_status"),
                 ("sinks/source.py", "commit", "sinks.batch_jobs"),
                 ("sinks/source.py", "abort", "sinks.batch_jobs"),
                 # A store's client (boto3, an HTTP client) only where a location names it.
@@ -71,7 +72,9 @@ OWN_DEFERRED = {("sinks/__init__.py", "register", "sinks.registry"),
 HEAVY_THIRD_PARTY = ("cassandra.cluster", "cassandra.connection", "cassandra.protocol",
                      "cassandra.query", "cassandra.auth", "cassandra.policies",
                      "cassandra.concurrent", "ssl",
-                     "boto3", "botocore.config")     # a store's client: wal/stores.py
+                     "boto3", "botocore.config",     # a store's client: wal/stores.py
+                     # an optional extra, only where wal.metrics.port asks for it
+                     "prometheus_client", "prometheus_client.core")
 
 
 def _deferred_imports(path: Path, package: str = "") -> list[tuple[str, str, str]]:
@@ -162,6 +165,7 @@ def _spark_facing_methods():
                 yield f"{cls.__name__}.{name}", member
     yield "sinks.register", sinks.register
     yield "sinks.wait_flushed", sinks.wait_flushed
+    yield "sinks.status", sinks.status
     yield "CassandraWalWriter.__call__", sinks.CassandraWalWriter.__call__
 
 

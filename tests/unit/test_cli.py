@@ -154,7 +154,7 @@ def stable_inspect(doc: dict) -> dict:
     """Drop what changes from run to run (ages, clocks, paths, byte sizes of Arrow/RocksDB)."""
     doc = copy.deepcopy(doc)
     doc["wal"]["path"], doc["wal"]["checkpoint"] = "<wal>", "<cp>"
-    doc.pop("size")
+    doc.pop("size"), doc.pop("health")
     for b in doc["batches"]:
         del b["age_s"], b["bytes"]
         if b["seal"]:
@@ -168,7 +168,7 @@ def test_inspect_json_every_state_matches_golden(capsys, every):
     result = cli(capsys, "inspect", every.wal, "--json")
     assert result.code == 0, result.err
     doc = result.json()
-    assert set(doc) == {"wal", "batches", "totals", "size"}
+    assert set(doc) == {"wal", "health", "batches", "totals", "size"}
     assert doc["wal"]["checkpoint"] == every.cp and doc["wal"]["checkpoint_source"] == "target.json"
     size = doc["size"]
     assert size["total"] == size["segments"] + size["log"] + size["seals"] > 0
@@ -179,6 +179,8 @@ def test_inspect_table_every_state(capsys, every):
     result = cli(capsys, "inspect", every.wal)
     assert result.code == 0, result.err
     lines = result.out.splitlines()
+    assert lines[0] == "health      healthy"      # its pending batches were sealed just now
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("WAL ")):]
     assert lines[0].startswith("WAL ") and every.wal in lines[0]
     assert f"{every.cp} (from target.json)" in lines[1]
     assert "flushed through batch 0" in lines[2]

@@ -8,10 +8,12 @@ WAL over to the new run and ignore the old run's late events.
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 import sinks.registry as driver
+from recovery.config import SinkConfig, WalConfig
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +28,7 @@ class FakeFlusher:
         self.stopped = threading.Event()
         self.release = threading.Event()        # a stop's last drain ends when this is set
         self.release.set()
+        self.target = SimpleNamespace(config=SinkConfig("ks", "t"))   # no wal.metrics.port
         FakeFlusher.made.append(self)
 
     def recover(self):
@@ -56,7 +59,7 @@ class FakeSpark:
             root = f"/cp/{query_id}"
             streaming = type("SQ", (), {"resolvedCheckpointRoot": lambda _s: root})()
             jsq = type("JSQ", (), {"streamingQuery": lambda _s: streaming})()
-            return type("Q", (), {"_jsq": jsq})()
+            return type("Q", (), {"_jsq": jsq, "name": None})()
 
     streams = _Streams()
 
@@ -80,6 +83,23 @@ def test_a_run_gets_a_flusher_that_recovers_then_flushes_on_progress(registry):
     assert registry.flushers == {}
     assert flusher.stopped.wait(5)
     assert flusher.calls[-1] == "stop"
+
+
+def test_the_metrics_endpoint_starts_once_a_run_names_a_port_even_after_its_start(
+        registry, monkeypatch):
+    """A restarted query's flusher is made before the run's first batch records its options:
+    a port given only now is seen at a later batch (the flusher took the options up)."""
+    served = []
+    monkeypatch.setattr(driver.metrics_endpoint, "serve", lambda port, _: served.append(port))
+    registry.started("q", "run-1")
+    (flusher,) = FakeFlusher.made
+    registry.progressed("q", "run-1")
+    assert served == []                                   # no port: no endpoint
+    flusher.target = SimpleNamespace(config=SinkConfig("ks", "t",
+                                                       wal=WalConfig(metrics_port=9108)))
+    registry.progressed("q", "run-1")
+    assert served == [9108]
+    assert registry.running() == [("q", "", flusher)]
 
 
 def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(registry):

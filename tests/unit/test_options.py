@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import logging
 import pickle
@@ -261,6 +263,9 @@ MALFORMED = [
     ("wal.flush.groupRows", "0"),
     ("wal.flush.groupRows", "1000001"),
     ("wal.flush.groupRows", "lots"),
+    ("wal.metrics.port", "0"),
+    ("wal.metrics.port", "65536"),
+    ("wal.metrics.port", "http"),
 ]
 
 
@@ -281,6 +286,18 @@ def test_consistency_any_is_refused_with_why_and_what_instead(value):
     assert info.value.option == "spark.cassandra.output.consistency.level"
     assert "hint" in info.value.reason and "ONE or stronger" in info.value.reason
     assert "LOCAL_QUORUM" in info.value.reason
+
+
+def test_metrics_port_is_off_by_default_and_needs_prometheus_client(monkeypatch):
+    assert parse_options(BASE).wal.metrics_port is None
+    assert parse_one("wal.metrics.port", "9108").wal.metrics_port == 9108
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "prometheus_client" else real(name, *a))
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, "wal.metrics.port": "9108"})
+    assert info.value.option == "wal.metrics.port"
+    assert "cassandra-wal-sink[metrics]" in str(info.value)
 
 
 def test_largest_writetime_constant_is_accepted():

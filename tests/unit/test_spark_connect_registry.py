@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from cql.errors import OptionError, SinkError
+from recovery.config import SinkConfig
 from sinks import connect, registry
 from wal import checkpoint as ckpt
 
@@ -25,7 +26,7 @@ def _checkpoint(tmp_path, query_id: str):
 
 
 def _query(query_id: str, run_id: str | None = None):
-    return SimpleNamespace(id=query_id, runId=run_id or str(uuid.uuid4()))
+    return SimpleNamespace(id=query_id, runId=run_id or str(uuid.uuid4()), name=None)
 
 
 def test_a_connect_session_is_told_by_its_class_alone():
@@ -91,6 +92,7 @@ def test_the_server_refuses_what_the_client_flusher_cannot_follow(options, optio
 class FakeFlusher:
     def __init__(self, wal_root, checkpoint, session_conf=None, spark_jobs="unset"):
         self.calls, self.checkpoint, self.spark_jobs = [], checkpoint, spark_jobs
+        self.target = SimpleNamespace(config=SinkConfig("ks", "t"))   # no wal.metrics.port
 
     def __getattr__(self, name):   # recover, start, kick, stop, hand_over
         return lambda *a, **k: self.calls.append(name)

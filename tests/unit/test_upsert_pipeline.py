@@ -105,9 +105,10 @@ class Recording(Upserter):
     (``group_rows=1``) unless the test asks otherwise: then a group is a chunk, as the tests
     of pipelining below name it."""
 
-    def __init__(self, session, **write):
+    def __init__(self, session, on_retry=None, **write):
         super().__init__(session, TABLE, [n for n, _ in COLUMNS],
-                         WriteConfig(**{"group_rows": 1, **write}), sleep=lambda s: None)
+                         WriteConfig(**{"group_rows": 1, **write}), sleep=lambda s: None,
+                         on_retry=on_retry)
         self.built: list[list] = []
         self.grouped: list[int] = []   # chunks in each group
 
@@ -218,13 +219,15 @@ def test_a_spent_retry_budget_fails_the_batch_and_yields_nothing_more():
     timeout = WriteTimeout("injected", consistency=1, required_responses=1,
                            received_responses=0, write_type=0)
     session = ScriptedSession(lambda statement, attempt: timeout)
-    upserter = Recording(session, retry_count=2)
+    retries = []
+    upserter = Recording(session, on_retry=lambda: retries.append(1), retry_count=2)
     written = upserter.write_chunks(chunks(2), batch_id=9)
     with pytest.raises(FlushFailed, match=r"batch 9.*retry budget spent \(2 retries\): WriteTimeout"):
         next(written)
     first = {id(s) for s in upserter.built[0]}
     assert sent_ids(session) == first           # chunk 1 was built, never sent
     assert set(session.attempts.values()) == {3}
+    assert len(retries) == 2                    # each retry told (the flusher's metrics)
 
 
 def test_a_permanent_error_fails_at_once():

@@ -1,0 +1,158 @@
+"""The WAL's health at a glance: what is committed but not yet in Cassandra, how old it is, how
+fast the flusher writes, and whether the sink is blocked. The one owner of these figures:
+``sinks.status(query)``, the Prometheus endpoint (:mod:`sinks.metrics_endpoint`),
+``cassandra-wal status`` and ``inspect`` all read them from :func:`read_health`.
+
+Why from the WAL on disk rather than from the flusher's memory: the operator's CLI runs in
+another process (beside a live sink, or after it died) and must say the same thing as the
+running sink. Everything here is derived from :func:`wal.catalog.describe` (the view recovery
+plans from), ``blocked.json`` and ``target.json``; only the counts of retries and replays,
+which the WAL does not record, come from the live flusher (:class:`FlushCounters`), and are
+``None`` when read from outside it.
+
+Runs: wherever it is called (the driver process, or the CLI); it reads the log through a
+read-only instance and never takes the WAL's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+
+from wal import catalog
+from wal.catalog import BatchView
+from wal.errors import WalCorrupted
+from wal.layout import WalDir
+from wal.log import WalLog
+from wal.retention import wal_size
+from wal.seal import now_us
+from wal.states import BatchState
+
+from .target import RecordedTarget
+
+HEALTHY, LAGGING, BLOCKED = "healthy", "lagging", "blocked"
+
+#: A committed batch still unwritten after this long makes the sink "lagging" (the default of
+#: ``sinks.status(query, lag_after_s=...)`` and ``cassandra-wal status --lag-after``). Two
+#: micro-batches of a few seconds each plus a flush fit well under it; an outage does not.
+LAG_AFTER_S = 30.0
+
+#: Rows per second are measured over the batches flushed in the last this many seconds
+#: (of those the log still holds: ``wal.retention.batches``).
+RATE_WINDOW_S = 60.0
+
+
+class FlushCounters:
+    """What only the live flusher knows, counted since its run started: ``retries``, each
+    retry of write requests that failed transiently (in the driver: ``wal.flush.mode=driver``
+    and recoveries; flush tasks and worker processes retry on their own, uncounted) and each
+    drain that failed transiently and is tried again (every mode); ``replays``, batches a
+    replay wrote (recovery at query start, or a drain after a failed one). Thread-safe: the
+    flusher's thread counts, any thread reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.retries = 0
+        self.replays = 0
+
+    def count(self, retries: int = 0, replays: int = 0) -> None:
+        with self._lock:
+            self.retries += retries
+            self.replays += replays
+
+    def snapshot(self) -> tuple[int, int]:
+        with self._lock:
+            return self.retries, self.replays
+
+
+@dataclass(frozen=True)
+class Health:
+    """The figures of one WAL (one query). Sizes in bytes, ages and latencies in seconds."""
+
+    wal: str
+    state: str                          # healthy | lagging | blocked
+    blocked_reason: str | None          # blocked.json: why no batch can be written
+    pending_batches: int                # committed by Spark, not yet written to Cassandra
+    pending_rows: int                   # ... their rows not yet acknowledged
+    pending_bytes: int                  # ... their sealed bytes: what wal.maxBytes caps
+    oldest_pending_age_s: float | None  # since the oldest pending batch was sealed
+    max_bytes: int | None               # wal.maxBytes (None: target.json unreadable)
+    wal_bytes: int                      # the WAL folder's size (segments, log, seals)
+    flushed_through: int                # every batch up to this one is written (-1: none)
+    last_written_batch: int | None      # the newest batch written, of those the log holds
+    last_write_latency_s: float | None  # its seal (Spark's commit) to its flushed mark
+    rows_per_s: float                   # rows written per second, recent batches
+    retries: int | None = None          # transient failures retried (live flusher only)
+    replays: int | None = None          # batches written again by a recovery (live only)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None,
+              max_bytes: int | None, wal_bytes: int, flushed_through: int,
+              counters: FlushCounters | None = None, lag_after_s: float = LAG_AFTER_S,
+              now: int | None = None) -> Health:
+    """The figures from a catalog's views (pure: every input is given; ``now`` in µs)."""
+    now = now_us() if now is None else now
+    pending = [v for v in views if v.action == catalog.REPLAY]
+    oldest = max((v.age_s for v in pending), default=None)
+    written = [v for v in views if v.record is not None and v.seal is not None
+               and v.record.state is BatchState.FLUSHED]
+    last = max(written, key=lambda v: v.batch, default=None)
+    latency = (None if last is None
+               else max(0.0, (last.record.updated_at_us - last.seal.sealed_at_us) / 1e6))
+    recent = [v for v in written if now - v.record.updated_at_us <= RATE_WINDOW_S * 1e6]
+    rate = 0.0
+    if recent:
+        # Over the span the recent batches cover (from the first one's commit), not the
+        # whole window: a stream that started 10 s ago wrote its rows in 10 s, not 60.
+        since = max(min(v.seal.sealed_at_us for v in recent), now - RATE_WINDOW_S * 1e6)
+        rate = sum(v.rows for v in recent) / max(1.0, (now - since) / 1e6)
+    pending_bytes = sum(v.bytes for v in pending)
+    if blocked_reason is not None:
+        state = BLOCKED
+    elif (oldest is not None and oldest >= lag_after_s) or (
+            max_bytes is not None and pending_bytes > max_bytes):
+        state = LAGGING
+    else:
+        state = HEALTHY
+    retries, replays = counters.snapshot() if counters is not None else (None, None)
+    return Health(wal=wal.root, state=state, blocked_reason=blocked_reason,
+                  pending_batches=len(pending),
+                  pending_rows=sum(max(v.rows - v.flushed_rows, 0) for v in pending),
+                  pending_bytes=pending_bytes, oldest_pending_age_s=oldest,
+                  max_bytes=max_bytes, wal_bytes=wal_bytes, flushed_through=flushed_through,
+                  last_written_batch=None if last is None else last.batch,
+                  last_write_latency_s=latency, rows_per_s=rate,
+                  retries=retries, replays=replays)
+
+
+def max_bytes_of(wal: WalDir) -> int | None:
+    """``wal.maxBytes`` as the query's last batch recorded it (None: not recorded yet)."""
+    try:
+        recorded = RecordedTarget.read(wal)
+    except WalCorrupted:
+        return None
+    fields = (recorded.target_fields if recorded is not None else None) or {}
+    value = fields.get("config", {}).get("wal", {}).get("max_bytes")
+    return value if isinstance(value, int) else None
+
+
+def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | None = None,
+                lag_after_s: float = LAG_AFTER_S, log: WalLog | None = None,
+                views: list[BatchView] | None = None) -> Health:
+    """The WAL's figures now. ``log``: a reader already open (else one is opened and closed
+    here); ``views``: the catalog already described with it (``inspect`` shows both)."""
+    reader = log if log is not None else WalLog.open_reader(wal)
+    try:
+        if views is None:
+            views = catalog.describe(wal, reader, checkpoint, query_running=True)
+        flushed_through = max(reader.flushed_through() if reader is not None else -1,
+                              wal.read_flushed_through())
+    finally:
+        if log is None and reader is not None:
+            reader.close()
+    return health_of(wal, views, blocked_reason=wal.read_blocked(), max_bytes=max_bytes_of(wal),
+                     wal_bytes=wal_size(wal).total, flushed_through=flushed_through,
+                     counters=counters, lag_after_s=lag_after_s)

@@ -1,0 +1,102 @@
+"""The Prometheus endpoint (sinks/metrics_endpoint.py): a real HTTP server on a free port,
+scraped with a real request; its metric names are the ones docs/user-guide.md lists."""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from recovery.health import Health
+from sinks import metrics_endpoint
+
+pytestmark = pytest.mark.unit
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def health(**kw) -> Health:
+    base = dict(wal="/w", state="lagging", blocked_reason=None, pending_batches=4,
+                pending_rows=80, pending_bytes=5000, oldest_pending_age_s=41.5,
+                max_bytes=10 * 2**30, wal_bytes=9000, flushed_through=1,
+                last_written_batch=1, last_write_latency_s=0.8, rows_per_s=12.5,
+                retries=7, replays=0)
+    base.update(kw)
+    return Health(**base)
+
+
+class Flusher:
+    def __init__(self, figures: Health | Exception):
+        self.figures = figures
+        self.wal = type("W", (), {"root": "/w"})()
+
+    def health(self) -> Health:
+        if isinstance(self.figures, Exception):
+            raise self.figures
+        return self.figures
+
+
+def scrape(port: int) -> dict:
+    """``{(metric name, query_id): value}`` from ``GET /metrics``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        assert answer.status == 200
+        text = answer.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, sample.labels.get("query_id"))] = sample.value
+            assert set(sample.labels) >= {"query_id", "query_name"}
+    return out
+
+
+def test_a_scrape_gives_every_figure_of_every_running_query(caplog):
+    port = free_port()
+    queries = [("q1", "events", Flusher(health())),
+               ("q2", "", Flusher(health(state="blocked", blocked_reason="x",
+                                         oldest_pending_age_s=None,
+                                         last_written_batch=None, last_write_latency_s=None))),
+               ("q3", "", Flusher(OSError("gone")))]
+    assert metrics_endpoint.serve(port, lambda: queries)
+    assert metrics_endpoint.serve(port, lambda: [])      # this process serves it already
+    got = scrape(port)
+    assert got[("cassandra_wal_pending_batches", "q1")] == 4
+    assert got[("cassandra_wal_pending_rows", "q1")] == 80
+    assert got[("cassandra_wal_pending_bytes", "q1")] == 5000
+    assert got[("cassandra_wal_max_bytes", "q1")] == 10 * 2**30
+    assert got[("cassandra_wal_oldest_pending_age_seconds", "q1")] == 41.5
+    assert got[("cassandra_wal_last_write_latency_seconds", "q1")] == 0.8
+    assert got[("cassandra_wal_rows_written_per_second", "q1")] == 12.5
+    assert got[("cassandra_wal_retries_total", "q1")] == 7
+    assert got[("cassandra_wal_lagging", "q1")] == 1 and got[("cassandra_wal_blocked", "q1")] == 0
+    assert got[("cassandra_wal_blocked", "q2")] == 1
+    assert ("cassandra_wal_last_write_latency_seconds", "q2") not in got   # nothing written
+    assert not any(query == "q3" for _, query in got)     # its failure hides no other query
+
+
+def test_a_port_that_cannot_be_bound_is_logged_naming_the_option(caplog):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with caplog.at_level(logging.ERROR):
+            assert not metrics_endpoint.serve(port, lambda: [])
+    assert f"wal.metrics.port={port}" in caplog.text
+
+
+def test_the_user_guide_lists_every_metric():
+    text = GUIDE.read_text()
+    documented = set(re.findall(r"`(cassandra_wal_[a-z_]+)`", text))
+    served = {f"cassandra_wal_{name}" + ("_total" if kind == "counter" else "")
+              for name, (kind, _, _) in metrics_endpoint.METRICS.items()}
+    assert served <= documented, f"not in docs/user-guide.md: {sorted(served - documented)}"
