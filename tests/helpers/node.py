@@ -130,6 +130,23 @@ def fresh_keyspace(cql, prefix: str = "t"):
         cql.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
+@contextlib.contextmanager
+def cql_session(contact_points: list[str], port: int, policy, **profile):
+    """A CQL session of its own (protocol 5) routed by ``policy``, with the execution
+    profile's other settings (``request_timeout``, ``consistency_level``); shut down on the
+    way out."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+
+    cluster = Cluster(contact_points=contact_points, port=port, protocol_version=5,
+                      connect_timeout=15, execution_profiles={
+                          EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=policy,
+                                                                 **profile)})
+    try:
+        yield cluster.connect()
+    finally:
+        cluster.shutdown()
+
+
 class RestartableNode:
     """A Cassandra node of its own (not the session's), which a test may stop and start again
     on the same port and data: an outage. ``host``/``port`` as the sink options want them."""
@@ -160,18 +177,11 @@ class RestartableNode:
     @contextlib.contextmanager
     def session(self):
         """A CQL session of its own (protocol 5), shut down on the way out."""
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import DCAwareRoundRobinPolicy
 
-        profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(),
-                                   request_timeout=30)
-        cluster = Cluster(contact_points=self.contact_points, port=self.port,
-                          protocol_version=5, connect_timeout=15,
-                          execution_profiles={EXEC_PROFILE_DEFAULT: profile})
-        try:
-            yield cluster.connect()
-        finally:
-            cluster.shutdown()
+        with cql_session(self.contact_points, self.port, DCAwareRoundRobinPolicy(),
+                         request_timeout=30) as session:
+            yield session
 
     @contextlib.contextmanager
     def keyspace(self, prefix: str, *ddl: str):
@@ -252,21 +262,15 @@ class LocalCluster:
         """A CQL session of its own (protocol 5, token aware), at ``consistency``; ``only``:
         every request coordinated by that node (its virtual tables are its own)."""
         from cassandra import ConsistencyLevel
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import (DCAwareRoundRobinPolicy, TokenAwarePolicy,
                                         WhiteListRoundRobinPolicy)
 
         policy = (WhiteListRoundRobinPolicy([only]) if only
                   else TokenAwarePolicy(DCAwareRoundRobinPolicy()))
-        profile = ExecutionProfile(load_balancing_policy=policy, request_timeout=60,
-                                   consistency_level=ConsistencyLevel.name_to_value[consistency])
-        cluster = Cluster(contact_points=[only] if only else self.contact_points,
-                          port=self.port, protocol_version=5, connect_timeout=15,
-                          execution_profiles={EXEC_PROFILE_DEFAULT: profile})
-        try:
-            yield cluster.connect()
-        finally:
-            cluster.shutdown()
+        with cql_session([only] if only else self.contact_points, self.port, policy,
+                         request_timeout=60,
+                         consistency_level=ConsistencyLevel.name_to_value[consistency]) as s:
+            yield s
 
     @contextlib.contextmanager
     def keyspace(self, prefix: str, replication_factor: int, *ddl: str):

@@ -156,6 +156,18 @@ def assert_rows_equal(actual: dict, expected: dict, what: str = "table") -> None
 
 
 # ------------------------------------------------------------------------------- input files
+def start_file_stream(spark, node, keyspace: str, table: str, src: str | os.PathLike,
+                      checkpoint: str | os.PathLike, schema: str, **extra: str):
+    """A stream of the JSON files in ``src`` (of ``schema``), one file a micro-batch
+    (``maxFilesPerTrigger=1``, a 500 ms trigger), into ``keyspace.table`` on ``node``
+    through the sink: with :func:`write_json_files`, batch k is file k."""
+    register(spark)
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(src))
+    return (stream.writeStream.format("cassandra_wal")
+            .options(**sink_options(node, keyspace, table, checkpoint, **extra))
+            .trigger(processingTime="500 milliseconds").start())
+
+
 def write_json_files(folder: str | os.PathLike, files: Sequence[Sequence[dict]],
                      first_index: int = 0) -> list[Path]:
     """Write ``files[i]`` as JSON lines to ``folder/in-<first_index+i>.json``, atomically

@@ -36,9 +36,8 @@ import pytest
 from cassandra.query import BatchStatement, BatchType
 
 import recovery.output
-from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, flushed_through, register,
-                      running, sink_options, stream_wal, wait_all_flushed, wait_for,
-                      write_json_files)
+from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, flushed_through, running,
+                      start_file_stream, stream_wal, wait_all_flushed, wait_for, write_json_files)
 from tests.helpers.node import LocalCluster
 from wal.seal import read_seal
 
@@ -64,11 +63,7 @@ def file_rows(k: int, n: int) -> list[dict]:
 
 
 def start_stream(spark, cluster, keyspace: str, src: Path, cp: Path, **extra: str):
-    register(spark)
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
-    return (stream.writeStream.format("cassandra_wal")
-            .options(**sink_options(cluster, keyspace, "events", cp, **extra))
-            .trigger(processingTime="500 milliseconds").start())
+    return start_file_stream(spark, cluster, keyspace, "events", src, cp, SCHEMA, **extra)
 
 
 def assert_every_replica_holds(cluster, keyspace: str, cp: Path, files: int, n: int) -> None:

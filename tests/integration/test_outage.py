@@ -42,7 +42,7 @@ import pytest
 
 import sinks
 from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, error_text, flushed_through,
-                      register, running, sink_options, stream_wal, wait_all_flushed, wait_for,
+                      running, start_file_stream, stream_wal, wait_all_flushed, wait_for,
                       write_json_files)
 from tests.crash.harness import CrashHarness
 from prometheus_client.parser import text_string_to_metric_families
@@ -81,11 +81,7 @@ def file_rows(k: int) -> list[dict]:
 
 
 def start_stream(spark, node, keyspace: str, src: Path, cp: Path, **extra: str):
-    register(spark)
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
-    return (stream.writeStream.format("cassandra_wal")
-            .options(**sink_options(node, keyspace, "events", cp, **extra))
-            .trigger(processingTime="500 milliseconds").start())
+    return start_file_stream(spark, node, keyspace, "events", src, cp, SCHEMA, **extra)
 
 
 class BlockedSampler(threading.Thread):
