@@ -212,7 +212,7 @@ def internode_messages(cluster) -> dict[str, int]:
 
 def test_replica_set_grouping_sends_requests_to_a_replica(spark, cluster, all_up, tmp_path,
                                                           monkeypatch):
-    rows_per_file = 6000
+    rows_per_file = 4000
     src, cp = tmp_path / "src", tmp_path / "cp"
     with cluster.keyspace("rf1", 1, TABLE) as keyspace:
         tally = RequestLog.on_flusher_session(monkeypatch, keyspace)
@@ -256,7 +256,7 @@ def test_replica_set_grouping_sends_requests_to_a_replica(spark, cluster, all_up
 
         # The nodes agree: with replication factor 1 a write coordinated by a node that is
         # not its replica is forwarded, one message (and its answer) per partition. Driven
-        # by hand, the same 6,000 rows sent round robin cost 8,141 messages between the
+        # by hand, 6,000 rows of this table sent round robin cost 8,141 messages between the
         # nodes, token aware 75 (gossip): here, fewer than one per ten rows. (This test runs
         # before the ones that kill nodes: hints and repairs after a restart are messages
         # too; 3,341 were counted here when it ran after them.)
@@ -268,7 +268,7 @@ def test_replica_set_grouping_sends_requests_to_a_replica(spark, cluster, all_up
 
 def test_a_node_killed_mid_flush_at_local_quorum_loses_nothing(spark, cluster, all_up, tmp_path,
                                                               monkeypatch):
-    rows_per_file = 6000
+    rows_per_file = 4000
     src, cp = tmp_path / "src", tmp_path / "cp"
     with cluster.keyspace("rf3", 3, TABLE) as keyspace, cluster.session() as cql:
         requests = RequestLog.on_flusher_session(monkeypatch, keyspace)
