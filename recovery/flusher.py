@@ -7,7 +7,10 @@ in the driver process:
 * at query start (``recover``, synchronous, before the first batch): replay what Spark
   committed and the WAL did not finish, discard what Spark never committed (it re-runs those
   batches with the same ids);
-* after each commit (``kick``): the flusher's thread drains the WAL through the
+* from its start, in its thread: the session is connected (``warm_up``), before the first
+  batch to write;
+* after each commit (seen in a local checkpoint's ``commits/``, or a ``kick`` from the
+  listener's progress event): the flusher's thread drains the WAL through the
   :class:`~recovery.replay.Replayer`, with the row writer of ``wal.flush.mode`` (the driver
   itself, Spark tasks, or worker processes: :mod:`recovery.executors`); it alone records
   progress and marks batches flushed;
@@ -23,6 +26,7 @@ through.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from tenacity import (
 )
 
 from cql import credentials
+from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.layout import WalDir
@@ -51,6 +56,13 @@ from .replay import Replayer, WrittenBatch
 from .target import RecordedTarget, Target
 
 log = logging.getLogger(__name__)
+
+#: How often the flusher looks for Spark's ``commits/N`` of the next batch to write, when the
+#: checkpoint is a local folder (one ``stat``): the batch is written as soon as Spark commits
+#: it, not when the listener bus delivers the progress event (0.3-0.9 s later on 2 vCPUs,
+#: ``bench/batch_timeline.py``). On a store the progress event wakes it (each look would be a
+#: request).
+COMMIT_POLL_S = 0.025
 
 BLOCK_REMEDY = ("the flusher tries again every few seconds and the block clears as soon as "
                 "it gets past; see docs/runbook.md ('The sink is blocked')")
@@ -115,6 +127,10 @@ class QueryFlusher:
         self.stopped = threading.Event()       # the final drain is done, the log closed
         self._stop_lock = threading.Lock()
         self._hand_over = threading.Event()    # a new run wants the WAL: stop retrying
+        # Where Spark's commits of this query are, when one stat tells (a local checkpoint).
+        self._commits_dir = (os.path.join(ckpt.local_path(checkpoint), "commits")
+                             if checkpoint and ckpt.is_local(checkpoint) else None)
+        self._seen_committed: int | None = None   # the last commits/N the watch woke for
 
     # -- runs ----------------------------------------------------------------------------
     def drain(self, query_running: bool, crash_prefix: str = "flush",
@@ -290,14 +306,56 @@ class QueryFlusher:
         self._wake.set()
 
     def _loop(self) -> None:
+        self.warm_up()
         while not self._stop.is_set():
-            kicked = self._wake.wait(self.retry_interval_s)
+            kicked = self._wait_for_work()
             self._wake.clear()
             if self._stop.is_set():
                 break
             if not kicked and self._idle_on_a_store():
                 continue
             self.drain(query_running=True)
+
+    def warm_up(self) -> None:
+        """Connect the session and prepare the statement of the query's current options (and
+        start ``processes`` mode's workers) before the first batch to write: a query's first
+        batch then costs what a later one does. A failure is the first drain's to report."""
+        with self._lock:
+            try:
+                if self.target.config.wal.flush:
+                    self.output.upserter_for(self.target.write_record())
+                    if self.target.config.wal.flush_mode == "processes":
+                        self._executors()
+            except Exception as exc:  # noqa: BLE001 - the drain sorts and reports it
+                log.debug("cassandra_wal: %s: warm-up failed (the first drain retries): %s",
+                          self.wal.root, exc)
+
+    def _wait_for_work(self) -> bool:
+        """Wait until a kick (True), Spark's ``commits/N`` of the next batch to write (True:
+        looked for every :data:`COMMIT_POLL_S` on a local checkpoint), or the retry timer
+        (False)."""
+        batch = self._next_commit_to_watch()
+        if batch is None:
+            return self._wake.wait(self.retry_interval_s)
+        commit_file = os.path.join(self._commits_dir, str(batch))
+        deadline = time.monotonic() + self.retry_interval_s
+        while (left := deadline - time.monotonic()) > 0:
+            if self._wake.wait(min(COMMIT_POLL_S, left)):
+                return True
+            if os.path.exists(commit_file):
+                self._seen_committed = batch
+                return True
+        return False
+
+    def _next_commit_to_watch(self) -> int | None:
+        """The batch after the last one written, unless there is nothing to watch for: a
+        store's checkpoint, a failure to retry on the timer, flushing off, or a commit the
+        watch already woke for (the drain did not get past it: never a busy loop)."""
+        if (self._commits_dir is None or self.last_error is not None
+                or self._blocked_reason is not None or not self.target.config.wal.flush):
+            return None
+        batch = self.log.flushed_through() + 1
+        return None if batch == self._seen_committed else batch
 
     def _idle_on_a_store(self) -> bool:
         """A timer wake with nothing to retry, on a WAL on a store: skip it. Each drain there

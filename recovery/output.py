@@ -44,7 +44,12 @@ class CassandraOutput:
     def upserter(self, seal: Seal | None = None) -> Upserter:
         """The Upserter writing ``seal``'s rows as it recorded (the current options for a seal
         that recorded none, or with no seal)."""
-        record = seal.write if seal is not None else None
+        return self.upserter_for(seal.write if seal is not None else None)
+
+    def upserter_for(self, record: dict | None) -> Upserter:
+        """The Upserter writing the way ``record`` (a seal's ``write``, or
+        :meth:`Target.write_record <recovery.target.Target.write_record>` of the batches to
+        come) says; connects the session on first use."""
         key = json.dumps(record, sort_keys=True)
         if key not in self._upserters:
             if self._session is None:

@@ -14,6 +14,7 @@ import atexit
 import functools
 import logging
 import threading
+import time
 
 # Imported here, before any registry registers its exit hook: the Cassandra driver registers
 # its own exit hook (which stops its event loop) when this module is first imported, and ours
@@ -24,7 +25,7 @@ from cql import credentials
 from recovery import events
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher
-from wal.checkpoint import Filesystems
+from wal.checkpoint import Filesystems, is_local
 from wal.stores import use_access
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
@@ -47,6 +48,12 @@ log = logging.getLogger(__name__)
 #: a final drain that fails transiently (Cassandra unreachable) before it leaves the rest in
 #: the WAL for the next start of the query or ``cassandra-wal recover``.
 FINISH_ON_STOP_S = 30.0
+
+#: How often a new query's run looks for its pointer file, which its first batch writes while
+#: Spark plans it (``prepare_write``): found, the run's flusher is made and connects its
+#: session while the first batch's tasks stage, not after Spark commits it. A checkpoint on a
+#: store is looked at less often (each look is a request).
+POINTER_POLL_S = {True: 0.1, False: 1.0}     # by "the checkpoint is local"
 
 
 class FlushRegistry:
@@ -72,6 +79,7 @@ class FlushRegistry:
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
         self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
         self._lock = threading.Lock()
+        self._making = threading.Lock()      # one flusher made and started per run
         registries.append(self)
         _register_exit_hook()
 
@@ -82,11 +90,13 @@ class FlushRegistry:
         return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
 
     def _flusher(self, run_id: str) -> QueryFlusher | None:
-        if run_id in self.flushers:
-            return self.flushers[run_id]
-        if run_id not in self.runs:
-            return None     # a run that ended (a late event), or not one we saw start
-        checkpoint = self.runs[run_id][1]
+        """The run's flusher, made now if its WAL is known (callers hold ``_making``)."""
+        with self._lock:
+            if run_id in self.flushers:
+                return self.flushers[run_id]
+            if run_id not in self.runs:
+                return None     # a run that ended (a late event), or not one we saw start
+            checkpoint = self.runs[run_id][1]
         wal_root = read_pointer(checkpoint)
         if wal_root is None:
             return None     # not our sink, or its first batch is not committed yet
@@ -108,9 +118,46 @@ class FlushRegistry:
                 WalDir.at(wal_root).write_blocked(f"the flusher cannot start: {reason}")
             return None
         with self._lock:
-            self.flushers[run_id] = flusher
+            ended = run_id not in self.runs     # its termination came while it was made
+            if not ended:
+                self.flushers[run_id] = flusher
+        if ended:
+            flusher.stop()
+            return None
         self._serve_metrics(flusher)
         return flusher
+
+    def _running_flusher(self, run_id: str) -> QueryFlusher | None:
+        """The run's flusher, made and started if it has none yet and its WAL is known."""
+        with self._making:
+            if run_id in self.flushers:
+                return self.flushers[run_id]
+            flusher = self._flusher(run_id)
+            if flusher is not None:
+                flusher.start()
+            return flusher
+
+    def _await_pointer(self, run_id: str, checkpoint: str) -> None:
+        """A new query: its first batch writes the pointer file while Spark plans it. Look for
+        it until found (then make the run's flusher, connecting its session, while the batch
+        stages), the run has a flusher already, or the run ended. Runs on a daemon thread."""
+        interval = POINTER_POLL_S[is_local(checkpoint)]
+
+        def watch() -> None:
+            try:
+                while read_pointer(checkpoint) is None:
+                    time.sleep(interval)
+                    with self._lock:
+                        if run_id not in self.runs or run_id in self.flushers:
+                            return
+                flusher = self._running_flusher(run_id)
+                if flusher is not None:
+                    flusher.kick()
+            except Exception:  # noqa: BLE001 - the first progress event makes it instead
+                log.exception("cassandra_wal: looking for the WAL of run %s failed", run_id)
+
+        threading.Thread(target=watch, name=f"cassandra-wal-pointer-{run_id[:8]}",
+                         daemon=True).start()
 
     def _serve_metrics(self, flusher: QueryFlusher) -> None:
         """Start the metrics endpoint if the run's options name a port (``wal.metrics.port``).
@@ -158,9 +205,13 @@ class FlushRegistry:
             self.runs[run_id] = (query_id, checkpoint)
             self.checkpoints[query_id] = checkpoint
             self.names[query_id] = name
-        flusher = self._flusher(run_id)
-        if flusher is not None:
-            self._begin(flusher)
+        if read_pointer(checkpoint) is None:    # a new query: its first batch names the WAL
+            self._await_pointer(run_id, checkpoint)
+            return
+        with self._making:
+            flusher = self._flusher(run_id)
+            if flusher is not None:
+                self._begin(flusher)
 
     def _begin(self, flusher: QueryFlusher) -> None:
         """A run's flusher at its start, before the run's first batch (Spark calls
@@ -179,12 +230,9 @@ class FlushRegistry:
         return self._checkpoint_of(str(query.id)) or checkpoint_location
 
     def progressed(self, query_id: str, run_id: str) -> None:
-        flusher = self.flushers.get(run_id)
+        flusher = self.flushers.get(run_id) or self._running_flusher(run_id)
         if flusher is None:
-            flusher = self._flusher(run_id)
-            if flusher is None:
-                return
-            flusher.start()
+            return
         flusher.kick()
         self._serve_metrics(flusher)
 

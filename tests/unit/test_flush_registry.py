@@ -117,16 +117,47 @@ def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(r
     assert old.calls.count("stop") == 1
 
 
-def test_a_run_whose_first_batch_is_not_committed_at_start_gets_its_flusher_later(
+def test_a_new_query_gets_its_flusher_at_its_first_progress_at_the_latest(
         registry, monkeypatch):
     pointers = {}
     monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: pointers.get(checkpoint))
+    monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 60.0, False: 60.0})  # no watcher
     registry.started("q", "run-1")
     assert FakeFlusher.made == []
     pointers["/cp/q"] = "/wal"                # the first batch wrote the pointer
     registry.progressed("q", "run-1")
     (flusher,) = FakeFlusher.made
     assert flusher.calls == ["start", "kick"]
+
+
+def test_a_new_query_gets_its_flusher_as_soon_as_its_first_batch_names_the_wal(
+        registry, monkeypatch):
+    """Issue 22: the flusher (and its session) was made at the first progress event, after
+    Spark committed the first batch, so that batch paid for it. Now it is made once the
+    batch's planning writes the pointer, while its tasks stage; progress events then only
+    kick it, and a run that ends before its pointer appears gets none."""
+    import time as time_
+
+    pointers = {}
+    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: pointers.get(checkpoint))
+    monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
+    registry.started("q", "run-1")
+    time_.sleep(0.1)
+    assert FakeFlusher.made == []
+    pointers["/cp/q"] = "/wal"                # the first batch's planning wrote the pointer
+    deadline = time_.monotonic() + 5
+    while not FakeFlusher.made and time_.monotonic() < deadline:
+        time_.sleep(0.01)
+    (flusher,) = FakeFlusher.made             # no progress event yet
+    assert flusher.calls[:2] == ["start", "kick"]
+    registry.progressed("q", "run-1")
+    assert flusher.calls.count("start") == 1 and len(FakeFlusher.made) == 1
+
+    registry.started("p", "run-2")            # another new query, ended before its first batch
+    registry.terminated("p", "run-2")
+    pointers["/cp/p"] = "/wal-p"
+    time_.sleep(0.2)
+    assert len(FakeFlusher.made) == 1
 
 
 def test_queries_of_one_session_keep_their_own_flushers(registry):

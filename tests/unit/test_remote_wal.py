@@ -280,6 +280,8 @@ def test_the_flusher_drains_a_store_when_kicked_and_retries_on_its_timer(
     f.wal = s.wal if on_store else WalDir(str(tmp_path / "local"))
     f.last_error, f._blocked_reason, f.retry_interval_s = last_error, None, 0.05
     f._wake, f._stop = threading.Event(), threading.Event()
+    f._commits_dir = None             # a store's checkpoint: no commit watch
+    f.warm_up = lambda: None          # no session to connect here
     count = []
     f.drain = lambda query_running: count.append(1)
     thread = threading.Thread(target=f._loop)
@@ -389,3 +391,60 @@ def test_two_versions_of_one_number_are_ordered_alike_by_every_reader(tmp_path):
     with open(s.wal.seal_path(4), "rb") as f:
         assert f.read() == b"ffffffffffff"
     assert remote.latest_version("targets") == b"ffffffffffff"
+
+
+def test_the_flusher_writes_a_batch_when_spark_commits_it_without_waiting_for_the_listener(
+        tmp_path):
+    """Issue 22: the listener's progress event reached the flusher 0.3-0.9 s after Spark wrote
+    ``commits/N`` (bench/batch_timeline.py). On a local checkpoint the flusher looks for the
+    next batch's ``commits/N`` itself; a commit it cannot get past (a failure, flushing off)
+    never makes it spin."""
+    import threading
+    import time as time_
+    from types import SimpleNamespace
+
+    from recovery import flusher as flusher_mod
+    from recovery.config import SinkConfig
+    from recovery.flusher import QueryFlusher
+
+    commits = tmp_path / "checkpoint" / "commits"
+    commits.mkdir(parents=True)
+    flushed = {"through": 4}
+    f = QueryFlusher.__new__(QueryFlusher)
+    f.wal = WalDir(str(tmp_path / "local"))
+    f.last_error, f._blocked_reason, f.retry_interval_s = None, None, 30.0
+    f._wake, f._stop = threading.Event(), threading.Event()
+    f._commits_dir, f._seen_committed = str(commits), None
+    f.target = SimpleNamespace(config=SinkConfig("ks", "t"))
+    f.log = SimpleNamespace(flushed_through=lambda: flushed["through"])
+    f.warm_up = lambda: None
+    drains = []
+
+    def drain(query_running):
+        drains.append(time_.monotonic())
+        if f.advance:
+            flushed["through"] += 1
+
+    f.drain, f.advance = drain, True
+    thread = threading.Thread(target=f._loop)
+    thread.start()
+
+    def drains_after(action, wait=1.0):
+        before = len(drains)
+        action()
+        time_.sleep(wait)
+        return len(drains) - before
+
+    try:
+        assert drains_after(lambda: None, 0.2) == 0                     # nothing committed
+        assert drains_after(lambda: (commits / "5").write_text("v1")) == 1
+        f.advance = False                                             # it cannot get past 6
+        assert drains_after(lambda: (commits / "6").write_text("v1")) == 1    # once, no spin
+        f.last_error = RuntimeError("down")            # a failure waits for the retry timer
+        f.advance, f._seen_committed = True, None
+        assert drains_after(lambda: None, 0.3) == 0
+        assert flusher_mod.COMMIT_POLL_S <= 0.05
+    finally:
+        f._stop.set()
+        f._wake.set()
+        thread.join(5)
