@@ -37,52 +37,67 @@ def rows_of(path: str) -> list[tuple]:
     return list(zip(*cols))
 
 
+class RawWriter:
+    """One session and prepared INSERT; :meth:`write` sends rows the way ``mode`` says and
+    returns once every one is acknowledged."""
+
+    def __init__(self, spec: dict, mode: str, concurrency: int):
+        from cassandra.cluster import Cluster
+
+        from cassandra import ConsistencyLevel
+
+        self.spec, self.mode, self.concurrency = spec, mode, concurrency
+        self.cluster = Cluster(common.hosts(spec), port=spec["port"], protocol_version=5)
+        self.session = self.cluster.connect()
+        self.level = ConsistencyLevel.name_to_value[common.consistency(spec)]
+        self.session.default_consistency_level = self.level
+        self.stmt = self.session.prepare(common.insert_cql(spec["keyspace"], spec["table"]))
+        self.key = [common.COLUMNS.index(c) for c in common.PARTITION_KEY]
+
+    def write(self, rows: list[tuple]) -> int:
+        from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
+        from cassandra.query import BatchStatement, BatchType
+
+        session, stmt = self.session, self.stmt
+        if self.mode == "args":
+            results = execute_concurrent_with_args(session, stmt, rows,
+                                                   concurrency=self.concurrency,
+                                                   raise_on_first_error=True)
+        else:
+            groups: dict[tuple, list] = {}
+            for r in rows:
+                groups.setdefault(tuple(r[i] for i in self.key), []).append(r)
+            if self.mode == "replicas":
+                groups = replica_set_groups(self.cluster, stmt, self.spec["keyspace"], groups)
+            pending = []
+            for members in groups.values():
+                for i in range(0, len(members), 32):
+                    part = members[i:i + 32]
+                    if len(part) == 1:
+                        pending.append((stmt, part[0]))
+                        continue
+                    b = BatchStatement(batch_type=BatchType.UNLOGGED,
+                                       consistency_level=self.level)
+                    for r in part:
+                        b.add(stmt, r)
+                    pending.append((b, ()))
+            results = execute_concurrent(session, pending, concurrency=self.concurrency,
+                                         raise_on_first_error=True)
+        for ok, res in results:
+            if not ok:
+                raise res
+        return len(rows)
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+
 def write_files(spec: dict, files: list[str], mode: str, concurrency: int) -> int:
-    from cassandra.cluster import Cluster
-    from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
-    from cassandra.query import BatchStatement, BatchType
-
-    from cassandra import ConsistencyLevel
-
-    cluster = Cluster(common.hosts(spec), port=spec["port"], protocol_version=5)
-    session = cluster.connect()
-    session.default_consistency_level = ConsistencyLevel.name_to_value[common.consistency(spec)]
-    stmt = session.prepare(common.insert_cql(spec["keyspace"], spec["table"]))
-    key = [common.COLUMNS.index(c) for c in common.PARTITION_KEY]
-    n = 0
+    writer = RawWriter(spec, mode, concurrency)
     try:
-        for path in files:
-            rows = rows_of(path)
-            if mode == "args":
-                results = execute_concurrent_with_args(session, stmt, rows, concurrency=concurrency,
-                                                       raise_on_first_error=True)
-            else:
-                groups: dict[tuple, list] = {}
-                for r in rows:
-                    groups.setdefault(tuple(r[i] for i in key), []).append(r)
-                if mode == "replicas":
-                    groups = replica_set_groups(cluster, stmt, spec["keyspace"], groups)
-                pending = []
-                for members in groups.values():
-                    for i in range(0, len(members), 32):
-                        part = members[i:i + 32]
-                        if len(part) == 1:
-                            pending.append((stmt, part[0]))
-                            continue
-                        b = BatchStatement(batch_type=BatchType.UNLOGGED,
-                                           consistency_level=session.default_consistency_level)
-                        for r in part:
-                            b.add(stmt, r)
-                        pending.append((b, ()))
-                results = execute_concurrent(session, pending, concurrency=concurrency,
-                                             raise_on_first_error=True)
-            for ok, res in results:
-                if not ok:
-                    raise res
-            n += len(rows)
+        return sum(writer.write(rows_of(path)) for path in files)
     finally:
-        cluster.shutdown()
-    return n
+        writer.close()
 
 
 def replica_set_groups(cluster, stmt, keyspace: str, partitions: dict) -> dict:
