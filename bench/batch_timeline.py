@@ -55,6 +55,8 @@ class Recorder:
     def __init__(self):
         self.at: dict[int, dict[str, float]] = {}
         self.once: dict[str, float] = {}
+        self.drains: list[tuple[float, float]] = []     # (start, end) of every drain
+        self.profiler = None     # a cProfile.Profile over every drain (--profile-drains)
         self.lock = threading.Lock()
 
     def mark(self, batch: int, event: str, when: float | None = None, first: bool = True):
@@ -116,6 +118,23 @@ def instrument(rec: Recorder, checkpoint: str) -> None:
             rec.once.setdefault("session_connected_at", time.time())
 
     output_mod.connect = connect
+
+    real_drain = flusher_mod.QueryFlusher.drain
+
+    def drain(self, *args, **kwargs):
+        started = time.time()
+        profiler = rec.profiler
+        if profiler is not None:
+            profiler.enable()
+        try:
+            return real_drain(self, *args, **kwargs)
+        finally:
+            if profiler is not None:
+                profiler.disable()
+            with rec.lock:
+                rec.drains.append((started, time.time()))
+
+    flusher_mod.QueryFlusher.drain = drain
 
     real_flush = replay_mod.Replayer.flush
 
@@ -193,6 +212,12 @@ def main() -> int:
     ap.add_argument("--batch-rows", type=int, default=10_000)
     bench_sinks.add_node_arguments(ap)
     ap.add_argument("--out", default=str(bench_sinks.RESULTS / "batch_timeline.json"))
+    ap.add_argument("--floor", action="store_true",
+                    help="first run the same stream into a sink that writes nothing (Spark's "
+                         "own cost), in the same session, and compare its batches' offsets "
+                         "to commits with ours")
+    ap.add_argument("--profile-drains", action="store_true",
+                    help="print the flusher's drains' cProfile (top 25 by cumulative time)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="batch-timeline-"))
@@ -216,11 +241,32 @@ def main() -> int:
     from contestants import spark43
 
     rec = Recorder()
+    if args.profile_drains:
+        import cProfile
+        rec.profiler = cProfile.Profile()
     instrument(rec, checkpoint)
     spark, _ = common.spark_session(SparkSession.builder.appName("batch-timeline"), spec)
     sinks.register(spark)
     watcher = SegmentWatcher(rec, os.path.join(checkpoint, "cassandra_wal"))
     watcher.thread.start()
+    if args.floor:
+        spark.dataSource.register(spark43._floor_source())
+        floor_writer = (common.stream_source(spark, dict(spec, checkpoint=checkpoint + "-floor"))
+                        .writeStream.format("bench_floor")
+                        .option("checkpointLocation", checkpoint + "-floor")
+                        .trigger(availableNow=True))
+        floor_started = time.time()
+        floor_query = floor_writer.start()
+        floor_query.awaitTermination()
+        floor = Recorder()
+        files_timeline(floor, checkpoint + "-floor")
+        floor_batches = [floor.at[b] for b in sorted(floor.at)]
+        floor_spans = [t["committed"] - t["offsets"] for t in floor_batches
+                       if "committed" in t and "offsets" in t]
+        rec.once["floor_query_s"] = time.time() - floor_started
+        rec.once["floor_batch0_s"] = floor_spans[0]
+        rec.once["floor_later_median_s"] = statistics.median(floor_spans[1:])
+        rec.once["floor_start_to_offsets0_s"] = floor_batches[0]["offsets"] - floor_started
     writer = (common.stream_source(spark, spec).writeStream.format("cassandra_wal")
               .options(**spark43.options(spec)).option("checkpointLocation", checkpoint)
               .trigger(availableNow=True))
@@ -234,6 +280,11 @@ def main() -> int:
     files_timeline(rec, checkpoint)
     spark.stop()
     node.close()
+    spans = [rec.at[b]["committed"] - rec.at[b]["offsets"] for b in sorted(rec.at)
+             if "committed" in rec.at[b] and "offsets" in rec.at[b]]
+    rec.once["ours_batch0_s"] = spans[0]
+    rec.once["ours_later_median_s"] = statistics.median(spans[1:])
+    rec.once["ours_start_to_offsets0_s"] = rec.at[0]["offsets"] - started
 
     batches = sorted(b for b in rec.at if "flushed" in rec.at[b])
     out_rows = []
@@ -257,6 +308,15 @@ def main() -> int:
     print(f"flusher made in {rec.once.get('flusher_make_s', 0):.2f} s, "
           f"{rec.once.get('flusher_made_at', started) - started:.2f} s after start(); session "
           f"connected in {rec.once.get('session_connect_s', 0):.2f} s")
+    print("Spark's side, offsets/N to commits/N: ours batch 0 {:.2f} s, later median {:.2f} s; "
+          "start() to offsets/0 {:.2f} s".format(rec.once["ours_batch0_s"],
+                                                 rec.once["ours_later_median_s"],
+                                                 rec.once["ours_start_to_offsets0_s"]))
+    if args.floor:
+        print("  writing nothing (run first, so it paid the session's warm-up): batch 0 {:.2f} s, "
+              "later median {:.2f} s; start() to offsets/0 {:.2f} s".format(
+                  rec.once["floor_batch0_s"], rec.once["floor_later_median_s"],
+                  rec.once["floor_start_to_offsets0_s"]))
     print("| phase | batch 0 | later batches, median | p90 |")
     print("|---|---:|---:|---:|")
     summary = {}
@@ -273,7 +333,14 @@ def main() -> int:
         summary[key] = {"batch0": first, "median": med, "p90": p90}
         print(f"| {labels.get(key, key)} | {first if first is not None else '-'} | "
               f"{med:.3f} | {p90:.3f} |")
-    result = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
+    busy = sum(end - start for start, end in rec.drains)
+    print(f"{len(rec.drains)} drains, {busy:.1f} s in all "
+          f"({busy / max(1e-9, flushed - started):.0%} of the run)")
+    if rec.profiler is not None:
+        import pstats
+        pstats.Stats(rec.profiler).sort_stats("cumulative").print_stats(25)
+    result = {"command": " ".join(["bench/batch_timeline.py", *sys.argv[1:]]),
+              "drains": len(rec.drains), "drains_busy_s": busy, "date": time.strftime("%Y-%m-%d %H:%M"),
               "machine": bench_sinks.machine(), "rows": args.rows, "batch_rows": args.batch_rows,
               "query_s": query_end - started, "visible_s": flushed - started,
               "once": rec.once, "summary": summary, "batches": out_rows}
