@@ -67,6 +67,8 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
             add(1.5, _whole_batch, w, q)
         if q.run.flusher is not None:
             add(1.2, w.drain, q)
+        elif q.run.awaiting_pointer:
+            add(1.0, w.pointer_found, q)
         add(0.5, w.crash, q)
         add(0.25, w.stop, q)
     if w.zombies:

@@ -35,6 +35,7 @@ class Run:
     flusher: object | None = None
     inflight: InFlight | None = None
     last_drain_us: int = 0
+    awaiting_pointer: bool = False     # started without a WAL: the registry looks for it
 
 
 @dataclass
@@ -89,7 +90,22 @@ class Streams:
             self._open_flusher(q)
             if q.run is not None and q.run.flusher is not None:
                 self._drain(q, recover=True)
+        else:
+            q.run.awaiting_pointer = True
         return "started"
+
+    def pointer_found(self, q: Query) -> str:
+        """A run that started without a WAL (a new query) looks for the pointer its first
+        batch's ``prepare_write`` writes, at any moment (FlushRegistry's watcher): found, its
+        flusher is made, started and kicked, whatever the batch in flight is doing."""
+        if self._pointer(q) is None:
+            return self.say(f"{q.owner}: registry: no pointer yet")
+        q.run.awaiting_pointer = False
+        self.say(f"{q.owner}: registry: found the pointer, making the flusher")
+        self._open_flusher(q)
+        if q.run is not None and q.run.flusher is not None:
+            return self._drain(q)
+        return "no flusher"
 
     def _pointer(self, q: Query) -> str | None:
         """The WAL the query's checkpoint points at, as the listener reads it (an error there
