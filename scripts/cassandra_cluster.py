@@ -292,15 +292,36 @@ def start(nodes: Optional[int] = None, port: Optional[int] = None,
     return info
 
 
+#: What a node says when its gossip shadow round at start got no usable answer from the
+#: seeds: seen once here when a node killed with ``kill -9`` came back within seconds on a
+#: loaded machine (the seed still held its old state). The same start a few seconds later
+#: joins; the node's data is untouched either way.
+SHADOW_ROUND_FAILED = "Unable to gossip with any peers"
+START_ATTEMPTS = 3
+START_RETRY_AFTER_S = 5.0
+
+
 def _start_node(info: ClusterInfo, node: ClusterNode, timeout: float, die_with_parent: bool,
-                say) -> None:
-    """Start ``node`` unless it runs, and wait until it answers CQL."""
+                say, sleep=time.sleep) -> None:
+    """Start ``node`` unless it runs, and wait until it answers CQL; a start whose gossip
+    shadow round failed (:data:`SHADOW_ROUND_FAILED`) is tried again, up to
+    :data:`START_ATTEMPTS` times."""
     if node_pid(node):
         return
-    say(f"starting node {node.index} of {len(info.nodes)} on {node.host}:{info.port} ...")
-    cn.start(info.port, node.node_dir, timeout=timeout, fast=info.fast, heap=info.heap,
-             die_with_parent=die_with_parent, quiet=True, version=info.version,
-             host=node.host, storage_port=info.storage_port, membership=info.membership(node))
+    for attempt in range(1, START_ATTEMPTS + 1):
+        say(f"starting node {node.index} of {len(info.nodes)} on {node.host}:{info.port} ...")
+        try:
+            cn.start(info.port, node.node_dir, timeout=timeout, fast=info.fast, heap=info.heap,
+                     die_with_parent=die_with_parent, quiet=True, version=info.version,
+                     host=node.host, storage_port=info.storage_port,
+                     membership=info.membership(node))
+            return
+        except cn.CassandraNodeError as exc:
+            if SHADOW_ROUND_FAILED not in str(exc) or attempt == START_ATTEMPTS:
+                raise
+            say(f"node {node.index}: {SHADOW_ROUND_FAILED} (gossip shadow round); starting it "
+                f"again in {START_RETRY_AFTER_S:.0f}s")
+            sleep(START_RETRY_AFTER_S)
 
 
 def start_node(index: int, port: Optional[int] = None,

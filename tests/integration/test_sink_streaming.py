@@ -200,3 +200,46 @@ def test_no_row_is_visible_before_its_batch_is_committed(spark, cassandra_node, 
         assert seen_batches == list(range(len(seen_batches))), seen_batches
     assert len(samples) >= 10, f"only {len(samples)} samples"
     assert partial >= 2, f"only {partial} samples saw the stream mid-way; the test proved little"
+
+
+def test_a_new_querys_flusher_connects_while_its_first_batch_stages(spark, cassandra_node, cql,
+                                                                    keyspace, tmp_path):
+    """Issue 22: a new query's flusher, its session and its prepared statement used to be made
+    at the first progress event, after Spark committed the first batch, so that batch paid for
+    them (2-5x a later one). The first batch's planning names the WAL (the pointer file); the
+    registry finds it and connects while the batch's tasks are still staging (slowed here to
+    about 4 s), so the session is there before ``commits/0``, and the batch needs no other."""
+    registry = register(spark)
+    create_table(cql, keyspace, "first (id int PRIMARY KEY, tag int, name text, score double)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [_events(0), _events(1)])
+
+    @F.udf("double")
+    def slow(score):
+        time.sleep(0.8)
+        return score
+
+    stream = (spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1)
+              .json(str(src)).withColumn("score", slow("score")))
+    query = (stream.writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, keyspace, "first", cp))
+             .trigger(processingTime="500 milliseconds").start())
+    with running(query):
+        run_id = str(query.runId)
+
+        def connected():
+            flusher = registry.flusher_of(run_id)
+            if flusher is None or flusher.output._session is None:
+                return None
+            return flusher, committed_batches(cp)
+
+        flusher, committed_then = wait_for(connected, interval=0.05,
+                                           what="the first batch's flusher and its session")
+        assert committed_then == [], (
+            f"the flusher connected only after Spark committed {committed_then}")
+        wait_all_flushed(cp, at_least=1)
+        assert registry.flusher_of(run_id) is flusher
+        # The statement prepared before the first batch is the one its seal asked for.
+        assert len(flusher.output._upserters) == 1
+    actual = rows_by_key(read_table(cql, keyspace, "first"), "id")
+    assert_rows_equal(actual, _expected_events([_events(0), _events(1)]), "first")
