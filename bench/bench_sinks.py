@@ -451,6 +451,13 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
             "spark_startup_s": median([r.get("startup_s") for r in results]),
             "visible_rows": [r.get("visible_rows") for r in results],
             "later_batches_write_rows_per_s": round(median(steady)) if steady else None,
+            # The whole machine's busy CPU over the timed run, in cores (2 = both vCPUs):
+            # whether a contestant was bound by the CPU or by waiting.
+            "cores_busy": (round(median([r["cores_busy"] for r in results]), 2)
+                           if all("cores_busy" in r for r in results) else None),
+            "machine_cpu_s_per_100k_rows": (
+                round(median([r["machine_cpu_s"] / r["rows"] * 1e5 for r in results]), 2)
+                if all("machine_cpu_s" in r for r in results) else None),
             "reps": len(results),
         }
     for name in errors:
@@ -527,6 +534,11 @@ def markdown(out: dict) -> str:
              if c.get("later_batches_write_rows_per_s")}
     if later:
         lines += ["", "writes of every batch but the first, rows/s: " + json.dumps(later)]
+    cpu = {n: (c["cores_busy"], c["machine_cpu_s_per_100k_rows"])
+           for n, c in out["contestants"].items() if c.get("cores_busy") is not None}
+    if cpu:
+        lines += ["", "the machine's busy CPU while each ran, (cores, CPU s per 100,000 rows): "
+                  + json.dumps(cpu)]
     lines += ["", "ratios: " + json.dumps(out["ratios"]),
               "WAL bytes per row: " + json.dumps(out["wal_bytes_per_row"])]
     if out["memory_by_batch_size"]:

@@ -59,6 +59,16 @@ def load_spec() -> dict:
         return json.load(f)
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every CPU of the machine spent busy since boot (``/proc/stat``: all but idle
+    and iowait). Two readings around a run give what the run cost the whole machine (its
+    processes, the node's, anything else running: run on a quiet machine)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def emit(result: dict) -> None:
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()

@@ -132,6 +132,7 @@ def main() -> None:
     files = sorted(os.path.join(spec["landing"], f) for f in os.listdir(spec["landing"])
                    if f.endswith(".parquet"))
     monitor = common.RssMonitor().start()
+    busy_before = common.machine_busy_s()
     started = time.monotonic()
     if args.procs == 1:
         rows = write_files(spec, files, args.mode, args.concurrency)
@@ -140,8 +141,10 @@ def main() -> None:
         with mp.get_context("fork").Pool(args.procs) as pool:
             rows = sum(pool.map(_child, [(spec, s, args.mode, args.concurrency) for s in shares]))
     seconds = time.monotonic() - started
+    machine_cpu_s = common.machine_busy_s() - busy_before
     rss = monitor.stop()
-    common.emit({"rows": rows, "seconds": seconds, "rss_mb": rss, "peak_rss_mb": rss["tree"]})
+    common.emit({"rows": rows, "seconds": seconds, "rss_mb": rss, "peak_rss_mb": rss["tree"],
+                 "machine_cpu_s": machine_cpu_s, "cores_busy": machine_cpu_s / seconds})
 
 
 if __name__ == "__main__":

@@ -243,6 +243,7 @@ def main() -> None:
         writer = source.writeStream.foreachBatch(_naive_writer(spec))
     writer = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
 
+    busy_before = common.machine_busy_s()
     started, committed_s, last = common.run_to_end(writer, checkpoint)
     flushing = args.mode in ("ours", *FLUSH_MODES, *SINK_OPTIONS)
     if flushing:
@@ -252,8 +253,10 @@ def main() -> None:
                 raise SystemExit("timed out waiting for the flusher")
             time.sleep(0.02)
     seconds = time.monotonic() - started
+    machine_cpu_s = common.machine_busy_s() - busy_before
     result = {"rows": spec["rows"], "seconds": seconds, "committed_s": committed_s,
-              "startup_s": startup_s, "batches": last + 1}
+              "startup_s": startup_s, "batches": last + 1, "machine_cpu_s": machine_cpu_s,
+              "cores_busy": machine_cpu_s / seconds}
     result["flush_seconds"] = write_seconds
     if poller is not None:
         poller.poll()
