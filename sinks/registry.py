@@ -14,7 +14,6 @@ import atexit
 import functools
 import logging
 import threading
-import time
 
 # Imported here, before any registry registers its exit hook: the Cassandra driver registers
 # its own exit hook (which stops its event loop) when this module is first imported, and ours
@@ -80,6 +79,7 @@ class FlushRegistry:
         self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
         self._lock = threading.Lock()
         self._making = threading.Lock()      # one flusher made and started per run
+        self._looking: dict[str, threading.Event] = {}    # run id -> set: stop looking
         registries.append(self)
         _register_exit_hook()
 
@@ -140,24 +140,34 @@ class FlushRegistry:
     def _await_pointer(self, run_id: str, checkpoint: str) -> None:
         """A new query: its first batch writes the pointer file while Spark plans it. Look for
         it until found (then make the run's flusher, connecting its session, while the batch
-        stages), the run has a flusher already, or the run ended. Runs on a daemon thread."""
+        stages), or until the run's first event after its start: a progress or idle event
+        (from then on each event looks, as before) or its end. A query of another sink thus
+        costs a look every :data:`POINTER_POLL_S` only until its first batch or idle event
+        (every 10 s by default). Runs on a daemon thread."""
         interval = POINTER_POLL_S[is_local(checkpoint)]
+        stop = self._looking.setdefault(run_id, threading.Event())
 
         def watch() -> None:
             try:
                 while read_pointer(checkpoint) is None:
-                    time.sleep(interval)
-                    with self._lock:
-                        if run_id not in self.runs or run_id in self.flushers:
-                            return
-                flusher = self._running_flusher(run_id)
-                if flusher is not None:
-                    flusher.kick()
-            except Exception:  # noqa: BLE001 - the first progress event makes it instead
+                    if stop.wait(interval):
+                        return
+                if not stop.is_set():
+                    flusher = self._running_flusher(run_id)
+                    if flusher is not None:
+                        flusher.kick()
+            except Exception:  # noqa: BLE001 - the next progress event makes it instead
                 log.exception("cassandra_wal: looking for the WAL of run %s failed", run_id)
+            finally:
+                self._looking.pop(run_id, None)
 
         threading.Thread(target=watch, name=f"cassandra-wal-pointer-{run_id[:8]}",
                          daemon=True).start()
+
+    def _stop_looking(self, run_id: str) -> None:
+        stop = self._looking.get(run_id)
+        if stop is not None:
+            stop.set()
 
     def _serve_metrics(self, flusher: QueryFlusher) -> None:
         """Start the metrics endpoint if the run's options name a port (``wal.metrics.port``).
@@ -230,6 +240,7 @@ class FlushRegistry:
         return self._checkpoint_of(str(query.id)) or checkpoint_location
 
     def progressed(self, query_id: str, run_id: str) -> None:
+        self._stop_looking(run_id)
         flusher = self.flushers.get(run_id) or self._running_flusher(run_id)
         if flusher is None:
             return
@@ -237,6 +248,7 @@ class FlushRegistry:
         self._serve_metrics(flusher)
 
     def terminated(self, query_id: str, run_id: str) -> None:
+        self._stop_looking(run_id)
         with self._lock:
             flusher = self.flushers.pop(run_id, None)
             self.runs.pop(run_id, None)

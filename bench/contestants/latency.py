@@ -44,16 +44,20 @@ def landed_files(landing: str) -> list[str]:
 
 def batch_files(checkpoint: str) -> dict[int, list[str]]:
     """Spark's file source log: which files each batch read (``N`` and ``N.compact`` files,
-    one JSON entry a line after the version line)."""
+    one JSON entry a line after the version line; a compact file repeats the entries of the
+    batches before it, which may still have files of their own)."""
     folder = os.path.join(checkpoint, "sources", "0")
-    out: dict[int, list[str]] = {}
+    batch_of: dict[str, int] = {}
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
         if not name.split(".")[0].isdigit() or name.endswith(".crc") or name.endswith(".tmp"):
             continue
         with open(os.path.join(folder, name)) as f:
             for line in f.read().splitlines()[1:]:
                 entry = json.loads(line)
-                out.setdefault(int(entry["batchId"]), []).append(os.path.basename(entry["path"]))
+                batch_of[os.path.basename(entry["path"])] = int(entry["batchId"])
+    out: dict[int, list[str]] = {}
+    for file_name, batch in sorted(batch_of.items()):
+        out.setdefault(batch, []).append(file_name)
     return out
 
 

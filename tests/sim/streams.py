@@ -273,6 +273,7 @@ class Streams:
         e.committed = True
         q.run.inflight = None
         self.say(f"{q.owner}: Spark wrote commits/{e.batch}")
+        q.run.awaiting_pointer = False        # the progress event: the registry stops looking
         if q.run.flusher is None and self._pointer(q) is not None:
             self._open_flusher(q)                         # onQueryProgress, as FlushRegistry
         if q.run is not None and q.run.flusher is not None and self.rng.random() < 0.7:

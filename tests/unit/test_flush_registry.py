@@ -160,6 +160,24 @@ def test_a_new_query_gets_its_flusher_as_soon_as_its_first_batch_names_the_wal(
     assert len(FakeFlusher.made) == 1
 
 
+def test_a_query_of_another_sink_is_looked_at_only_until_its_first_event(registry, monkeypatch):
+    """Its pointer never comes: the looking stops at its first progress (or idle) event, from
+    which on each event looks once, as before (on S3 each look is a request)."""
+    import time as time_
+
+    looks = []
+    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: looks.append(1))
+    monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
+    registry.started("kafka", "run-k")
+    time_.sleep(0.2)
+    assert len(looks) >= 3
+    registry.progressed("kafka", "run-k")
+    time_.sleep(0.1)
+    settled = len(looks)
+    time_.sleep(0.2)
+    assert len(looks) == settled and FakeFlusher.made == []
+
+
 def test_queries_of_one_session_keep_their_own_flushers(registry):
     registry.started("a", "run-a")
     registry.started("b", "run-b")
