@@ -152,7 +152,7 @@ def summary(values: list[float]) -> dict:
             "p99": percentile(values, 0.99), "max": max(values) if values else None}
 
 
-def plot(results: dict, path: str) -> None:
+def plot(results: dict, path: str, batch_rows: int, trigger_s: float) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -170,7 +170,8 @@ def plot(results: dict, path: str) -> None:
     ax.axvline(5, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("seconds")
     ax.set_ylabel("share of batches / files")
-    ax.set_title("Latency, 10,000-row micro-batches at half capacity, 2 s trigger")
+    ax.set_title(f"Latency, {batch_rows:,}-row micro-batches at half capacity, "
+                 f"{trigger_s:g} s trigger")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -238,7 +239,7 @@ def main() -> int:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     if args.plot:
-        plot(result["contestants"], args.plot)
+        plot(result["contestants"], args.plot, args.batch_rows, args.trigger)
     return 0
 
 
