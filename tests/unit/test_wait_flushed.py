@@ -62,6 +62,7 @@ def registry(monkeypatch):
     reg = registry_module.FlushRegistry.__new__(registry_module.FlushRegistry)
     reg.flushers, reg.runs, reg.stopping, reg.checkpoints = {}, {}, {}, {}
     reg.session_conf, reg._lock = {}, threading.Lock()
+    reg._making, reg._looking = threading.Lock(), {}
     registry_module.registries.append(reg)
     return reg
 
