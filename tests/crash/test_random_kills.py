@@ -6,8 +6,8 @@ up to a second, or for k = 0 up to 8 s after Spark is up (recovery, the first ba
 clean run that finishes. Every failure message names the seed: rerun one with
 ``pytest tests/crash/test_random_kills.py --seeds N -k seedS``.
 
-On a store (``storage.py``): the default suite runs one trial on HDFS, restarted "on another
-host" (the driver's working copy deleted after the kill); ``--full-matrix`` runs every seed on
+On a store (``storage.py``): the default suite runs one trial, on HDFS, restarted "on another
+host" (the driver's working copy deleted after the kill), and no local one (``--seeds N``); ``--full-matrix`` runs every seed on
 HDFS and on S3, the odd seeds on another host.
 """
 
