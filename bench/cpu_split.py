@@ -23,15 +23,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "contestants"))
+from common import machine_busy_s  # noqa: E402 - the contestants' reading of /proc/stat
+
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_s() -> float:
-    """CPU seconds every CPU spent busy since boot (all but idle and iowait)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / TICKS
 
 
 def process_cpu_s(pid: int) -> float:
