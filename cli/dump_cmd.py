@@ -25,9 +25,9 @@ from typing import Iterator
 import pyarrow as pa
 
 from cli import EXIT_OK, CliError, guarded, log_errors, note
-from cli.location import WAL_DIR_HELP, read_only_wal
+from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading
 from cli.render import column_values, field_schema
-from wal.errors import WalCorrupted
+from wal.errors import SegmentMissing, WalCorrupted
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.seal import Seal, read_seal
@@ -142,23 +142,34 @@ class LogSource(Source):
 class SealSource(Source):
     kind = "sealed segments"
 
-    def __init__(self, wal: WalDir, seal: Seal):
+    def __init__(self, wal: WalDir, seal: Seal, flushed_through: int = -1,
+                 seal_file_read: bool = True):
+        """``flushed_through`` and ``seal_file_read``: what was read when this source was
+        chosen, to tell a segment the running sink removed meanwhile from a lost one."""
         self.wal, self.seal = wal, seal
+        self.flushed_through, self.seal_file_read = flushed_through, seal_file_read
 
     def pieces(self, partition):
         for ref, offset in zip(self.seal.segments, self.seal.row_offsets()):
             if partition is not None and ref.partition != partition:
                 continue
             path = self.wal.segment_path(ref.name)
-            if not os.path.exists(path):
-                raise WalCorrupted(path, "segment named by the seal is missing",
-                                   batch=self.seal.batch, partition=ref.partition,
-                                   segment=ref.name)
             reader = SegmentReader(path, self.seal.batch, ref.partition, ref.name)
             seen = 0
-            for chunk in reader.chunks():
-                yield Piece(ref.partition, offset + seen, chunk.payload)
-                seen += chunk.rows
+            try:
+                for chunk in reader.chunks():
+                    yield Piece(ref.partition, offset + seen, chunk.payload)
+                    seen += chunk.rows
+            except SegmentMissing:
+                batch = self.seal.batch
+                if removed_while_reading(self.wal, batch, self.flushed_through,
+                                         self.seal_file_read):
+                    raise CliError(f"batch {batch} was flushed or removed by the running sink "
+                                   f"while dump read its segment {ref.name}",
+                                   "run the same dump again: a flushed batch's rows are read "
+                                   "from the log until retention removes them") from None
+                raise WalCorrupted(path, "segment named by the seal is missing", batch=batch,
+                                   partition=ref.partition, segment=ref.name) from None
             if reader.verified_crc != ref.crc32 or reader.verified_rows != ref.rows:
                 raise WalCorrupted(path, "segment differs from what its seal records",
                                    batch=self.seal.batch, partition=ref.partition,
@@ -204,7 +215,8 @@ def choose_source(wal: WalDir, log: WalLog | None, batch: int) -> Source:
     discarded = record is not None and record.state == BatchState.DISCARDED
     reason = f" ({record.reason})" if discarded and record.reason else ""
     seal = read_seal(wal, batch)
-    if seal is None and in_log:
+    from_log = seal is None and in_log
+    if from_log:
         seal = record.seal
     if seal is not None:
         retained = (record is None and batch <= flushed_through) or (
@@ -216,7 +228,7 @@ def choose_source(wal: WalDir, log: WalLog | None, batch: int) -> Source:
         if discarded:
             note(f"the log says batch {batch} was discarded{reason}; this seal is from a "
                  f"later run of the batch, or a leftover of that discard")
-        return SealSource(wal, seal)
+        return SealSource(wal, seal, flushed_through, seal_file_read=not from_log)
     names = wal.segment_files(batch)
     if names:
         why = f"was discarded{reason} and has no seal" if discarded else "has no seal"

@@ -42,6 +42,19 @@ def read_only_wal(location: str, segments: bool = False) -> WalDir:
     return wal.check()
 
 
+def removed_while_reading(wal: WalDir, batch: int, flushed_through_before: int,
+                          seal_file_read: bool) -> bool:
+    """Whether ``batch``'s files, missing now though the command had seen them (or the seal
+    naming them), went as a running sink removes them: the batch was flushed since (the
+    ``flushed_through`` marker, read again now, moved past what the command read before and
+    reaches it), or discarded or retired since (its seal file, read before, is gone). Never
+    true of a WAL nothing writes to: what is missing there was missing from the start."""
+    now = wal.read_flushed_through()
+    if flushed_through_before < batch <= now:
+        return True
+    return seal_file_read and not os.path.exists(wal.seal_path(batch))
+
+
 def working_wal(location: str) -> WalDir:
     """The WAL at ``location`` to change (``recover``): a local folder, or this host's working
     copy of a store's WAL, with its small files pulled."""

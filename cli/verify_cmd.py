@@ -14,6 +14,10 @@ What is checked (``wal/FORMAT.md`` has the formats):
 Findings have a severity: ``error`` (corruption: exit 3), ``warning`` (something is off but no
 row is lost) or ``info`` (garbage that recovery or retention removes: losing task attempts,
 ``.tmp`` leftovers). Each names its batch and segment.
+
+Beside a running sink, files go while they are read: a segment missing is first judged against
+the ``flushed_through`` marker and the seal files as they are *then*
+(``cli.location.removed_while_reading``), so a batch flushed or discarded meanwhile is a note.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
-from cli.location import WAL_DIR_HELP, read_only_wal, shown
+from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading, shown
 from cli.render import human_bytes, table
 from recovery.target import RecordedTarget
 from wal import format as fmt
-from wal.errors import WalCorrupted
+from wal.errors import SegmentMissing, WalCorrupted
 from wal.files import tree_size
 from wal.layout import WalDir
 from wal.log import BatchRecord, WalLog
@@ -49,7 +53,8 @@ severities:
   error    corruption: a checksum, framing or cross-reference does not match (exit 3)
   warning  something is off, but no row is lost (e.g. a segment gone whose rows the log holds)
   info     garbage recovery or retention removes: unsealed segments (losing task attempts),
-           .tmp leftovers of crashed tasks, files this tool does not know
+           .tmp leftovers of crashed tasks, files this tool does not know; beside a running
+           sink, the files of batches it flushed or discarded while verify read
 
 Exit code 3 when any error was found, 0 otherwise. Progress goes to stderr every 2 s.
 --json prints {"wal", "ok", "errors", "warnings", "infos", "checked", "problems": [...]}.
@@ -253,10 +258,11 @@ class Verifier:
             seal = seals.get(batch)
             if record is not None and record.seal is not None and record.state in IN_LOG:
                 seal = record.seal      # the log's seal is the one that counts
-            self.check_batch_segments(batch, seal, record, flushed_through, batch in held)
+            self.check_batch_segments(batch, seal, record, flushed_through, batch in held,
+                                      batch in seals)
 
     def check_batch_segments(self, batch: int, seal: Seal | None, record: BatchRecord | None,
-                             flushed_through: int, held: bool) -> None:
+                             flushed_through: int, held: bool, seal_file_read: bool) -> None:
         folder = self.wal.batch_segments(batch)
         # Discarding removes a batch's files; a seal found after it is a re-run's (checked as
         # any seal), and segments without one are leftovers of the discard.
@@ -291,6 +297,9 @@ class Verifier:
             if (record is None and batch <= flushed_through) or (
                     record is not None and record.state == BatchState.FLUSHED):
                 self.add(INFO, "segment removed once the batch was flushed", batch, name, path)
+            elif removed_while_reading(self.wal, batch, flushed_through, seal_file_read):
+                self.add(INFO, "segment removed while verify read: the running sink flushed "
+                         "or removed its batch meanwhile", batch, name, path)
             elif held:
                 self.add(WARNING, "segment named by the seal is missing; the log holds its rows",
                          batch, name, path)
@@ -299,8 +308,9 @@ class Verifier:
 
     def check_segment(self, batch: int, name: str, ref: SegmentRef | None, path: str,
                       quiet: bool = False) -> str | None:
-        """Verify one file. Returns None if it vanished, "" if sound, else what is wrong
-        (reported as an error unless ``quiet``)."""
+        """Verify one file. Returns None if it vanished (a running sink removes the files of
+        a batch it flushed: the caller judges), "" if sound, else what is wrong (reported as an
+        error unless ``quiet``)."""
         reader = SegmentReader(path, batch, ref.partition if ref else None, name)
         try:
             for chunk in reader.chunks():
@@ -311,7 +321,7 @@ class Verifier:
                                    f"{reader.verified_crc:#010x}/{reader.verified_rows} rows, "
                                    f"sealed {ref.crc32:#010x}/{ref.rows} rows",
                                    batch=batch, partition=ref.partition, segment=name)
-        except FileNotFoundError:
+        except (FileNotFoundError, SegmentMissing):
             return None
         except WalCorrupted as exc:
             if not quiet:

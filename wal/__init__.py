@@ -33,6 +33,7 @@ step 4 pulls from the store and that any host can rebuild.
 from .errors import (
                      IllegalTransition,
                      NotAWal,
+                     SegmentMissing,
                      SegmentTruncated,
                      UnsupportedFormat,
                      WalBoundElsewhere,
@@ -49,7 +50,7 @@ from .states import BatchState
 
 __all__ = [
     "BatchRecord", "BatchState", "IllegalTransition", "LogChunk", "NotAWal", "Seal",
-    "SegmentReader", "SegmentRef", "SegmentTruncated", "SegmentWriter",
+    "SegmentMissing", "SegmentReader", "SegmentRef", "SegmentTruncated", "SegmentWriter",
     "UnsupportedFormat", "WalBoundElsewhere", "WalCorrupted", "WalDir", "WalError", "WalFull",
     "WalLocked", "WalLog",
     "read_seal", "seal_batch",

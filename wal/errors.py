@@ -71,6 +71,11 @@ class SegmentTruncated(WalCorrupted):
     """A segment ends before its footer: a torn write or a truncated copy."""
 
 
+class SegmentMissing(WalCorrupted):
+    """A segment file that was to be read is not there. Corruption when its batch needs it; a
+    reader beside a running sink must first ask whether the sink removed it meanwhile."""
+
+
 class IllegalTransition(WalError):
     """A batch state change that the state machine (wal/FORMAT.md) forbids."""
 

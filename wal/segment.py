@@ -18,7 +18,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from . import format as fmt
-from .errors import SegmentTruncated, WalCorrupted
+from .errors import SegmentMissing, SegmentTruncated, WalCorrupted
 from .files import FILE_MODE, fsync_dir, make_private_dirs
 from .layout import WalDir
 
@@ -190,9 +190,11 @@ class SegmentReader:
         """
         try:
             size = os.path.getsize(self.path)
+            f = open(self.path, "rb")
         except FileNotFoundError:
-            raise self._corrupt("segment file is missing") from None
-        with open(self.path, "rb") as f:
+            raise SegmentMissing(self.path, "segment file is missing", batch=self.batch,
+                                 partition=self.partition, segment=self.name) from None
+        with f:
             head, raw = self._read_header(f)
             crc = zlib.crc32(raw)
             pos, index, rows = len(raw), 0, 0

@@ -34,6 +34,7 @@ from rocksdict import Options, Rdict  # noqa: E402
 
 from tests.helpers.walfactory import WalFactory, typed_rows  # noqa: E402
 from wal import format as fmt  # noqa: E402
+from wal.retention import remove_batch_files  # noqa: E402
 from cli import dump_cmd, verify_cmd  # noqa: E402
 from cli.main import main  # noqa: E402
 
@@ -469,6 +470,86 @@ def test_verify_missing_segment(capsys, every, tmp_path):
     doc = cli(capsys, "verify", wal, "--json").json()
     warnings = [p for p in doc["problems"] if p["severity"] == "warning"]
     assert [w["batch"] for w in warnings] == [every.ids["ingested"]]
+
+
+def flush_now(f: WalFactory, batch: int) -> None:
+    """Play the running sink's flush of a sealed or ingested batch, in ``recovery.replay``'s
+    order: marked FLUSHED, the ``flushed_through`` marker, then its files removed."""
+    if f.log.get(batch) is None:
+        f.log.ingest(f.built[batch].seal)
+    f.log.begin_flush(batch)
+    f.log.mark_flushed(batch)
+    f.wal.write_flushed_through(batch)
+    remove_batch_files(f.wal, batch, keep_seal=True)
+
+
+def test_verify_beside_a_sink_that_flushes_and_removes_batches_while_it_reads(
+        capsys, tmp_path, monkeypatch):
+    """What a running sink does while verify reads (flush a batch and remove its files,
+    discard an uncommitted one) is no corruption. Verify reported a segment that vanished
+    between listing and reading as an error (exit 3) beside the writer of
+    test_inspect_beside_a_running_writer, one run in five; a monitoring check would page."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.flushed(0)
+        f.ingested(1)                   # held by the log when verify reads it
+        f.sealed(2)                     # committed, not yet ingested when verify reads the log
+        f.sealed(3, committed=False)    # discarded meanwhile
+        f.sealed(4)                     # flushed after verify lists its files
+        f.sealed(5)                     # pending throughout
+        wal = f.wal
+
+        def flush_1_2_discard_3():
+            flush_now(f, 1)
+            flush_now(f, 2)
+            f.log.discard(3, "never committed by Spark")
+            remove_batch_files(wal, 3)
+
+        races = {wal.segments: flush_1_2_discard_3,     # after the log was read
+                 wal.batch_segments(4): lambda: flush_now(f, 4)}
+        listdir = verify_cmd._listdir
+
+        def racing_listdir(path):
+            names = listdir(path)
+            race = races.pop(path, None)
+            if race is not None:
+                race()
+            return names
+
+        monkeypatch.setattr(verify_cmd, "_listdir", racing_listdir)
+        result = cli(capsys, "verify", wal.root, "--json")
+        assert not races, "a race did not run"
+        doc = result.json()
+        assert result.code == 0 and doc["errors"] == 0 and doc["warnings"] == 0, result.out
+        removed = {p["batch"] for p in doc["problems"] if "while verify read" in p["detail"]}
+        assert removed == {1, 2, 3, 4}
+        # Nothing excuses a segment the sink did not remove: batch 5 is still pending.
+        monkeypatch.setattr(verify_cmd, "_listdir", listdir)
+        os.unlink(wal.segment_path(f.built[5].segments[0].name))
+        doc = cli(capsys, "verify", wal.root, "--json").json()
+        assert [(p["batch"], p["detail"]) for p in doc["problems"] if p["severity"] == "error"] \
+            == [(5, "segment named by the seal is missing")]
+
+
+def test_dump_of_a_batch_the_sink_flushes_meanwhile_says_run_again(capsys, tmp_path,
+                                                                  monkeypatch):
+    """dump reading a sealed batch's segments while the running sink flushes it and removes
+    them: exit 1 saying to run again (the log now holds the rows), not corruption (exit 3)."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 2))
+        choose = dump_cmd.choose_source
+
+        def racing_choose(wal, log, batch):
+            source = choose(wal, log, batch)
+            flush_now(f, batch)
+            return source
+
+        monkeypatch.setattr(dump_cmd, "choose_source", racing_choose)
+        result = cli(capsys, "dump", f.root, "--batch", 0)
+        assert_one_line_error(result, 1, "batch 0 was flushed or removed by the running sink")
+        assert "hint: run the same dump again" in result.err
+        monkeypatch.setattr(dump_cmd, "choose_source", choose)
+        again = cli(capsys, "dump", f.root, "--batch", 0)
+        assert again.code == 0 and len(again.lines()) == 5
 
 
 def test_verify_damaged_seal(capsys, every, tmp_path):
