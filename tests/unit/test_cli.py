@@ -33,8 +33,9 @@ if str(REPO) not in sys.path:           # `pytest` run without `python -m` from 
 from rocksdict import Options, Rdict  # noqa: E402
 
 from tests.helpers.walfactory import WalFactory, typed_rows  # noqa: E402
+from wal import BatchState  # noqa: E402
 from wal import format as fmt  # noqa: E402
-from wal.retention import remove_batch_files  # noqa: E402
+from wal.retention import RetentionPolicy, apply_retention, remove_batch_files  # noqa: E402
 from cli import dump_cmd, verify_cmd  # noqa: E402
 from cli.main import main  # noqa: E402
 
@@ -475,7 +476,8 @@ def test_verify_missing_segment(capsys, every, tmp_path):
 def flush_now(f: WalFactory, batch: int) -> None:
     """Play the running sink's flush of a sealed or ingested batch, in ``recovery.replay``'s
     order: marked FLUSHED, the ``flushed_through`` marker, then its files removed."""
-    if f.log.get(batch) is None:
+    record = f.log.get(batch)
+    if record is None or record.state == BatchState.DISCARDED:     # a re-run's seal
         f.log.ingest(f.built[batch].seal)
     f.log.begin_flush(batch)
     f.log.mark_flushed(batch)
@@ -528,6 +530,76 @@ def test_verify_beside_a_sink_that_flushes_and_removes_batches_while_it_reads(
         doc = cli(capsys, "verify", wal.root, "--json").json()
         assert [(p["batch"], p["detail"]) for p in doc["problems"] if p["severity"] == "error"] \
             == [(5, "segment named by the seal is missing")]
+
+
+def _live_wal(root: Path) -> WalFactory:
+    """A WAL as a running sink has it, with the sink's next steps still to come."""
+    f = WalFactory(root / "wal", checkpoint=root / "cp", deterministic=False)
+    f.flushed(0)
+    f.flushed(1)
+    f.ingested(2)
+    f.sealed(3)
+    f.sealed(4, committed=False)
+    f.sealed(5)
+    return f
+
+
+#: The running sink's steps after ``_live_wal``, in its order: flush 2 and 3, discard the
+#: batch Spark never committed, Spark's re-run of it sealed and committed, flushes, retention.
+SINK_STEPS = (
+    ("flush 2", lambda f: flush_now(f, 2)),
+    ("flush 3", lambda f: flush_now(f, 3)),
+    ("discard 4", lambda f: (f.log.discard(4, "never committed by Spark"),
+                             remove_batch_files(f.wal, 4))),
+    ("re-run of 4 sealed", lambda f: f.sealed(4)),
+    ("flush 4", lambda f: flush_now(f, 4)),
+    ("flush 5", lambda f: flush_now(f, 5)),
+    ("retention", lambda f: apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=1))),
+)
+
+
+def test_verify_finds_no_corruption_whichever_sink_step_lands_between_two_of_its_reads(
+        capsys, tmp_path, monkeypatch):
+    """Every step of a running sink, played between any two of verify's reads (each listing,
+    seal read, and segment file it opens), with the steps before it done first: never an
+    error or a warning. The exploration that finds the class of the race above."""
+    points = [0]
+    step_at: list = [None]
+
+    def hooked(fn):
+        def call(*args, **kwargs):
+            points[0] += 1
+            if step_at[0] is not None and points[0] == step_at[0][0]:
+                step_at[0][1]()
+            return fn(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(verify_cmd, "_listdir", hooked(verify_cmd._listdir))
+    monkeypatch.setattr(verify_cmd, "read_seal", hooked(verify_cmd.read_seal))
+    monkeypatch.setattr(verify_cmd.WalLog, "open_reader", hooked(verify_cmd.WalLog.open_reader))
+    monkeypatch.setattr(verify_cmd.Verifier, "check_segment",
+                        hooked(verify_cmd.Verifier.check_segment))
+    cases = 0
+    for i, (name, step) in enumerate(SINK_STEPS):
+        points[0], step_at[0] = 0, None
+        with _live_wal(tmp_path / f"count-{i}") as f:
+            for _, before in SINK_STEPS[:i]:
+                before(f)
+            assert cli(capsys, "verify", f.root).code == 0
+        reads = points[0]
+        for k in range(1, reads + 2):
+            root = tmp_path / f"{i}-{k}"
+            with _live_wal(root) as f:
+                for _, before in SINK_STEPS[:i]:
+                    before(f)
+                points[0], step_at[0] = 0, (k, lambda: step(f))
+                result = cli(capsys, "verify", f.root, "--json")
+            doc = result.json()
+            bad = [p for p in doc["problems"] if p["severity"] != "info"]
+            assert result.code == 0 and not bad, (name, k, reads, bad)
+            cases += 1
+            shutil.rmtree(root)
+    assert cases > 50
 
 
 def test_dump_of_a_batch_the_sink_flushes_meanwhile_says_run_again(capsys, tmp_path,
