@@ -19,14 +19,34 @@ from typing import List, Optional
 
 import pytest
 
+from tests.helpers.matrix import full_matrix
 from tests.helpers.node import (fresh_keyspace, hdfs_started, java_home_env,
                                 load_cassandra_node_module, start_timeout)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full-matrix", action="store_true", default=False,
+                     help="the long matrices too: every crash point at several batches, 20 "
+                          "random-kill seeds, 100,000 simulated schedules, the tests marked "
+                          "full_matrix (also CASSANDRA_WAL_FULL_MATRIX=1)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "unit: fast tests without external services")
     config.addinivalue_line(
         "markers", "integration: needs a real Cassandra node and/or a local Spark")
+    config.addinivalue_line(
+        "markers", "full_matrix(reason): runs only with --full-matrix (tests/helpers/matrix.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if full_matrix(config):
+        return
+    for item in items:
+        marker = item.get_closest_marker("full_matrix")
+        if marker is not None:
+            why = marker.kwargs.get("reason", "part of the long matrices")
+            item.add_marker(pytest.mark.skip(reason=f"{why}: runs with --full-matrix"))
 
 
 @dataclass

@@ -1,11 +1,12 @@
-"""Options of the crash tests: ``--full-matrix`` and ``--seeds N`` (see docs/testing.md), and
-the stores their checkpoints may live on (``storage.py``): HDFS and S3 servers started once per
-session, only when a case on that store runs.
+"""Options of the crash tests: ``--seeds N`` (see docs/testing.md; ``--full-matrix`` is every
+test's, ``tests/helpers/matrix.py``), and the stores their checkpoints may live on
+(``storage.py``): HDFS and S3 servers started once per session, only when a case on that store
+runs.
 
 pytest reads a conftest's options only when the conftest is loaded before the command line is
 parsed, i.e. when ``tests/crash`` (or a file in it) is on the command line:
-``pytest tests/crash --full-matrix``. The same switches work anywhere as environment variables:
-``CASSANDRA_WAL_FULL_MATRIX=1`` and ``CASSANDRA_WAL_CRASH_SEEDS=N``.
+``pytest tests/crash --seeds 5``. The same switch works anywhere as an environment variable:
+``CASSANDRA_WAL_CRASH_SEEDS=N``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import uuid
 
 import pytest
 
+from tests.helpers.matrix import full_matrix
 from tests.helpers.node import ServerScript, load_script_module
 
 from .storage import LOCAL, hdfs_storage, s3_storage
@@ -25,21 +27,12 @@ FULL_MATRIX_SEEDS = 20
 
 def pytest_addoption(parser):
     group = parser.getgroup("crash", "crash tests (tests/crash)")
-    group.addoption("--full-matrix", action="store_true", default=False,
-                    help="run every crash point at several batches and 20 random-kill seeds")
     group.addoption("--seeds", type=int, default=None,
                     help="number of local random-kill seeds (default 0: seed 1 on HDFS only; 20 with --full-matrix)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "crash: crash tests that kill real processes")
-    config.addinivalue_line("markers",
-                            "full_matrix: the full crash matrix; runs only with --full-matrix")
-
-
-def full_matrix(config) -> bool:
-    return bool(config.getoption("--full-matrix", default=False)
-                or os.environ.get("CASSANDRA_WAL_FULL_MATRIX", "") not in ("", "0"))
 
 
 def seed_count(config) -> int:
@@ -95,12 +88,3 @@ def crash_s3(tmp_path_factory):
         endpoint = started.stdout.strip().splitlines()[-1]
         conf = s3s.spark_conf(endpoint, jars.stdout.strip().splitlines()[-1].split(","))
         yield s3_storage(bucket, conf)
-
-
-def pytest_collection_modifyitems(config, items):
-    if full_matrix(config):
-        return
-    skip = pytest.mark.skip(reason="full crash matrix only: pass --full-matrix")
-    for item in items:
-        if "full_matrix" in item.keywords:
-            item.add_marker(skip)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from .conftest import full_matrix
+from tests.helpers.matrix import full_matrix
 from .harness import crash_harness  # noqa: F401 - fixture
 from .storage import HDFS, LOCAL, S3
 

@@ -44,7 +44,6 @@ except s3s.S3ServerError as e:  # moto[server] is a test dependency
 boto3 = pytest.importorskip("boto3")
 
 S3 = ServerScript("s3", "moto_server", by_cwd=True, timeout=120)
-FULL_MATRIX = os.environ.get("CASSANDRA_WAL_FULL_MATRIX") == "1"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = textwrap.dedent("""
@@ -275,8 +274,8 @@ def restartable_node():
         node.purge()
 
 
-@pytest.mark.skipif(not FULL_MATRIX, reason="the S3 outage runs under --full-matrix (the HDFS "
-                    "one, test_sink_stores.py, in the default suite)")
+@pytest.mark.full_matrix(reason="the S3 outage (the HDFS one, test_sink_stores.py, runs in "
+                                "the default suite)")
 def test_a_cassandra_outage_is_absorbed_by_a_wal_on_s3_and_drained(s3, restartable_node,
                                                                    tmp_path):
     node = restartable_node

@@ -5,8 +5,8 @@ Each seed is one schedule (``tests/sim/runner.py``): streams with task retries, 
 and zombie attempts, crashes at any step, restarts with other options, purged checkpoints,
 checkpoint resets and shared WALs; concurrent batch jobs; Cassandra outages and timeouts that
 did or did not apply the write. The invariants (``tests/sim/invariants.py``) are checked after
-every step. 5,000 schedules by default, in blocks so progress shows, 10x more with
-``CASSANDRA_WAL_FULL_MATRIX=1`` (``scripts/test --full-matrix``). ``CASSANDRA_WAL_SIM_SEED=<n>``
+every step. 5,000 schedules by default, in blocks so progress shows, 100,000 with
+``--full-matrix`` (``tests/helpers/matrix.py``). ``CASSANDRA_WAL_SIM_SEED=<n>``
 replays one seed, printing its schedule step by step (run with ``-s``). Schedules run on
 ``CASSANDRA_WAL_SIM_WORKERS`` processes (default: 2, or 1 on a one-core machine).
 """
@@ -19,18 +19,24 @@ import time
 
 import pytest
 
+from tests.helpers.matrix import full_matrix
+
 from . import runner
 
 pytestmark = [pytest.mark.unit, pytest.mark.sim]
 
-FULL = os.environ.get("CASSANDRA_WAL_FULL_MATRIX") == "1"
-SCHEDULES = 100_000 if FULL else 5_000     # the default: the suite's 30 minutes
+SCHEDULES = 5_000             # the default: the suite's 30 minutes
+FULL_MATRIX_SCHEDULES = 100_000
 BLOCK = 500
 REPLAY = os.environ.get(runner.ENV_SEED)
 
 
-def _blocks() -> list[range]:
-    return [range(start, start + BLOCK) for start in range(0, SCHEDULES, BLOCK)]
+def pytest_generate_tests(metafunc):
+    if "seeds" in metafunc.fixturenames:
+        total = FULL_MATRIX_SCHEDULES if full_matrix(metafunc.config) else SCHEDULES
+        metafunc.parametrize("seeds", [range(start, start + BLOCK)
+                                       for start in range(0, total, BLOCK)],
+                             ids=lambda r: f"seeds-{r.start}-{r.stop - 1}")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,6 @@ def pool():
 
 
 @pytest.mark.skipif(REPLAY is not None, reason=f"{runner.ENV_SEED} replays one seed")
-@pytest.mark.parametrize("seeds", _blocks(), ids=lambda r: f"seeds-{r.start}-{r.stop - 1}")
 def test_schedules_keep_the_invariants(seeds, pool):
     started = time.perf_counter()
     if pool is None:
