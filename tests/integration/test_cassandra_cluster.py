@@ -36,6 +36,7 @@ import pytest
 from cassandra.query import BatchStatement, BatchType
 
 import recovery.output
+import sinks
 from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, flushed_through, running,
                       start_file_stream, stream_wal, wait_all_flushed, wait_for, write_json_files)
 from tests.helpers.node import LocalCluster
@@ -43,7 +44,6 @@ from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
 
-FULL_MATRIX = os.environ.get("CASSANDRA_WAL_FULL_MATRIX", "") not in ("", "0")
 SCHEMA = "id INT, file INT, name STRING"
 TABLE = "events (id int PRIMARY KEY, file int, name text)"
 
@@ -104,7 +104,7 @@ class RequestLog:
         self.prepared = cluster._prepared_statements   # statement id -> PreparedStatement
         self.lock = threading.Lock()
         self.by_coordinator: Counter = Counter()
-        self.total = self.all_rows_on_coordinator = self.failed = self.resent = 0
+        self.sent = self.total = self.all_rows_on_coordinator = self.failed = self.resent = 0
 
     @classmethod
     def on_flusher_session(cls, monkeypatch, keyspace: str) -> "RequestLog":
@@ -128,6 +128,8 @@ class RequestLog:
     def _on_request(self, future) -> None:
         if getattr(future.query, "keyspace", None) != self.keyspace:
             return
+        with self.lock:
+            self.sent += 1
         future.add_callbacks(self._on_answer, self._on_failure,
                              callback_args=(future,), errback_args=(future,))
 
@@ -157,6 +159,12 @@ class RequestLog:
     def _on_failure(self, _exc, future) -> None:
         with self.lock:
             self.failed += 1
+
+    def settled(self) -> bool:
+        """Every request sent has been counted (the driver hands a request its result before
+        it runs the callbacks that count it)."""
+        with self.lock:
+            return self.sent == self.total + self.failed
 
     @property
     def share(self) -> float:
@@ -225,6 +233,7 @@ def test_replica_set_grouping_sends_requests_to_a_replica(spark, cluster, all_up
         with cluster.session() as cql:
             assert cql.execute(f"SELECT COUNT(*) FROM {keyspace}.events").one()[0] == (
                 3 * rows_per_file)
+        wait_for(tally.settled, timeout=10, what="every request of the flusher counted")
 
         share = tally.share
         print(f"requests: {tally.total}, every row on the coordinator: "
@@ -252,6 +261,7 @@ def test_replica_set_grouping_sends_requests_to_a_replica(spark, cluster, all_up
             for i in list(first_id_of.values())[:2]:
                 mixed.add(insert, (i, 0, "control"))
             cql.execute(mixed)
+            wait_for(control.settled, timeout=10, what="the control batch counted")
             assert (control.total, control.all_rows_on_coordinator) == (1, 0)
 
         # The nodes agree: with replication factor 1 a write coordinated by a node that is
@@ -313,12 +323,14 @@ def test_a_node_killed_mid_flush_at_local_quorum_loses_nothing(spark, cluster, a
         assert_every_replica_holds(cluster, keyspace, cp, files=7, n=rows_per_file)
 
 
-@pytest.mark.skipif(not FULL_MATRIX, reason="two nodes down for a minute: under --full-matrix")
-def test_two_nodes_down_at_quorum_is_transient_and_drains(spark, cluster, all_up, tmp_path):
+@pytest.mark.full_matrix(reason="two nodes down for a minute")
+def test_two_nodes_down_at_quorum_is_transient_and_drains(spark, cluster, all_up, tmp_path,
+                                                          monkeypatch):
     rows_per_file = 2000
     cap = 8 << 20
     src, cp = tmp_path / "src", tmp_path / "cp"
     with cluster.keyspace("rf3q", 3, TABLE) as keyspace:
+        requests = RequestLog.on_flusher_session(monkeypatch, keyspace)
         write_json_files(src, [file_rows(0, rows_per_file)])
         query = start_stream(spark, cluster, keyspace, src, cp,
                              **{"spark.cassandra.output.consistency.level": "QUORUM",
@@ -327,23 +339,32 @@ def test_two_nodes_down_at_quorum_is_transient_and_drains(spark, cluster, all_up
             wait_all_flushed(cp, at_least=0)
             cluster.kill(2)
             cluster.kill(3)
-            write_json_files(src, [file_rows(k, rows_per_file) for k in range(1, 5)],
-                             first_index=1)
-            wait_for(lambda: committed_batches(cp)[-1] >= 4, timeout=180,
-                     what="batches 1..4 committed with two nodes down")
+
+            # The query keeps committing, the backlog grows in the WAL, under the cap.
+            backlog = []
+            for first in (1, 3):
+                write_json_files(src, [file_rows(k, rows_per_file) for k in (first, first + 1)],
+                                 first_index=first)
+                wait_for(lambda: committed_batches(cp)[-1] >= first + 1, timeout=180,
+                         what=f"batches {first}..{first + 1} committed with two nodes down")
+                health = sinks.status(query)
+                assert health.state != "blocked" and health.max_bytes == cap, health
+                backlog.append(health.pending_bytes)
+                assert 0 < health.pending_bytes < cap, health
+            assert backlog[0] < backlog[1], f"the backlog did not grow: {backlog}"
             assert query.isActive and query.exception() is None
             assert flushed_through(stream_wal(cp)) == 0, "QUORUM cannot be met"
+            wait_for(lambda: requests.failed, timeout=60,
+                     what="a write of the flusher refused (one replica of three is up)")
             report = json.loads(cassandra_wal("inspect", stream_wal(cp).root, "--checkpoint",
                                               str(cp), "--json").stdout)
             assert report["totals"]["rows_pending"] == 4 * rows_per_file
-            backlog = sum(f.stat().st_size for f in
-                          Path(stream_wal(cp).root, "segments").rglob("*.seg"))
-            assert 0 < backlog < cap, f"{backlog} bytes of segments waiting, cap {cap}"
             assert not os.path.exists(os.path.join(stream_wal(cp).root, "blocked.json"))
 
             cluster.start_node(2)   # two of three: QUORUM can be met again, ALL not yet
             wait_all_flushed(cp, at_least=4, timeout=300)
             assert query.exception() is None
             assert cluster.status()["nodes"][2]["state"] == "down"
+            assert sinks.status(query).pending_batches == 0
             cluster.start_node(3)
         assert_every_replica_holds(cluster, keyspace, cp, files=5, n=rows_per_file)
