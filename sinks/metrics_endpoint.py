@@ -1,5 +1,8 @@
 """The Prometheus endpoint (``wal.metrics.port``): the figures of :mod:`recovery.health` for
-every query of this driver process whose flusher is running, at scrape time.
+every query of this driver process that wrote through the sink, at scrape time: the running
+ones, and those that ended, whose WAL's figures stay true on disk (a query the sink blocked
+fails at its next commit: ``blocked`` must outlive it, or an alert would see it for one
+trigger interval at most); ``query_running`` tells them apart.
 
 Why a collector and not gauges set by the flusher: the figures have one owner
 (:func:`recovery.health.read_health`), which ``sinks.status`` and ``cassandra-wal status``
@@ -9,8 +12,9 @@ a few milliseconds, at Prometheus's pace (15 s by default).
 
 One HTTP server per port and process (``prometheus_client.start_http_server`` on a registry
 of our own, so the process's default metrics are not mixed in); it serves every query of
-every session in the process. Off unless a query names the port; it lives as long as the
-process (a daemon thread).
+every session in the process, whether or not that query named the port. Off unless a query
+names the port; it lives as long as the process (a daemon thread). A port that cannot be bound
+is tried again at most every :data:`BIND_RETRY_S`, each failure logged.
 
 Runs: in the driver process; :func:`serve` on the thread that starts a query's flusher,
 :meth:`WalCollector.collect` on the server's thread.
@@ -20,7 +24,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from recovery.flusher import QueryFlusher
 from recovery.health import BLOCKED, LAGGING
@@ -29,6 +35,18 @@ log = logging.getLogger(__name__)
 
 PREFIX = "cassandra_wal"
 LABELS = ("query_id", "query_name")
+BIND_RETRY_S = 60.0
+
+
+@dataclass(frozen=True)
+class ServedQuery:
+    """A query the endpoint shows: its newest run's flusher, running or ended."""
+
+    query_id: str
+    query_name: str
+    flusher: QueryFlusher
+    running: bool
+
 
 #: name -> (type, help, the Health field it shows, or a function of it). Documented in
 #: docs/user-guide.md ("Operating the sink"); a unit test keeps the page and this table equal.
@@ -60,14 +78,17 @@ METRICS: dict[str, tuple[str, str, Callable]] = {
     "replays": ("counter", "Batches written by a replay (recovery at query start, or a drain "
                 "after a failed one), since the query's run started", lambda h: h.replays),
 }
+#: Not a figure of the WAL, but of the query in this process.
+QUERY_RUNNING = ("query_running", "gauge", "1 while the query runs in this driver process; 0 "
+                 "once it ended (stopped, or failed: e.g. on a block), its WAL still shown")
 
 
 class WalCollector:
-    """A ``prometheus_client`` collector over ``flushers()``: ``(query_id, query_name,
-    flusher)`` of every running query of this process."""
+    """A ``prometheus_client`` collector over ``queries()``: every query of this process that
+    wrote through the sink (:class:`ServedQuery`)."""
 
-    def __init__(self, flushers: Callable[[], Iterable[tuple[str, str, QueryFlusher]]]):
-        self._flushers = flushers
+    def __init__(self, queries: Callable[[], Iterable[ServedQuery]]):
+        self._queries = queries
 
     def describe(self) -> list:
         return []           # no samples at registration: the queries come and go
@@ -78,40 +99,52 @@ class WalCollector:
         kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
         families = {name: kinds[kind](f"{PREFIX}_{name}", text, labels=LABELS)
                     for name, (kind, text, _) in METRICS.items()}
-        for query_id, query_name, flusher in self._flushers():
+        name, kind, text = QUERY_RUNNING
+        running = kinds[kind](f"{PREFIX}_{name}", text, labels=LABELS)
+        for query in self._queries():
+            labels = [query.query_id, query.query_name]
             try:
-                health = flusher.health()
+                health = query.flusher.health()
             except Exception as exc:  # noqa: BLE001 - one WAL's failure must not hide the others
                 log.warning("cassandra_wal: %s: no metrics this scrape: %s: %s",
-                            flusher.wal.root, type(exc).__name__, exc)
+                            query.flusher.wal.root, type(exc).__name__, exc)
                 continue
             for name, (_, _, value_of) in METRICS.items():
                 value = value_of(health)
                 if value is not None:       # e.g. no batch written yet: no latency sample
-                    families[name].add_metric([query_id, query_name], float(value))
+                    families[name].add_metric(labels, float(value))
+            running.add_metric(labels, 1.0 if query.running else 0.0)
         yield from families.values()
+        yield running
 
 
 _servers: dict[int, object] = {}
+_refused: dict[int, float] = {}     # port -> when binding it last failed (time.monotonic)
 _lock = threading.Lock()
 
 
-def serve(port: int, flushers: Callable[[], Iterable[tuple[str, str, QueryFlusher]]]) -> bool:
+def serve(port: int, queries: Callable[[], Iterable[ServedQuery]],
+          clock: Callable[[], float] = time.monotonic) -> bool:
     """Serve the metrics on ``port`` (all interfaces) unless this process does already.
-    Returns whether the endpoint is up; a port that cannot be bound is logged (naming the
-    option) and tried again at the next run's flusher, never fails the query."""
+    Returns whether the endpoint is up. A port that cannot be bound is logged (naming the
+    option) and never fails the query; it is asked for at every batch, and tried again at most
+    every :data:`BIND_RETRY_S` (so logged at most that often)."""
     with _lock:
         if port in _servers:
             return True
+        if port in _refused and clock() - _refused[port] < BIND_RETRY_S:
+            return False
         try:
             from prometheus_client import CollectorRegistry, start_http_server
 
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(WalCollector(flushers))
+            registry.register(WalCollector(queries))
             _servers[port] = start_http_server(port, registry=registry)
         except (ImportError, OSError) as exc:
-            log.error("cassandra_wal: wal.metrics.port=%d: cannot serve the metrics: %s: %s",
-                      port, type(exc).__name__, exc)
+            _refused[port] = clock()
+            log.error("cassandra_wal: wal.metrics.port=%d: cannot serve the metrics (tried "
+                      "again in %.0f s): %s: %s", port, BIND_RETRY_S, type(exc).__name__, exc)
             return False
+        _refused.pop(port, None)
         log.info("cassandra_wal: metrics for Prometheus on http://0.0.0.0:%d/metrics", port)
         return True

@@ -355,8 +355,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "Serve the sink's figures for Prometheus on this TCP port of the driver "
         "(`http://<driver host>:<port>/metrics`); unset: no endpoint. It starts with the "
         "query's flusher (at its first batch; a restart that adds the option: at its second) "
-        "and serves every query of the driver process "
-        "that names the port, labelled `query_id` and `query_name`. Needs "
+        "and serves every query of the driver process that wrote through the sink (running "
+        "or ended), labelled `query_id` and `query_name`. Needs "
         "`prometheus-client` (`pip install 'cassandra-wal-sink[metrics]'`). Metric names: "
         "docs/user-guide.md, \"Operating the sink\".",
         section=_L, target="wal.metrics_port",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import threading
 
 # Imported here, before any registry registers its exit hook: the Cassandra driver registers
@@ -31,6 +32,7 @@ from wal.layout import WalDir
 from wal.pointer import read_pointer
 
 from . import metrics_endpoint
+from .metrics_endpoint import ServedQuery
 from .connect import (
     ConnectCassandraWalDataSource,
     filesystems_of,
@@ -77,6 +79,7 @@ class FlushRegistry:
         self.stopping: dict[str, tuple[str, QueryFlusher]] = {}   # run id -> (query id, flusher)
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
         self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
+        self.newest: dict[str, QueryFlusher] = {}         # query id -> its newest run's flusher
         self._lock = threading.Lock()
         self._making = threading.Lock()      # one flusher made and started per run
         self._looking: dict[str, threading.Event] = {}    # run id -> set: stop looking
@@ -121,6 +124,7 @@ class FlushRegistry:
             ended = run_id not in self.runs     # its termination came while it was made
             if not ended:
                 self.flushers[run_id] = flusher
+                self.newest[self.runs[run_id][0]] = flusher
         if ended:
             flusher.stop()
             return None
@@ -176,13 +180,16 @@ class FlushRegistry:
         newly given included) at its first drain."""
         port = flusher.target.config.wal.metrics_port
         if port is not None:
-            metrics_endpoint.serve(port, running_flushers)
+            metrics_endpoint.serve(port, served_queries)
 
-    def running(self) -> list[tuple[str, str, QueryFlusher]]:
-        """``(query id, query name, flusher)`` of every run whose flusher is running."""
+    def served(self) -> list[ServedQuery]:
+        """Every query of this session that had a flusher, with its newest run's: running, or
+        ended (its WAL's figures read from disk, as long as the WAL is there)."""
         with self._lock:
-            return [(self.runs[r][0], self.names.get(self.runs[r][0], ""), f)
-                    for r, f in self.flushers.items() if r in self.runs]
+            running = {id(f) for r, f in self.flushers.items() if r in self.runs}
+            newest = list(self.newest.items())
+        return [ServedQuery(q, self.names.get(q, ""), f, id(f) in running)
+                for q, f in newest if id(f) in running or os.path.isdir(f.wal.root)]
 
     def _name_of(self, query_id: str) -> str:
         query = self.spark.streams.get(query_id)
@@ -392,10 +399,10 @@ def finish_at_exit() -> None:
         registry.finish(FINISH_ON_STOP_S)
 
 
-def running_flushers() -> list[tuple[str, str, QueryFlusher]]:
-    """``(query id, query name, flusher)`` of every running flusher in any session of this
-    process: what the metrics endpoint serves."""
-    return [entry for registry in registries for entry in registry.running()]
+def served_queries() -> list[ServedQuery]:
+    """What the metrics endpoint serves: every query of any session of this process that had
+    a flusher (:meth:`FlushRegistry.served`)."""
+    return [query for registry in registries for query in registry.served()]
 
 
 def flusher_of_run(run_id: str) -> QueryFlusher | None:

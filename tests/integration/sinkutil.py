@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -333,3 +335,20 @@ def sink_error_line(exc_or_text) -> str:
     lines = re.findall(r"^(cql\.errors\.\w+: .*)$", text, re.MULTILINE)
     assert lines, f"no cql.errors line in the error:\n{text}"
     return lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int, query_id: str) -> dict[str, float]:
+    """``GET /metrics`` of the driver's endpoint (``wal.metrics.port``): the query's samples,
+    by metric name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.labels.get("query_id") == query_id}

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 import sinks
-from sinkutil import (cassandra_wal, committed_batches, connection_options, create_table, read_table,
-                      register, running, sink_error_line, sink_options, stream_wal, wait_for,
-                      write_json_files)
+from sinkutil import (cassandra_wal, committed_batches, connection_options, create_table,
+                      free_port, read_table, register, running, scrape, sink_error_line,
+                      sink_options, stream_wal, wait_for, write_json_files)
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
@@ -122,7 +122,10 @@ def test_a_query_restarted_on_a_damaged_wal_fails_naming_the_batch_and_segment(
     flip_a_byte(damaged)
 
     write_json_files(src, [file_rows(3)], first_index=3)
-    query = start_stream(spark, cassandra_node, keyspace, src, cp)     # wal.flush=true
+    port = free_port()
+    query = start_stream(spark, cassandra_node, keyspace, src, cp,      # wal.flush=true
+                         **{"wal.metrics.port": str(port)})
+    query_id = str(query.id)
     with running(query):
         # Batch 3 commits; its flush writes batch 0 and stops at batch 1: the WAL is blocked.
         wait_for(lambda: os.path.exists(os.path.join(wal.root, "blocked.json")),
@@ -133,8 +136,16 @@ def test_a_query_restarted_on_a_damaged_wal_fails_naming_the_batch_and_segment(
         status = cassandra_wal("status", wal.root, "--checkpoint", str(cp))
         assert status.returncode == 2, status.stdout + status.stderr
         assert status.stdout.startswith("blocked: ") and "batch 1" in status.stdout
+        metrics = wait_for(lambda: scrape(port, query_id), what="the query on the endpoint")
+        assert metrics["cassandra_wal_blocked"] == 1, metrics
+        assert metrics["cassandra_wal_query_running"] == 1, metrics
         write_json_files(src, [file_rows(4)], first_index=4)
         wait_for(lambda: not query.isActive, what="batch 4's commit to fail the query")
     line = sink_error_line(query.exception())
     assert "batch 1" in line and Path(damaged).name in line, line
+    # The block failed the query; the endpoint still shows it blocked (an alert on it must not
+    # depend on catching the one trigger interval before the failure).
+    metrics = wait_for(lambda: scrape(port, query_id).get("cassandra_wal_query_running") == 0
+                       and scrape(port, query_id), what="the ended query on the endpoint")
+    assert metrics["cassandra_wal_blocked"] == 1, metrics
     assert ids_in(cql, keyspace) == ids_of(0), "rows of a damaged or later batch were written"

@@ -30,22 +30,19 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 import sinks
 from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, error_text, flushed_through,
-                      running, start_file_stream, stream_wal, wait_all_flushed, wait_for,
-                      write_json_files)
+                      free_port, running, scrape, start_file_stream, stream_wal,
+                      wait_all_flushed, wait_for, write_json_files)
 from tests.crash.harness import CrashHarness
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.node import RestartableNode, java_home_env
 from wal.log import WalLog
@@ -107,20 +104,6 @@ class BlockedSampler(threading.Thread):
         self.done.set()
         self.join(10)
         return self.seen
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port: int, query_id: str) -> dict[str, float]:
-    """``GET /metrics`` of the driver's endpoint: the query's samples, by metric name."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {sample.name: sample.value for family in text_string_to_metric_families(text)
-            for sample in family.samples if sample.labels.get("query_id") == query_id}
 
 
 class MetricsScraper(threading.Thread):

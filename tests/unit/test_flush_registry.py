@@ -23,6 +23,7 @@ class FakeFlusher:
 
     def __init__(self, wal_root, checkpoint, session_conf, spark_jobs=None):
         self.wal_root, self.checkpoint = wal_root, checkpoint
+        self.wal = SimpleNamespace(root=wal_root)
         self.calls: list[str] = []
         self.finish_within: list[float] = []    # each stop's bound for retrying its last drain
         self.stopped = threading.Event()
@@ -99,7 +100,28 @@ def test_the_metrics_endpoint_starts_once_a_run_names_a_port_even_after_its_star
                                                        wal=WalConfig(metrics_port=9108)))
     registry.progressed("q", "run-1")
     assert served == [9108]
-    assert registry.running() == [("q", "", flusher)]
+    assert registry.served() == [driver.ServedQuery("q", "", flusher, running=True)]
+
+
+def test_the_endpoint_keeps_showing_a_query_that_ended_until_its_next_run(registry, tmp_path,
+                                                                           monkeypatch):
+    """A query the sink blocked fails at its next commit: its WAL (blocked.json) must stay on
+    the endpoint, or `cassandra_wal_blocked == 1` lasts one trigger interval. Before, only
+    running flushers were served."""
+    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: str(tmp_path / "wal"))
+    (tmp_path / "wal").mkdir()
+    registry.started("q", "run-1")
+    (first,) = FakeFlusher.made
+    registry.terminated("q", "run-1")
+    assert first.stopped.wait(5)
+    assert registry.served() == [driver.ServedQuery("q", "", first, running=False)]
+    registry.started("q", "run-2")                  # the restart: its own flusher, running
+    second = FakeFlusher.made[1]
+    assert registry.served() == [driver.ServedQuery("q", "", second, running=True)]
+    registry.terminated("q", "run-2")
+    assert second.stopped.wait(5)
+    (tmp_path / "wal").rmdir()                      # the WAL removed: nothing left to show
+    assert registry.served() == []
 
 
 def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(registry):

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recovery.health import Health
 from sinks import metrics_endpoint
+from sinks.metrics_endpoint import ServedQuery
 
 pytestmark = pytest.mark.unit
 
@@ -62,11 +63,13 @@ def scrape(port: int) -> dict:
 
 def test_a_scrape_gives_every_figure_of_every_running_query(caplog):
     port = free_port()
-    queries = [("q1", "events", Flusher(health())),
-               ("q2", "", Flusher(health(state="blocked", blocked_reason="x",
-                                         oldest_pending_age_s=None,
-                                         last_written_batch=None, last_write_latency_s=None))),
-               ("q3", "", Flusher(OSError("gone")))]
+    queries = [ServedQuery("q1", "events", Flusher(health()), running=True),
+               ServedQuery("q2", "", Flusher(health(state="blocked", blocked_reason="x",
+                                                    oldest_pending_age_s=None,
+                                                    last_written_batch=None,
+                                                    last_write_latency_s=None)),
+                           running=False),
+               ServedQuery("q3", "", Flusher(OSError("gone")), running=True)]
     assert metrics_endpoint.serve(port, lambda: queries)
     assert metrics_endpoint.serve(port, lambda: [])      # this process serves it already
     got = scrape(port)
@@ -80,18 +83,32 @@ def test_a_scrape_gives_every_figure_of_every_running_query(caplog):
     assert got[("cassandra_wal_retries_total", "q1")] == 7
     assert got[("cassandra_wal_lagging", "q1")] == 1 and got[("cassandra_wal_blocked", "q1")] == 0
     assert got[("cassandra_wal_blocked", "q2")] == 1
+    assert got[("cassandra_wal_query_running", "q1")] == 1
+    assert got[("cassandra_wal_query_running", "q2")] == 0     # ended: its WAL still shown
     assert ("cassandra_wal_last_write_latency_seconds", "q2") not in got   # nothing written
     assert not any(query == "q3" for _, query in got)     # its failure hides no other query
 
 
-def test_a_port_that_cannot_be_bound_is_logged_naming_the_option(caplog):
+def test_a_port_that_cannot_be_bound_is_logged_naming_the_option_and_tried_once_a_minute(
+        caplog):
+    """serve is asked at every batch: a taken port logged an error at every batch before."""
+    now = [1000.0]
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
         with caplog.at_level(logging.ERROR):
-            assert not metrics_endpoint.serve(port, lambda: [])
-    assert f"wal.metrics.port={port}" in caplog.text
+            assert not metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+            for _ in range(5):                      # the next batches, within the minute
+                now[0] += 2
+                assert not metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+            assert caplog.text.count(f"wal.metrics.port={port}") == 1
+            now[0] += metrics_endpoint.BIND_RETRY_S
+            assert not metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+            assert caplog.text.count(f"wal.metrics.port={port}") == 2
+    now[0] += metrics_endpoint.BIND_RETRY_S             # the port is free now: served
+    assert metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+    assert scrape(port) == {}
 
 
 def test_the_user_guide_lists_every_metric():
@@ -99,4 +116,5 @@ def test_the_user_guide_lists_every_metric():
     documented = set(re.findall(r"`(cassandra_wal_[a-z_]+)`", text))
     served = {f"cassandra_wal_{name}" + ("_total" if kind == "counter" else "")
               for name, (kind, _, _) in metrics_endpoint.METRICS.items()}
+    served.add(f"cassandra_wal_{metrics_endpoint.QUERY_RUNNING[0]}")
     assert served <= documented, f"not in docs/user-guide.md: {sorted(served - documented)}"
