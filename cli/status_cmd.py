@@ -24,12 +24,14 @@ NAME = "status"
 EXIT_HEALTHY, EXIT_LAGGING, EXIT_BLOCKED = 0, 1, 2
 EXIT_OF = {HEALTHY: EXIT_HEALTHY, LAGGING: EXIT_LAGGING, BLOCKED: EXIT_BLOCKED}
 
-EPILOG = f"""\
+EPILOG = """\
 exit codes (status only):
   0  healthy: nothing committed has waited --lag-after seconds to be written
   1  lagging: a committed batch has waited longer, or the backlog is over wal.maxBytes
-  2  blocked: the flusher cannot go on (blocked.json); the line gives the reason
-  (a bad command line also exits 2, a damaged or unsupported WAL 3, as for every command)
+  2  blocked: the flusher cannot go on (blocked.json), or a committed batch cannot be
+     written (no seal, a damaged one); the line gives the reason
+  (as for every command: a bad command line also exits 2, a damaged or unsupported WAL 3,
+  and any other error, e.g. a store that does not answer, 1 with its message on stderr)
 
 --json prints one object: the state, the blocked reason, the backlog (batches, rows, bytes),
 max_bytes, the oldest pending age, the last batch written and its latency, rows/s.

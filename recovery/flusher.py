@@ -118,6 +118,8 @@ class QueryFlusher:
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
         self._blocked_reason: str | None = None
+        # Blocked by an earlier run (blocked.json): its first good drain says "unblocked" too.
+        self._blocked_before = self.wal.read_blocked() is not None
         self.last_report = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -185,13 +187,13 @@ class QueryFlusher:
 
     def _written(self, done: WrittenBatch) -> None:
         """The Replayer marked a batch FLUSHED (flusher's thread, inside a drain)."""
-        events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
         replay = self._replay
-        if replay is None:
-            return
-        if replay.batches == 0:
+        if replay is not None and replay.batches == 0:      # said before its first batch's line
             events.replay_started(self.wal.root, done.batch, replay.why)
             replay.since = time.monotonic()
+        events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
+        if replay is None:
+            return
         replay.batches += 1
         replay.rows += done.rows
         self.counters.count(replays=1)
@@ -278,9 +280,9 @@ class QueryFlusher:
 
     def _set_blocked(self, reason: str | None) -> None:
         if reason is None:
-            if self._blocked_reason is not None:
+            if self._blocked_reason is not None or self._blocked_before:
                 events.unblocked(self.wal.root)
-            self._blocked_reason = None
+            self._blocked_reason, self._blocked_before = None, False
         try:
             self.wal.write_blocked(reason)
         except StoreUnavailable as exc:

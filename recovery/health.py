@@ -110,6 +110,12 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
         since = max(min(v.seal.sealed_at_us for v in recent), now - RATE_WINDOW_S * 1e6)
         rate = sum(v.rows for v in recent) / max(1.0, (now - since) / 1e6)
     pending_bytes = sum(v.bytes for v in pending)
+    broken = next((v for v in views if v.action == catalog.BROKEN), None)
+    if blocked_reason is None and broken is not None:
+        # A committed batch recovery cannot write (no seal, a damaged one): the flusher blocks
+        # on it at its next drain, and nothing after it is written meanwhile.
+        blocked_reason = (f"batch {broken.batch}: {broken.detail}; no later batch is written "
+                          f"before it (docs/runbook.md)")
     if blocked_reason is not None:
         state = BLOCKED
     elif (oldest is not None and oldest >= lag_after_s) or (

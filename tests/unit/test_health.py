@@ -15,6 +15,7 @@ from cassandra.cluster import NoHostAvailable
 from cli.main import main
 from recovery import events
 from recovery.errors import FlushFailed
+from recovery.flusher import QueryFlusher
 from recovery.health import BLOCKED, HEALTHY, LAGGING, FlushCounters, health_of, read_health
 from tests.helpers.walfactory import WalFactory
 from tests.unit.test_transient_errors import Outage, fake_cassandra, flusher_on
@@ -129,7 +130,10 @@ def test_the_flusher_counts_retries_and_replays_and_logs_each_batch_and_state_ch
     written = [line for line in lines if " written: " in line]
     assert len(written) == 2 and all("5 rows" in line and "bytes" in line and
                                      "after its commit" in line for line in written)
-    assert any("replay started at batch 0 (after NoHostAvailable)" in line for line in lines)
+    started = [i for i, line in enumerate(lines)
+               if "replay started at batch 0 (after NoHostAvailable)" in line]
+    # Said before the first batch's own line (it came after it before).
+    assert started and started[0] < lines.index(written[0])
     assert any("replay finished: 2 batches, 10 rows" in line for line in lines)
 
 
@@ -148,6 +152,45 @@ def test_blocked_and_unblocked_are_logged_once_each(tmp_path, monkeypatch, caplo
     lines = [r.getMessage() for r in caplog.records if r.name == events.LOGGER_NAME]
     assert len([line for line in lines if ": blocked: " in line]) == 1
     assert len([line for line in lines if ": unblocked" in line]) == 1
+
+
+def test_a_restart_that_clears_an_earlier_runs_block_says_unblocked(tmp_path, monkeypatch,
+                                                                   caplog):
+    """The usual remedy of a block is a restart (the block failed the query): its flusher's
+    first good drain says "unblocked" too. Before, only the flusher that blocked said it."""
+    caplog.set_level(logging.INFO, logger=events.LOGGER_NAME)
+    with flusher_on(tmp_path) as first:
+        fake_cassandra(monkeypatch, first, Outage(FlushFailed(0, "InvalidRequest: no", permanent=True)))
+        first.drain(query_running=True)
+        first.drain(query_running=True)
+        assert first.health().state == BLOCKED
+    restarted = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01)
+    try:
+        cured = Outage(FlushFailed(0, "InvalidRequest: no", permanent=True))
+        cured.down = False
+        fake_cassandra(monkeypatch, restarted, cured)
+        restarted.drain(query_running=False)
+        assert restarted.health().state == HEALTHY
+    finally:
+        restarted.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == events.LOGGER_NAME]
+    assert len([line for line in lines if ": unblocked" in line]) == 1
+
+
+def test_a_committed_batch_recovery_cannot_write_is_blocked_before_the_flusher_tries(
+        capsys, tmp_path):
+    """Spark committed batch 1, the WAL holds no seal for it: the flusher will block on it at
+    its next drain, and nothing after it is written. status said healthy until then."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.flushed(0, rows=(3, 2))
+        f.staged(1)
+        f.commit(1)
+    wal, cp = WalDir.at(str(tmp_path / "wal")), str(tmp_path / "cp")
+    health = read_health(wal, cp)
+    assert health.state == BLOCKED
+    assert "batch 1: Spark committed it but it has no seal" in health.blocked_reason
+    assert main(["status", wal.root, "--checkpoint", cp]) == 2
+    assert "batch 1" in capsys.readouterr().out
 
 
 def test_make_visible_shows_info_on_stderr_unless_the_application_configured_logging(
