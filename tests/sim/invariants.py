@@ -11,6 +11,8 @@
   written (so a flusher never waits forever, and after an outage a drain makes progress).
 * At the end, after recovery with the node up, every committed execution is written, and the
   table holds, per cell, the newest expected write (last write wins).
+* The figures an operator is shown agree: after such a drain, nothing is pending and the sink
+  is not said to be blocked.
 """
 
 from __future__ import annotations
@@ -170,6 +172,25 @@ def check_live(world, q, what: str) -> None:
                         f"after {q.owner}'s {what}, {e.label} is committed but "
                         f"{len(missing)} of {len(e.expected)} rows never reached Cassandra "
                         f"(e.g. {fmt(missing[0])})")
+    check_health(q, what)
+
+
+def check_health(q, what: str) -> None:
+    """What an operator is shown (``sinks.status``, the endpoint, ``cassandra-wal status``:
+    ``recovery/health.py``) after a drain that wrote every committed batch: nothing pending,
+    and not blocked (no corruption is injected: a block would page someone for nothing)."""
+    flusher = q.run.flusher if q.run is not None else None
+    if flusher is None or not hasattr(flusher, "health"):      # older code: no figures
+        return
+    health = flusher.health()
+    if health.state == "blocked":
+        raise Violation("the figures shown say what the sink does",
+                        f"after {q.owner}'s {what}, which wrote every committed batch, the "
+                        f"status says blocked: {health.blocked_reason}")
+    if health.pending_batches:
+        raise Violation("the figures shown say what the sink does",
+                        f"after {q.owner}'s {what}, which wrote every committed batch, the "
+                        f"status says {health.pending_batches} batches are pending")
 
 
 def check_written(world) -> None:
