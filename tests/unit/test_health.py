@@ -281,6 +281,35 @@ def test_inspect_watch_redraws_count_times_and_json_gives_one_object_a_line(caps
     assert code == 2 and "--count goes with --watch" in err
 
 
+def test_inspect_watch_shows_what_the_running_sink_did_between_two_redraws(capsys, tmp_path,
+                                                                          monkeypatch):
+    """Each redraw reads the WAL again: a batch the sink flushed meanwhile leaves the backlog.
+    Ctrl-C (KeyboardInterrupt in the wait) ends the watch with exit 0."""
+    from cli import inspect_cmd
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        for b in (0, 1):
+            f.sealed(b, rows=(3, 2), committed=True)
+        waits = []
+
+        def sleep(seconds):
+            waits.append(seconds)
+            if len(waits) == 1:             # the sink writes batch 0 between the two looks
+                f.log.ingest(f.built[0].seal)
+                f.log.begin_flush(0)
+                f.log.mark_flushed(0)
+                f.wal.write_flushed_through(0)
+            else:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(inspect_cmd.time, "sleep", sleep)
+        code, out, _ = run_cli(capsys, "inspect", f.root, "--watch", "5", "--json")
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and waits == [5.0, 5.0] and len(docs) == 2
+    assert [d["health"]["pending_batches"] for d in docs] == [2, 1]
+    assert [d["health"]["flushed_through"] for d in docs] == [-1, 0]
+
+
 def test_sinks_status_stays_the_function_once_its_module_is_loaded():
     """A module ``sinks/status.py`` would replace the function with itself on first call."""
     import sinks
