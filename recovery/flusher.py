@@ -107,7 +107,7 @@ class QueryFlusher:
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
-        self.counters = FlushCounters()        # retries and replays: sinks.status, metrics
+        self.counters = FlushCounters()        # retries, replays, written: status, metrics
         self.output = self._output(self.target)
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target),
@@ -192,6 +192,7 @@ class QueryFlusher:
             events.replay_started(self.wal.root, done.batch, replay.why)
             replay.since = time.monotonic()
         events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
+        self.counters.count(batches_written=1, rows_written=done.rows)
         if replay is None:
             return
         replay.batches += 1

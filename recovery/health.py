@@ -6,9 +6,9 @@ fast the flusher writes, and whether the sink is blocked. The one owner of these
 Why from the WAL on disk rather than from the flusher's memory: the operator's CLI runs in
 another process (beside a live sink, or after it died) and must say the same thing as the
 running sink. Everything here is derived from :func:`wal.catalog.describe` (the view recovery
-plans from), ``blocked.json`` and ``target.json``; only the counts of retries and replays,
-which the WAL does not record, come from the live flusher (:class:`FlushCounters`), and are
-``None`` when read from outside it.
+plans from), ``blocked.json`` and ``target.json``; only the counts of retries, replays and
+batches and rows written since the run started, which the WAL does not record, come from the
+live flusher (:class:`FlushCounters`), and are ``None`` when read from outside it.
 
 Runs: wherever it is called (the driver process, or the CLI); it reads the log through a
 read-only instance and never takes the WAL's lock.
@@ -47,22 +47,30 @@ class FlushCounters:
     retry of write requests that failed transiently (in the driver: ``wal.flush.mode=driver``
     and recoveries; flush tasks and worker processes retry on their own, uncounted) and each
     drain that failed transiently and is tried again (every mode); ``replays``, batches a
-    replay wrote (recovery at query start, or a drain after a failed one). Thread-safe: the
-    flusher's thread counts, any thread reads."""
+    replay wrote (recovery at query start, or a drain after a failed one); ``batches_written``
+    and ``rows_written``, the batches this run made visible and their rows (a batch resumed
+    mid-way counts whole), for a rate over any window (Prometheus's ``rate()``). Thread-safe:
+    the flusher's thread counts, any thread reads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.retries = 0
         self.replays = 0
+        self.batches_written = 0
+        self.rows_written = 0
 
-    def count(self, retries: int = 0, replays: int = 0) -> None:
+    def count(self, retries: int = 0, replays: int = 0, batches_written: int = 0,
+              rows_written: int = 0) -> None:
         with self._lock:
             self.retries += retries
             self.replays += replays
+            self.batches_written += batches_written
+            self.rows_written += rows_written
 
-    def snapshot(self) -> tuple[int, int]:
+    def snapshot(self) -> tuple[int, int, int, int]:
+        """``(retries, replays, batches_written, rows_written)``."""
         with self._lock:
-            return self.retries, self.replays
+            return self.retries, self.replays, self.batches_written, self.rows_written
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,8 @@ class Health:
     rows_per_s: float                   # rows written per second, recent batches
     retries: int | None = None          # transient failures retried (live flusher only)
     replays: int | None = None          # batches written again by a recovery (live only)
+    batches_written: int | None = None  # batches this run's flusher wrote (live only)
+    rows_written: int | None = None     # ... their rows (live only)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,7 +133,8 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
         state = LAGGING
     else:
         state = HEALTHY
-    retries, replays = counters.snapshot() if counters is not None else (None, None)
+    retries, replays, batches_written, rows_written = (
+        counters.snapshot() if counters is not None else (None,) * 4)
     return Health(wal=wal.root, state=state, blocked_reason=blocked_reason,
                   pending_batches=len(pending),
                   pending_rows=sum(max(v.rows - v.flushed_rows, 0) for v in pending),
@@ -131,7 +142,8 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
                   max_bytes=max_bytes, wal_bytes=wal_bytes, flushed_through=flushed_through,
                   last_written_batch=None if last is None else last.batch,
                   last_write_latency_s=latency, rows_per_s=rate,
-                  retries=retries, replays=replays)
+                  retries=retries, replays=replays, batches_written=batches_written,
+                  rows_written=rows_written)
 
 
 def max_bytes_of(wal: WalDir) -> int | None:

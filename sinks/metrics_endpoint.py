@@ -77,6 +77,11 @@ METRICS: dict[str, tuple[str, str, Callable]] = {
                 "flushes in every mode), since the query's run started", lambda h: h.retries),
     "replays": ("counter", "Batches written by a replay (recovery at query start, or a drain "
                 "after a failed one), since the query's run started", lambda h: h.replays),
+    "batches_written": ("counter", "Batches written to Cassandra, since the query's run started",
+                        lambda h: h.batches_written),
+    "rows_written": ("counter", "Rows of the batches written to Cassandra (a batch resumed "
+                     "mid-way counts whole), since the query's run started",
+                     lambda h: h.rows_written),
 }
 #: Not a figure of the WAL, but of the query in this process.
 QUERY_RUNNING = ("query_running", "gauge", "1 while the query runs in this driver process; 0 "

@@ -270,6 +270,8 @@ def test_a_cassandra_outage_is_absorbed_and_drained_in_order(spark, node, keyspa
         # Batch 5 was committed during the outage: visible once the node was back.
         assert after.last_write_latency_s > 5, after
         assert after.replays >= 4 and after.rows_per_s > 0, after
+        # Batches 0..5, each written once by this run's flusher (a replay is not a rewrite).
+        assert (after.batches_written, after.rows_written) == (6, 6 * ROWS_PER_FILE), after
         healthy = status_cli(cp)
         assert healthy.returncode == 0 and healthy.stdout.startswith("healthy: 0 batches")
         wait_for(lambda: scraper.samples[-1][0] > scraper.at() - 1.5
@@ -288,6 +290,7 @@ def test_a_cassandra_outage_is_absorbed_and_drained_in_order(spark, node, keyspa
     assert outage == sorted(outage) and outage[-1] == 4 * ROWS_PER_FILE, pending
     assert max(rows for t, rows in pending if t < down_s) == 0, pending
     assert pending[-1][1] == 0, pending
+    assert samples[-1][1]["cassandra_wal_rows_written_total"] == 6 * ROWS_PER_FILE
     assert_table_holds(node, keyspace, cp, files=6)
     flushed_at = flushed_records(cp)
     assert sorted(flushed_at) == [0, 1, 2, 3, 4, 5]

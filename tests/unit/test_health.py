@@ -58,6 +58,7 @@ def test_the_backlog_is_what_spark_committed_and_cassandra_has_not(backlog):
     assert health.oldest_pending_age_s == pytest.approx(seals[1].age_s)
     assert health.last_written_batch == 0 and health.last_write_latency_s >= 0
     assert (health.retries, health.replays) == (None, None)      # no live flusher
+    assert (health.batches_written, health.rows_written) == (None, None)
 
 
 def test_lagging_once_the_oldest_pending_batch_is_older_than_the_threshold(backlog):
@@ -118,11 +119,13 @@ def test_the_flusher_counts_retries_and_replays_and_logs_each_batch_and_state_ch
         flusher.drain(query_running=True)
         during = flusher.health()
         assert (during.retries, during.replays) == (2, 0)
+        assert (during.batches_written, during.rows_written) == (0, 0)
         assert during.pending_batches == 2 and during.pending_rows == 10
         outage.down = False
         flusher.drain(query_running=True)
         after = flusher.health()
         assert (after.retries, after.replays) == (2, 2)
+        assert (after.batches_written, after.rows_written) == (2, 10)
         assert after.pending_batches == 0 and after.last_written_batch == 1
         assert after.flushed_through == 1 and after.state == HEALTHY
 

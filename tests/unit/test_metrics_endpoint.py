@@ -32,7 +32,7 @@ def health(**kw) -> Health:
                 pending_rows=80, pending_bytes=5000, oldest_pending_age_s=41.5,
                 max_bytes=10 * 2**30, wal_bytes=9000, flushed_through=1,
                 last_written_batch=1, last_write_latency_s=0.8, rows_per_s=12.5,
-                retries=7, replays=0)
+                retries=7, replays=0, batches_written=3, rows_written=60)
     base.update(kw)
     return Health(**base)
 
@@ -81,6 +81,8 @@ def test_a_scrape_gives_every_figure_of_every_running_query(caplog):
     assert got[("cassandra_wal_last_write_latency_seconds", "q1")] == 0.8
     assert got[("cassandra_wal_rows_written_per_second", "q1")] == 12.5
     assert got[("cassandra_wal_retries_total", "q1")] == 7
+    assert got[("cassandra_wal_batches_written_total", "q1")] == 3
+    assert got[("cassandra_wal_rows_written_total", "q1")] == 60
     assert got[("cassandra_wal_lagging", "q1")] == 1 and got[("cassandra_wal_blocked", "q1")] == 0
     assert got[("cassandra_wal_blocked", "q2")] == 1
     assert got[("cassandra_wal_query_running", "q1")] == 1
