@@ -46,10 +46,10 @@ class CrashCase:
         return {s.partition("@")[0] for s in self.steps}
 
 
-# The default set: every point once. Counts are per process: the flusher (flush.*) and recovery
-# (recover.*) live in the driver; stage.* in Spark's reused Python workers (two of them, tasks
-# alternate); commit.* in the worker that runs the batch's commit (reused too).
-DEFAULT = (
+# Every point once. Counts are per process: the flusher (flush.*) and recovery (recover.*) live
+# in the driver; stage.* in Spark's reused Python workers (two of them, tasks alternate);
+# commit.* in the worker that runs the batch's commit (reused too).
+EVERY_POINT = (
     CrashCase(("stage.mid@3",)),              # while staging (a task's segment half written)
     CrashCase(("stage.after@3",)),            # after staging, before the batch's commit
     CrashCase(("commit.before_seal@2",)),     # inside commit, before the seal
@@ -61,9 +61,14 @@ DEFAULT = (
     CrashCase(("flush.mid@20", "recover.mid@1")),
 )
 
+# The default suite: every point once, but flush.mid@20 alone (40 s, for the suite's 30
+# minutes): the chained case crashes there first too, and HDFS_DEFAULT restarts from it, on
+# another host, with nothing but a clean run after.
+DEFAULT = tuple(c for c in EVERY_POINT if c.steps != ("flush.mid@20",))
+
 # --full-matrix: every point at several batches, the last batch (no new data on restart: only
 # recovery can finish it), and crashes during a restart's recovery or flush.
-FULL = DEFAULT + (
+FULL = EVERY_POINT + (
     CrashCase(("stage.mid@1",)),
     CrashCase(("stage.mid@5",)),
     CrashCase(("stage.after@1",)),
@@ -112,7 +117,7 @@ def store_cases(storage: str) -> list[CrashCase]:
     """--full-matrix on a store: every case of :data:`FULL`, and every default case again
     restarted on another host."""
     return ([on_store(c, storage) for c in FULL]
-            + [on_store(c, storage, lose_working_copy=True) for c in DEFAULT])
+            + [on_store(c, storage, lose_working_copy=True) for c in EVERY_POINT])
 
 
 def cases(full: bool) -> list[CrashCase]:
