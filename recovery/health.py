@@ -25,7 +25,7 @@ from wal.errors import WalCorrupted
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import wal_size
-from wal.seal import now_us
+from wal.seal import now_us, read_seal
 from wal.states import BatchState
 
 from .target import RecordedTarget
@@ -102,7 +102,7 @@ class Health:
 def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None,
               max_bytes: int | None, wal_bytes: int, flushed_through: int,
               counters: FlushCounters | None = None, lag_after_s: float = LAG_AFTER_S,
-              now: int | None = None) -> Health:
+              now: int | None = None, broken: BatchView | None = None) -> Health:
     """The figures from a catalog's views (pure: every input is given; ``now`` in µs)."""
     now = now_us() if now is None else now
     pending = [v for v in views if v.action == catalog.REPLAY]
@@ -120,7 +120,6 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
         since = max(min(v.seal.sealed_at_us for v in recent), now - RATE_WINDOW_S * 1e6)
         rate = sum(v.rows for v in recent) / max(1.0, (now - since) / 1e6)
     pending_bytes = sum(v.bytes for v in pending)
-    broken = next((v for v in views if v.action == catalog.BROKEN), None)
     if blocked_reason is None and broken is not None:
         # A committed batch recovery cannot write (no seal, a damaged one): the flusher blocks
         # on it at its next drain, and nothing after it is written meanwhile.
@@ -173,4 +172,22 @@ def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | N
             reader.close()
     return health_of(wal, views, blocked_reason=wal.read_blocked(), max_bytes=max_bytes_of(wal),
                      wal_bytes=wal_size(wal).total, flushed_through=flushed_through,
-                     counters=counters, lag_after_s=lag_after_s)
+                     counters=counters, lag_after_s=lag_after_s, broken=still_broken(wal, views))
+
+
+def still_broken(wal: WalDir, views: list[BatchView]) -> BatchView | None:
+    """The first batch recovery cannot write (the catalog's BROKEN), if it still is once its
+    seal and the ``flushed_through`` marker are read again: a live sink may seal, flush or
+    retire a batch between the catalog's reads. Never on a WAL on a store: a reader's copy of
+    its seals may predate the commits it read (a false block would page someone); there the
+    flusher's own ``blocked.json`` is what tells."""
+    if wal.remote:
+        return None
+    for view in views:
+        if view.action == catalog.BROKEN and view.batch > wal.read_flushed_through():
+            try:
+                if read_seal(wal, view.batch) is None:
+                    return view
+            except WalCorrupted:
+                return view
+    return None

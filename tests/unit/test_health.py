@@ -196,6 +196,27 @@ def test_a_committed_batch_recovery_cannot_write_is_blocked_before_the_flusher_t
     assert "batch 1" in capsys.readouterr().out
 
 
+def test_a_batch_sealed_meanwhile_or_a_wal_on_a_store_is_not_called_blocked(tmp_path):
+    """A live sink seals (or flushes) a batch between the catalog's reads: read again, it is
+    not broken. A reader's copy of a store's seals may predate the commits it read: there only
+    the flusher's blocked.json says blocked (a false block would page someone)."""
+    from types import SimpleNamespace
+
+    from recovery.health import still_broken
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.flushed(0, rows=(3, 2))
+        built = f.staged(1)
+        f.commit(1)
+        wal, cp = WalDir.at(str(tmp_path / "wal")), str(tmp_path / "cp")
+        views = views_of(wal, cp)
+        assert still_broken(wal, views).batch == 1
+        assert still_broken(SimpleNamespace(remote=object()), views) is None
+        f.seal(1, built.segments)                   # sealed after the catalog's listing
+        assert still_broken(wal, views) is None
+        assert read_health(wal, cp).state != BLOCKED
+
+
 def test_make_visible_shows_info_on_stderr_unless_the_application_configured_logging(
         monkeypatch):
     root = logging.getLogger()
