@@ -37,7 +37,7 @@ from typing import Iterable, Sequence, Union
 
 import pyarrow as pa
 
-from wal import BatchRecord, Seal, SegmentRef, SegmentWriter, WalDir, WalLog
+from wal import BatchRecord, BatchState, Seal, SegmentRef, SegmentWriter, WalDir, WalLog
 from wal.retention import remove_batch_files
 from wal.seal import COMMIT_POINT_CHECKPOINT, next_base_timestamp, now_us, seal_batch, write_seal
 
@@ -287,7 +287,20 @@ class WalFactory:
         """Flushed to Cassandra, left as the flusher (``recovery.replay``) leaves it: FLUSHED
         in the log (rows kept there for retention), the shared ``flushed_through`` marker
         written, segment files removed, seal kept. ``keep_segments``: leave the files too."""
-        built = self.flushing(batch, rows, chunk_rows)
+        self.flushing(batch, rows, chunk_rows)
+        return self.flush(batch, keep_segments)
+
+    def flush(self, batch: int, keep_segments: bool = False) -> BuiltBatch:
+        """Play the flusher on a batch built here (sealed, ingested or flushing), as
+        ``recovery.replay`` leaves it: ingested if the log has not its seal (a re-run of a
+        discarded batch included), FLUSHED, the ``flushed_through`` marker, its files removed
+        (seal kept) unless ``keep_segments``."""
+        built = self.built[batch]
+        record = self.log.get(batch)
+        if record is None or record.state == BatchState.DISCARDED:
+            record = self.log.ingest(built.seal)
+        if record.state == BatchState.SEALED:
+            self.log.begin_flush(batch)
         built.record = self.log.mark_flushed(batch)
         self.wal.write_flushed_through(batch)
         if not keep_segments:

@@ -33,7 +33,6 @@ if str(REPO) not in sys.path:           # `pytest` run without `python -m` from 
 from rocksdict import Options, Rdict  # noqa: E402
 
 from tests.helpers.walfactory import WalFactory, typed_rows  # noqa: E402
-from wal import BatchState  # noqa: E402
 from wal import format as fmt  # noqa: E402
 from wal.retention import RetentionPolicy, apply_retention, remove_batch_files  # noqa: E402
 from cli import dump_cmd, verify_cmd  # noqa: E402
@@ -473,18 +472,6 @@ def test_verify_missing_segment(capsys, every, tmp_path):
     assert [w["batch"] for w in warnings] == [every.ids["ingested"]]
 
 
-def flush_now(f: WalFactory, batch: int) -> None:
-    """Play the running sink's flush of a sealed or ingested batch, in ``recovery.replay``'s
-    order: marked FLUSHED, the ``flushed_through`` marker, then its files removed."""
-    record = f.log.get(batch)
-    if record is None or record.state == BatchState.DISCARDED:     # a re-run's seal
-        f.log.ingest(f.built[batch].seal)
-    f.log.begin_flush(batch)
-    f.log.mark_flushed(batch)
-    f.wal.write_flushed_through(batch)
-    remove_batch_files(f.wal, batch, keep_seal=True)
-
-
 def test_verify_beside_a_sink_that_flushes_and_removes_batches_while_it_reads(
         capsys, tmp_path, monkeypatch):
     """What a running sink does while verify reads (flush a batch and remove its files,
@@ -501,13 +488,13 @@ def test_verify_beside_a_sink_that_flushes_and_removes_batches_while_it_reads(
         wal = f.wal
 
         def flush_1_2_discard_3():
-            flush_now(f, 1)
-            flush_now(f, 2)
+            f.flush(1)
+            f.flush(2)
             f.log.discard(3, "never committed by Spark")
             remove_batch_files(wal, 3)
 
         races = {wal.segments: flush_1_2_discard_3,     # after the log was read
-                 wal.batch_segments(4): lambda: flush_now(f, 4)}
+                 wal.batch_segments(4): lambda: f.flush(4)}
         listdir = verify_cmd._listdir
 
         def racing_listdir(path):
@@ -547,13 +534,13 @@ def _live_wal(root: Path) -> WalFactory:
 #: The running sink's steps after ``_live_wal``, in its order: flush 2 and 3, discard the
 #: batch Spark never committed, Spark's re-run of it sealed and committed, flushes, retention.
 SINK_STEPS = (
-    ("flush 2", lambda f: flush_now(f, 2)),
-    ("flush 3", lambda f: flush_now(f, 3)),
+    ("flush 2", lambda f: f.flush(2)),
+    ("flush 3", lambda f: f.flush(3)),
     ("discard 4", lambda f: (f.log.discard(4, "never committed by Spark"),
                              remove_batch_files(f.wal, 4))),
     ("re-run of 4 sealed", lambda f: f.sealed(4)),
-    ("flush 4", lambda f: flush_now(f, 4)),
-    ("flush 5", lambda f: flush_now(f, 5)),
+    ("flush 4", lambda f: f.flush(4)),
+    ("flush 5", lambda f: f.flush(5)),
     ("retention", lambda f: apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=1))),
 )
 
@@ -612,7 +599,7 @@ def test_dump_of_a_batch_the_sink_flushes_meanwhile_says_run_again(capsys, tmp_p
 
         def racing_choose(wal, log, batch):
             source = choose(wal, log, batch)
-            flush_now(f, batch)
+            f.flush(batch)
             return source
 
         monkeypatch.setattr(dump_cmd, "choose_source", racing_choose)

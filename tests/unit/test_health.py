@@ -319,10 +319,7 @@ def test_inspect_watch_shows_what_the_running_sink_did_between_two_redraws(capsy
         def sleep(seconds):
             waits.append(seconds)
             if len(waits) == 1:             # the sink writes batch 0 between the two looks
-                f.log.ingest(f.built[0].seal)
-                f.log.begin_flush(0)
-                f.log.mark_flushed(0)
-                f.wal.write_flushed_through(0)
+                f.flush(0)
             else:
                 raise KeyboardInterrupt
 
