@@ -321,7 +321,7 @@ class Verifier:
                                    f"{reader.verified_crc:#010x}/{reader.verified_rows} rows, "
                                    f"sealed {ref.crc32:#010x}/{ref.rows} rows",
                                    batch=batch, partition=ref.partition, segment=name)
-        except (FileNotFoundError, SegmentMissing):
+        except SegmentMissing:      # SegmentReader reports a vanished file so
             return None
         except WalCorrupted as exc:
             if not quiet:
