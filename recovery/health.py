@@ -145,6 +145,42 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
                   rows_written=rows_written)
 
 
+def combined(healths: list[Health]) -> Health:
+    """One query's figures over its WALs (a ``foreachBatch`` function writing several tables
+    has one each): sums of the backlogs, sizes, rates and counters, the oldest pending batch,
+    the worst state (blocked, then lagging) with every blocked WAL's reason, and the lowest
+    ``flushed_through`` (every batch up to it is written to every table). One WAL: its own."""
+    if len(healths) == 1:
+        return healths[0]
+
+    def total(values):
+        values = list(values)
+        return None if any(v is None for v in values) else sum(values)
+
+    blocked = [h for h in healths if h.state == BLOCKED]
+    state = BLOCKED if blocked else LAGGING if any(h.state == LAGGING for h in healths) \
+        else HEALTHY
+    last = max((h for h in healths if h.last_written_batch is not None),
+               key=lambda h: h.last_written_batch, default=None)
+    return Health(
+        wal="; ".join(h.wal for h in healths), state=state,
+        blocked_reason="; ".join(f"{h.wal}: {h.blocked_reason}" for h in blocked) or None,
+        pending_batches=sum(h.pending_batches for h in healths),
+        pending_rows=sum(h.pending_rows for h in healths),
+        pending_bytes=sum(h.pending_bytes for h in healths),
+        oldest_pending_age_s=max((h.oldest_pending_age_s for h in healths
+                                  if h.oldest_pending_age_s is not None), default=None),
+        max_bytes=total(h.max_bytes for h in healths),
+        wal_bytes=sum(h.wal_bytes for h in healths),
+        flushed_through=min(h.flushed_through for h in healths),
+        last_written_batch=None if last is None else last.last_written_batch,
+        last_write_latency_s=None if last is None else last.last_write_latency_s,
+        rows_per_s=sum(h.rows_per_s for h in healths),
+        retries=total(h.retries for h in healths), replays=total(h.replays for h in healths),
+        batches_written=total(h.batches_written for h in healths),
+        rows_written=total(h.rows_written for h in healths))
+
+
 def max_bytes_of(wal: WalDir) -> int | None:
     """``wal.maxBytes`` as the query's last batch recorded it (None: not recorded yet)."""
     try:

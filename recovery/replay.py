@@ -45,6 +45,8 @@ from .errors import RecoveryBlocked
 log = logging.getLogger(__name__)
 
 RUNBOOK = "See docs/runbook.md ('A corrupted WAL')."
+#: A batch a foreachBatch writer was called for and sealed nothing, which Spark committed.
+RUNBOOK_LOST = "See docs/runbook.md ('A batch a foreachBatch function lost')."
 
 
 @dataclass
@@ -188,6 +190,12 @@ class Replayer:
         staged = set(self.wal.staged_batch_ids())
         for view in self.plan(query_running, committed):
             if view.action == catalog.NOTHING:
+                if view.state == catalog.SKIPPED:
+                    # Nothing of it here, and every batch before it done: mark it done too, so
+                    # that "flushed through" (wait_flushed, the health) passes it.
+                    self.log.note_skipped(view.batch)
+                    self.wal.write_flushed_through(view.batch)
+                    continue
                 if view.state == BatchState.FLUSHED.value:
                     # Its flushed marker first (a crash, or a store that failed, may have
                     # come between marking the batch and writing it): a working copy rebuilt
@@ -208,7 +216,9 @@ class Replayer:
                 report.waiting_at = view.batch
                 break
             if view.action == catalog.BROKEN:
-                raise RecoveryBlocked(view.batch, view.detail, RUNBOOK)
+                raise RecoveryBlocked(view.batch, view.detail,
+                                      RUNBOOK_LOST if view.detail == catalog.ENTERED_NOT_SEALED
+                                      else RUNBOOK)
             if view.action == catalog.DISCARD:
                 self.discard(view)
                 report.discarded.append(view.batch)

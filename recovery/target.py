@@ -89,6 +89,14 @@ class RecordedTarget:
             raise SinkError(f"{self.path} records no target: nothing says where its rows go")
         return Target.from_dict(self.target_fields)
 
+    @property
+    def table_name(self) -> str | None:
+        """``<keyspace>.<table>`` of the WAL's last write (None: none recorded)."""
+        if not self.target_fields:
+            return None
+        config = self.target.config
+        return f"{config.keyspace}.{config.table}"
+
     @classmethod
     def of(cls, target: Target, fingerprint: str) -> "RecordedTarget":
         return cls(target.to_dict(), fingerprint, target.config.checkpoint_location)

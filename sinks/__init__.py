@@ -95,18 +95,20 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     wait(query, timeout)
 
 
-def status(query, lag_after_s: float = 30.0):
+def status(query, lag_after_s: float = 30.0, table: str | None = None):
     """The figures of ``query``'s WAL now (a :class:`recovery.health.Health`): ``state``
     (healthy, lagging, blocked) and ``blocked_reason``; ``pending_batches``, ``pending_rows``,
     ``pending_bytes`` (committed, not yet in Cassandra) against ``max_bytes``;
     ``oldest_pending_age_s``; ``last_written_batch`` and ``last_write_latency_s`` (commit to
-    visible); ``rows_per_s``; ``retries`` and ``replays``; ``wal_bytes``. Never waits: see
-    :func:`wait_flushed` to wait for the backlog. See :func:`sinks.query_status.status`.
+    visible); ``rows_per_s``; ``retries`` and ``replays``; ``wal_bytes``. A foreachBatch
+    function writing several tables: over all their WALs, or one (``table="ks.t"``). Never
+    waits: see :func:`wait_flushed` to wait for the backlog. See
+    :func:`sinks.query_status.status`.
 
     Runs: in the driver process, on the calling thread."""
     from .query_status import status as read
 
-    return read(query, lag_after_s)
+    return read(query, lag_after_s, table)
 
 
 __all__ = ["register", "wait_flushed", "status", "WalBlocked", "NotFlushedYet",

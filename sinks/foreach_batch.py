@@ -1,30 +1,58 @@
 """``foreachBatch`` adapter: the same WAL, flush-after-commit rule and guarantee, for every
-output mode (Python data sources cannot do Update mode; aggregations need it).
+output mode (Python data sources cannot do Update mode; aggregations need it), and for a
+function that writes several tables from one micro-batch.
 
-    q = (df.writeStream.outputMode("update")
-           .foreachBatch(sinks.CassandraWalWriter("ks", "table", checkpoint))
+    def write(df, batch_id):
+        orders(df, batch_id)                                   # shop.orders
+        by_customer(df.select(...), batch_id)                  # shop.orders_by_customer
+
+    orders = sinks.CassandraWalWriter("shop", "orders", checkpoint)
+    by_customer = sinks.CassandraWalWriter("shop", "orders_by_customer", checkpoint)
+    q = (df.writeStream.outputMode("update").foreachBatch(write)
            .option("checkpointLocation", checkpoint).start())
 
-The adapter stages the micro-batch on the executors (one segment per partition, through
-``mapInArrow``), then seals it in the driver before returning. Spark writes ``commits/N``
-after ``foreachBatch`` returns; the listener then flushes, exactly as for the data source.
+Each call records that it was called for the batch (an *entry*, :mod:`wal.entries`), stages
+the micro-batch on the executors (one segment per partition, through ``mapInArrow``), then
+seals it in the driver before returning. Spark writes ``commits/N`` after the function
+returns; the listener then flushes, exactly as for the data source. Each table has a WAL of
+its own (:func:`sinks.plan.table_wal_location`), with its own batches, seals and timestamps;
+a batch for which a writer is not called has nothing to write to its table, while one whose
+writer failed, and which Spark committed because the function caught the error, blocks the
+table's WAL (it lost rows). One table written twice in one batch is refused: the second
+seal would replace the first.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 
 import pyarrow as pa
 from pyspark import TaskContext
 
+from cql.errors import SinkError
 from wal.checkpoint import Filesystems
+from wal.entries import Entry, record_entry
 from wal.seal import COMMIT_POINT_CHECKPOINT
 
 from .plan import StageMessage, WritePlan, commit_batch, prepare_write, stage_partition
 
+log = logging.getLogger(__name__)
+
 
 def _session_conf(spark) -> dict:
     return {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
+
+
+def _run_id(spark) -> str:
+    """The query run calling the function: Spark runs a micro-batch under a job group named
+    after the run's id (empty where it cannot be read: Spark Connect's server-side function,
+    whose worker process lives for one run)."""
+    try:
+        return spark.sparkContext.getLocalProperty("spark.jobGroup.id") or ""
+    except Exception:  # noqa: BLE001 - no SparkContext here (Spark Connect)
+        return ""
 
 
 class _StageTask:
@@ -41,23 +69,81 @@ class _StageTask:
         yield pa.record_batch({"segment": [json.dumps(msg.segment) if msg.segment else None]})
 
 
+class _Claims:
+    """Which table each WAL is being written, or was written, for in a batch of a run, in
+    this process (a run lives in one driver process): a second write of one table in one
+    batch, or of two tables through one ``wal.path``, is refused before it stages anything.
+    A call that failed gives its claim back, so the function may try it again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._claims: dict[tuple[str, str], tuple[int, str]] = {}   # (wal, run) -> (batch, table)
+
+    def claim(self, wal: str, run: str, batch: int, table: str) -> None:
+        with self._lock:
+            held = self._claims.get((wal, run))
+            if held is not None and held[0] == batch:
+                if held[1] == table:
+                    raise SinkError(
+                        f"batch {batch}: {table} is written twice in one micro-batch (the "
+                        f"foreachBatch function called its writer again): the second seal "
+                        f"would replace the first one's rows. Union the DataFrames and call "
+                        f"the writer once per batch")
+                raise SinkError(
+                    f"batch {batch}: {table} and {held[1]} are written through one WAL "
+                    f"({wal}): each table needs a WAL of its own. Leave wal.path unset (each "
+                    f"writer then gets its own under the checkpoint) or give each writer "
+                    f"another")
+            self._claims[(wal, run)] = (batch, table)
+
+    def release(self, wal: str, run: str, batch: int) -> None:
+        with self._lock:
+            if self._claims.get((wal, run), (None,))[0] == batch:
+                del self._claims[(wal, run)]
+
+
+_claims = _Claims()
+
+
 class CassandraWalWriter:
-    """Callable for ``foreachBatch(df, batch_id)``. ``checkpoint_location`` must be the query's
-    own (it is how the sink knows when Spark committed a batch)."""
+    """Callable for ``foreachBatch(df, batch_id)``: writes one table. ``checkpoint_location``
+    must be the query's own (it is how the sink knows when Spark committed a batch). Several
+    writers, one per table, may be called from one function."""
 
     def __init__(self, keyspace: str, table: str, checkpoint_location: str,
                  options: dict | None = None):
         self.options = dict(options or {}, keyspace=keyspace, table=table,
                             checkpointLocation=checkpoint_location)
+        self.table = f"{keyspace}.{table}"
 
     def __call__(self, df, batch_id: int) -> None:
-        """Stage batch ``batch_id`` on the executors (``mapInArrow``), then seal it before
-        returning; Spark writes ``commits/N`` after, and the listener's flusher writes it.
+        """Record the call, stage batch ``batch_id`` on the executors (``mapInArrow``), then
+        seal it before returning; Spark writes ``commits/N`` after, and the listener's
+        flusher writes it. An error is logged here too: a function that catches it and goes
+        on lets Spark commit a batch whose rows for this table were never staged, which
+        blocks this table's WAL when Spark commits it.
 
         Runs: in the driver process, on the query's thread, once per micro-batch."""
+        spark = df.sparkSession
+        run = _run_id(spark)
         # Spark resolves the checkpoint against the session's default filesystem: so must we.
-        plan = prepare_write(self.options, _session_conf(df.sparkSession), df.schema,
-                             streaming=True, filesystems=Filesystems.of_session(df.sparkSession))
-        rows = df.mapInArrow(_StageTask(plan, batch_id), "segment string").collect()
-        messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
-        commit_batch(plan, messages, batch_id, commit_point=COMMIT_POINT_CHECKPOINT)
+        plan = prepare_write(self.options, _session_conf(spark), df.schema, streaming=True,
+                             filesystems=Filesystems.of_session(spark), wal_per_table=True)
+        wal = plan.wal.location
+        _claims.claim(wal, run, batch_id, self.table)
+        sealed = False
+        try:
+            record_entry(plan.wal, Entry(batch_id, run, self.table))
+            rows = df.mapInArrow(_StageTask(plan, batch_id), "segment string").collect()
+            messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
+            commit_batch(plan, messages, batch_id, commit_point=COMMIT_POINT_CHECKPOINT)
+            sealed = True
+        except Exception as exc:
+            log.error("cassandra_wal: batch %d of %s was not staged (%s: %s): if the "
+                      "foreachBatch function goes on, Spark commits the batch without its rows "
+                      "for this table and the WAL at %s blocks", batch_id, self.table,
+                      type(exc).__name__, exc, wal)
+            raise
+        finally:
+            if not sealed:
+                _claims.release(wal, run, batch_id)

@@ -36,7 +36,7 @@ from recovery.health import BLOCKED, LAGGING
 log = logging.getLogger(__name__)
 
 PREFIX = "cassandra_wal"
-LABELS = ("query_id", "query_name")
+LABELS = ("query_id", "query_name", "table")
 BIND_RETRY_S = 60.0
 
 
@@ -48,6 +48,13 @@ class ServedQuery:
     query_name: str
     flusher: QueryFlusher
     running: bool
+
+    @property
+    def table(self) -> str:
+        """The table its WAL writes: a ``foreachBatch`` function writing several has a WAL,
+        and a series, for each."""
+        config = self.flusher.target.config
+        return f"{config.keyspace}.{config.table}"
 
 
 #: name -> (type, help, the Health field it shows, or a function of it). Documented in
@@ -109,7 +116,7 @@ class WalCollector:
         name, kind, text = QUERY_RUNNING
         running = kinds[kind](f"{PREFIX}_{name}", text, labels=LABELS)
         for query in self._queries():
-            labels = [query.query_id, query.query_name]
+            labels = [query.query_id, query.query_name, query.table]
             try:
                 health = query.flusher.health()
             except Exception as exc:  # noqa: BLE001 - one WAL's failure must not hide the others

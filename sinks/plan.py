@@ -35,7 +35,7 @@ from wal.files import others_can_write, tree_size
 from wal.format import SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
-from wal.pointer import write_pointer
+from wal.pointer import pointed_wals, table_slug, write_pointer
 from wal.remote import is_remote, spool_dir
 from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
@@ -118,12 +118,14 @@ def resolve_location(option: str, location: str,
 
 
 def resolve_wal_root(config: SinkConfig, streaming: bool,
-                     filesystems: ckpt.Filesystems = ckpt.LOCAL, job_id: str | None = None) -> str:
+                     filesystems: ckpt.Filesystems = ckpt.LOCAL, job_id: str | None = None,
+                     wal_per_table: bool = False) -> str:
     """Where the WAL of a stream is (``wal.path``, else ``<checkpointLocation>/cassandra_wal``,
-    on the checkpoint's filesystem), or of batch job ``job_id`` (under the table's root:
+    on the checkpoint's filesystem; for a ``foreachBatch`` writer, ``wal_per_table``, one WAL
+    per table: :func:`table_wal_location`), or of batch job ``job_id`` (under the table's root:
     ``wal.path``, else ``~/.cassandra_wal/<keyspace>.<table>``; see :mod:`wal.jobs`): a local
-    path or a store's URI. Touches nothing, and refuses a location the sink cannot reach before
-    anything is staged."""
+    path or a store's URI. Refuses a location the sink cannot reach before anything is staged;
+    touches nothing, and reads only to find a foreachBatch writer's WAL."""
     checkpoint = None
     if streaming:
         if not config.checkpoint_location:
@@ -137,8 +139,9 @@ def resolve_wal_root(config: SinkConfig, streaming: bool,
     if config.wal.path:
         root = resolve_location("wal.path", config.wal.path, filesystems)
     elif streaming:
-        root = checkpoint.rstrip("/") + "/" + DEFAULT_STREAM_WAL if is_remote(checkpoint) \
-            else os.path.join(checkpoint, DEFAULT_STREAM_WAL)
+        root = _in_checkpoint(checkpoint, DEFAULT_STREAM_WAL)
+        if wal_per_table:
+            root = table_wal_location(checkpoint, config.keyspace, config.table)
     else:
         root = os.path.join(os.path.expanduser("~"), ".cassandra_wal",
                             f"{config.keyspace}.{config.table}")
@@ -155,6 +158,27 @@ def resolve_wal_root(config: SinkConfig, streaming: bool,
                           f"{root}, on a store: only streams' WALs can be there for now; give "
                           f"a file:///... path")
     return TableJobs(root).job_root(job_id)
+
+
+def _in_checkpoint(checkpoint: str, name: str) -> str:
+    return checkpoint.rstrip("/") + "/" + name if is_remote(checkpoint) \
+        else os.path.join(checkpoint, name)
+
+
+def table_wal_location(checkpoint: str, keyspace: str, table: str) -> str:
+    """A ``foreachBatch`` writer's WAL: one per (query, table), so that a function writing
+    several tables keeps each table's batches, seals and timestamps apart
+    (``<checkpoint>/cassandra_wal.<keyspace>.<table>``; a name CQL would need quoting becomes a
+    hash). Except where ``<checkpoint>/cassandra_wal``, this query's WAL (an earlier release
+    kept a foreachBatch writer's WAL there), already writes this very table: it stays the
+    table's WAL, pending batches and all."""
+    shared = _in_checkpoint(checkpoint, DEFAULT_STREAM_WAL)
+    if shared in pointed_wals(checkpoint):
+        recorded = RecordedTarget.read(WalDir.at(shared))
+        config = recorded.target.config if recorded and recorded.target_fields else None
+        if config is not None and (config.keyspace, config.table) == (keyspace, table):
+            return shared
+    return _in_checkpoint(checkpoint, f"{DEFAULT_STREAM_WAL}.{table_slug(keyspace, table)}")
 
 
 def open_wal_dir(location: str) -> WalDir:
@@ -175,18 +199,19 @@ def _check_private(root: str) -> None:
 def prepare_write(options, session_conf, spark_schema, streaming: bool,
                   credential_channel: str | None = None,
                   filesystems: ckpt.Filesystems = ckpt.LOCAL,
-                  job_id: str | None = None) -> WritePlan:
+                  job_id: str | None = None, wal_per_table: bool = False) -> WritePlan:
     """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
 
     A stream whose *options* carry credentials hands them to the driver's flusher over
     ``credential_channel`` (:mod:`cql.credentials`; in memory only, never in the WAL).
     ``filesystems``: what Spark resolves the checkpoint against (the session's default
     filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
+    ``wal_per_table``: a ``foreachBatch`` writer's (:func:`table_wal_location`).
     """
     options = dict(options)
     use_access(filesystems.access)
     config = parse_options(options, session_conf)
-    wal = open_wal_dir(resolve_wal_root(config, streaming, filesystems, job_id))
+    wal = open_wal_dir(resolve_wal_root(config, streaming, filesystems, job_id, wal_per_table))
     if job_id is not None:
         _check_private(TableJobs.of_job(wal.root).root)
     # Resolved (and refused if unreachable) by resolve_wal_root; a stream always has one.
@@ -210,7 +235,8 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
     if checkpoint is not None:
-        write_pointer(checkpoint, wal.location)
+        write_pointer(checkpoint, wal.location,
+                      (config.keyspace, config.table) if wal_per_table else None)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra,
                      wal.remote.uri if wal.remote else None, filesystems.access, checkpoint)

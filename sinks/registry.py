@@ -29,7 +29,7 @@ from wal.checkpoint import Filesystems, is_local
 from wal.stores import use_access
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
-from wal.pointer import read_pointer
+from wal.pointer import read_pointers
 
 from . import metrics_endpoint
 from .metrics_endpoint import ServedQuery
@@ -74,12 +74,16 @@ class FlushRegistry:
 
     def __init__(self, spark, session_conf: dict):
         self.spark, self.session_conf = spark, session_conf
-        self.flushers: dict[str, QueryFlusher] = {}       # by run id
+        # run id -> WAL location -> its flusher (a foreachBatch function writing several
+        # tables has a WAL, and a flusher, for each)
+        self.flushers: dict[str, dict[str, QueryFlusher]] = {}
         self.runs: dict[str, tuple[str, str]] = {}        # run id -> (query id, checkpoint)
-        self.stopping: dict[str, tuple[str, QueryFlusher]] = {}   # run id -> (query id, flusher)
+        # run id -> (query id, its flushers finishing their last drain)
+        self.stopping: dict[str, tuple[str, list[QueryFlusher]]] = {}
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
         self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
-        self.newest: dict[str, QueryFlusher] = {}         # query id -> its newest run's flusher
+        self.newest: dict[str, list[QueryFlusher]] = {}   # query id -> its newest run's flushers
+        self._pointers: dict[str, dict[str, str]] = {}    # run id -> pointers read (name -> WAL)
         self._lock = threading.Lock()
         self._making = threading.Lock()      # one flusher made and started per run
         self._looking: dict[str, threading.Event] = {}    # run id -> set: stop looking
@@ -92,20 +96,46 @@ class FlushRegistry:
             return None
         return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
 
-    def _flusher(self, run_id: str) -> QueryFlusher | None:
-        """The run's flusher, made now if its WAL is known (callers hold ``_making``)."""
+    def _new_flushers(self, run_id: str) -> list[QueryFlusher]:
+        """Flushers made now for the run's WALs that have none yet (callers hold
+        ``_making``): the pointers are read again, since a foreachBatch function may write a
+        table for the first time in any batch."""
         with self._lock:
-            if run_id in self.flushers:
-                return self.flushers[run_id]
             if run_id not in self.runs:
-                return None     # a run that ended (a late event), or not one we saw start
+                return []     # a run that ended (a late event), or not one we saw start
             checkpoint = self.runs[run_id][1]
-        wal_root = read_pointer(checkpoint)
-        if wal_root is None:
-            return None     # not our sink, or its first batch is not committed yet
+            known = dict(self._pointers.get(run_id, {}))
+            have = set(self.flushers.get(run_id, {}))
+        pointers = read_pointers(checkpoint, known)
+        with self._lock:
+            self._pointers[run_id] = pointers
+        made = []
+        for wal_root in dict.fromkeys(pointers.values()):
+            if wal_root in have:
+                continue
+            flusher = self._make_flusher(wal_root, checkpoint)
+            if flusher is None:
+                continue
+            with self._lock:
+                ended = run_id not in self.runs     # its termination came while it was made
+                if not ended:
+                    self.flushers.setdefault(run_id, {})[wal_root] = flusher
+                    query_id = self.runs[run_id][0]
+                    newest = self.newest.get(query_id, [])
+                    if any(f not in self.flushers[run_id].values() for f in newest):
+                        newest = []                 # an older run's: this run's from now on
+                    self.newest[query_id] = newest + [flusher]
+            if ended:
+                flusher.stop()
+                continue
+            self._serve_metrics(flusher)
+            made.append(flusher)
+        return made
+
+    def _make_flusher(self, wal_root: str, checkpoint: str) -> QueryFlusher | None:
         try:
-            flusher = QueryFlusher(wal_root, checkpoint, self.session_conf,
-                                   spark_jobs=self._spark_jobs())
+            return QueryFlusher(wal_root, checkpoint, self.session_conf,
+                                spark_jobs=self._spark_jobs())
         except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
             # The listener cannot fail the query, but the query's next commit can: a flusher
             # that cannot start for a reason no retry cures (the WAL is another query's, its
@@ -120,26 +150,13 @@ class FlushRegistry:
             if not isinstance(exc, WalBoundElsewhere):   # that WAL's own query is not at fault
                 WalDir.at(wal_root).write_blocked(f"the flusher cannot start: {reason}")
             return None
-        with self._lock:
-            ended = run_id not in self.runs     # its termination came while it was made
-            if not ended:
-                self.flushers[run_id] = flusher
-                self.newest[self.runs[run_id][0]] = flusher
-        if ended:
-            flusher.stop()
-            return None
-        self._serve_metrics(flusher)
-        return flusher
 
-    def _running_flusher(self, run_id: str) -> QueryFlusher | None:
-        """The run's flusher, made and started if it has none yet and its WAL is known."""
+    def _running_flushers(self, run_id: str) -> list[QueryFlusher]:
+        """The run's flushers, those of WALs that had none made and started first."""
         with self._making:
-            if run_id in self.flushers:
-                return self.flushers[run_id]
-            flusher = self._flusher(run_id)
-            if flusher is not None:
+            for flusher in self._new_flushers(run_id):
                 flusher.start()
-            return flusher
+            return self.flushers_of(run_id)
 
     def _await_pointer(self, run_id: str, checkpoint: str) -> None:
         """A new query: its first batch writes the pointer file while Spark plans it. Look for
@@ -153,12 +170,11 @@ class FlushRegistry:
 
         def watch() -> None:
             try:
-                while read_pointer(checkpoint) is None:
+                while not read_pointers(checkpoint):
                     if stop.wait(interval):
                         return
                 if not stop.is_set():
-                    flusher = self._running_flusher(run_id)
-                    if flusher is not None:
+                    for flusher in self._running_flushers(run_id):
                         flusher.kick()
             except Exception:  # noqa: BLE001 - the next progress event makes it instead
                 log.exception("cassandra_wal: looking for the WAL of run %s failed", run_id)
@@ -183,11 +199,13 @@ class FlushRegistry:
             metrics_endpoint.serve(port, served_queries)
 
     def served(self) -> list[ServedQuery]:
-        """Every query of this session that had a flusher, with its newest run's: running, or
-        ended (its WAL's figures read from disk, as long as the WAL is there)."""
+        """Every query of this session that had a flusher, with its newest run's flushers (a
+        WAL each): running, or ended (its WAL's figures read from disk, as long as the WAL is
+        there)."""
         with self._lock:
-            running = {id(f) for r, f in self.flushers.items() if r in self.runs}
-            newest = list(self.newest.items())
+            running = {id(f) for r, fs in self.flushers.items() if r in self.runs
+                       for f in fs.values()}
+            newest = [(q, f) for q, fs in self.newest.items() for f in fs]
         return [ServedQuery(q, self.names.get(q, ""), f, id(f) in running)
                 for q, f in newest if id(f) in running or os.path.isdir(f.wal.root)]
 
@@ -195,25 +213,27 @@ class FlushRegistry:
         query = self.spark.streams.get(query_id)
         return (query.name or "") if query is not None else ""
 
-    def flusher_of(self, run_id: str) -> QueryFlusher | None:
-        """The run's flusher, running or finishing its last drain; None if it has none."""
+    def flushers_of(self, run_id: str) -> list[QueryFlusher]:
+        """The run's flushers (one a WAL), running or finishing their last drain."""
         with self._lock:
             if run_id in self.flushers:
-                return self.flushers[run_id]
-            return self.stopping.get(run_id, (None, None))[1]
+                return list(self.flushers[run_id].values())
+            return list(self.stopping.get(run_id, (None, []))[1])
 
     def started(self, query_id: str, run_id: str) -> None:
         with self._lock:
             previous = [r for r, (q, _) in self.runs.items() if q == query_id and r != run_id]
             finishing = [f for q, f in self.stopping.values() if q == query_id]
-        for run in previous:      # still running: its flusher lets go of the WAL right now
+        for run in previous:      # still running: its flushers let go of the WALs right now
             with self._lock:
-                flusher = self.flushers.pop(run, None)
+                flushers = self.flushers.pop(run, {})
                 self.runs.pop(run, None)
-            if flusher is not None:
+                self._pointers.pop(run, None)
+            for flusher in flushers.values():
                 flusher.stop()
-        for flusher in finishing:   # ended: its last drain stops retrying, recovery goes on
-            flusher.hand_over()
+        for flushers in finishing:   # ended: their last drains stop retrying, recovery goes on
+            for flusher in flushers:
+                flusher.hand_over()
         checkpoint = self._checkpoint_of(query_id)
         if checkpoint is None:
             return
@@ -222,12 +242,11 @@ class FlushRegistry:
             self.runs[run_id] = (query_id, checkpoint)
             self.checkpoints[query_id] = checkpoint
             self.names[query_id] = name
-        if read_pointer(checkpoint) is None:    # a new query: its first batch names the WAL
+        if not read_pointers(checkpoint):    # a new query: its first batch names the WAL
             self._await_pointer(run_id, checkpoint)
             return
         with self._making:
-            flusher = self._flusher(run_id)
-            if flusher is not None:
+            for flusher in self._new_flushers(run_id):
                 self._begin(flusher)
 
     def _begin(self, flusher: QueryFlusher) -> None:
@@ -248,31 +267,34 @@ class FlushRegistry:
 
     def progressed(self, query_id: str, run_id: str) -> None:
         self._stop_looking(run_id)
-        flusher = self.flushers.get(run_id) or self._running_flusher(run_id)
-        if flusher is None:
-            return
-        flusher.kick()
-        self._serve_metrics(flusher)
+        for flusher in self._running_flushers(run_id):
+            flusher.kick()
+            self._serve_metrics(flusher)
 
     def terminated(self, query_id: str, run_id: str) -> None:
         self._stop_looking(run_id)
         with self._lock:
-            flusher = self.flushers.pop(run_id, None)
+            flushers = list(self.flushers.pop(run_id, {}).values())
             self.runs.pop(run_id, None)
-            if flusher is None:
+            self._pointers.pop(run_id, None)
+            if not flushers:
                 return
-            self.stopping[run_id] = (query_id, flusher)
+            self.stopping[run_id] = (query_id, flushers)
         # Not on the listener bus, which would hold every later event meanwhile; not a
-        # daemon, so that interpreter exit waits for the drain.
-        threading.Thread(target=self._finish_run, args=(run_id, flusher, FINISH_ON_STOP_S),
+        # daemon, so that interpreter exit waits for the drains.
+        threading.Thread(target=self._finish_run, args=(run_id, flushers, FINISH_ON_STOP_S),
                          name=f"cassandra-wal-final-flush-{run_id[:8]}").start()
 
-    def _finish_run(self, run_id: str, flusher: QueryFlusher, within_s: float) -> None:
+    def _finish_run(self, run_id: str, flushers: list[QueryFlusher], within_s: float) -> None:
+        """The run's last drains, one WAL after another, each retried for up to
+        ``within_s``."""
         try:
-            flusher.stop(within_s)
-        except Exception:  # noqa: BLE001 - a thread's error would go to stderr only
-            log.exception("cassandra_wal: %s: the last drain of run %s failed",
-                          flusher.wal.root, run_id)
+            for flusher in flushers:
+                try:
+                    flusher.stop(within_s)
+                except Exception:  # noqa: BLE001 - a thread's error would go to stderr only
+                    log.exception("cassandra_wal: %s: the last drain of run %s failed",
+                                  flusher.wal.root, run_id)
         finally:
             with self._lock:
                 self.stopping.pop(run_id, None)
@@ -281,12 +303,13 @@ class FlushRegistry:
         """Stop every running flusher (a last drain, retried for up to ``within_s``) and wait
         as long for those finishing theirs."""
         with self._lock:
-            running = list(self.flushers.items())
+            running = [(r, list(fs.values())) for r, fs in self.flushers.items()]
             self.flushers.clear()
             self.runs.clear()
-            finishing = [f for _, f in self.stopping.values()]
-        for run_id, flusher in running:
-            self._finish_run(run_id, flusher, within_s)
+            self._pointers.clear()
+            finishing = [f for _, fs in self.stopping.values() for f in fs]
+        for run_id, flushers in running:
+            self._finish_run(run_id, flushers, within_s)
         for flusher in finishing:
             if not flusher.stopped.wait(within_s):
                 log.warning("cassandra_wal: %s: exiting before the last drain finished; what "
@@ -405,13 +428,13 @@ def served_queries() -> list[ServedQuery]:
     return [query for registry in registries for query in registry.served()]
 
 
-def flusher_of_run(run_id: str) -> QueryFlusher | None:
-    """The flusher of the run ``run_id`` in any session of this process, or None."""
+def flushers_of_run(run_id: str) -> list[QueryFlusher]:
+    """The flushers of the run ``run_id`` in any session of this process (empty: none)."""
     for registry in registries:
-        flusher = registry.flusher_of(run_id)
-        if flusher is not None:
-            return flusher
-    return None
+        flushers = registry.flushers_of(run_id)
+        if flushers:
+            return flushers
+    return []
 
 
 def session_conf_of(query_id: str) -> dict | None:

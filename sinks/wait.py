@@ -12,24 +12,25 @@ from recovery.flusher import QueryFlusher
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.layout import WalDir
-from wal.pointer import read_pointer
+from wal.pointer import pointed_wals
 
-from .registry import checkpoint_reported, flusher_of_run, session_conf_of
+from .registry import checkpoint_reported, flushers_of_run, session_conf_of
 
 WAIT_POLL_S = 0.2
 
 
 def wait_flushed(query, timeout: float | None = None) -> None:
     """Return once every batch ``query`` has committed (the checkpoint's highest
-    ``commits/N`` when called) is written to Cassandra: the WAL has nothing to replay up to
-    it. Works while the query runs (its flusher is woken at once) and after ``query.stop()``
-    (the stopped run's last drain is waited for; if no flusher is left, this drains the WAL
-    itself).
+    ``commits/N`` when called) is written to Cassandra: each of its WALs (one a table a
+    ``foreachBatch`` function writes) has nothing to replay up to it. Works while the query
+    runs (its flushers are woken at once) and after ``query.stop()`` (the stopped run's last
+    drains are waited for; a WAL no flusher is left for is drained here).
 
-    Raises :class:`~recovery.errors.WalBlocked` with the reason if the WAL is blocked (after
-    the flusher tried once more), :class:`~recovery.errors.NotFlushedYet` (a ``TimeoutError``)
-    naming the batches still pending and their rows once ``timeout`` seconds have passed, and
-    :class:`~cql.errors.SinkError` for a query that does not write through this sink.
+    Raises :class:`~recovery.errors.WalBlocked` with the reason if a WAL is blocked (after
+    its flusher tried once more), :class:`~recovery.errors.NotFlushedYet` (a
+    ``TimeoutError``) naming the batches still pending and their rows once ``timeout``
+    seconds have passed, and :class:`~cql.errors.SinkError` for a query that does not write
+    through this sink.
 
     Runs: in the driver process, on the calling thread."""
     started = time.monotonic()
@@ -37,11 +38,18 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     committed = ckpt.committed_batches(checkpoint)
     if not committed:
         return
-    through = committed[-1]
-    root = read_pointer(checkpoint)
-    if root is None:
+    roots = pointed_wals(checkpoint)
+    if not roots:
         raise SinkError(f"query {query.id}: its checkpoint {checkpoint} names no cassandra_wal "
                         "WAL (cassandra_wal_sink.json): it does not write through this sink")
+    deadline = None if timeout is None else started + timeout
+    for root in roots:
+        _wait_wal(query, root, checkpoint, committed[-1], started, deadline)
+
+
+def _wait_wal(query, root: str, checkpoint: str, through: int, started: float,
+              deadline: float | None) -> None:
+    """:func:`wait_flushed` for the query's WAL at ``root``."""
     wal, run_id = WalDir.at(root), str(query.runId)
     own: QueryFlusher | None = None
     flusher, drains_before = None, 0
@@ -52,7 +60,8 @@ def wait_flushed(query, timeout: float | None = None) -> None:
                 # retries) and closed the log: nobody else will write the rest.
                 flusher = None
             if own is None and flusher is None:
-                flusher = flusher_of_run(run_id)
+                flusher = next((f for f in flushers_of_run(run_id)
+                                if f.wal.location == wal.location), None)
                 if flusher is not None:
                     drains_before = flusher.drains
                     flusher.kick()
@@ -66,12 +75,12 @@ def wait_flushed(query, timeout: float | None = None) -> None:
             if wal.read_flushed_through() >= through and not pending_batches(wal, checkpoint,
                                                                              through):
                 return
-            waited = time.monotonic() - started
-            if timeout is not None and waited >= timeout:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 raise NotFlushedYet(root, through, pending_batches(wal, checkpoint, through),
-                                    waited)
+                                    now - started)
             pause = own.retry_interval_s if own is not None else WAIT_POLL_S
-            time.sleep(pause if timeout is None else max(0.0, min(pause, timeout - waited)))
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
     finally:
         if own is not None:
             own.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import checkpoint as ckpt
+from .entries import entered_batch_ids, entries_since
 from .errors import WalCorrupted
 from .layout import WalDir
 from .log import BatchRecord, WalLog
@@ -23,6 +24,15 @@ BROKEN = "error"             # cannot proceed (seal missing or corrupted): see d
 
 #: Detail of segments left by a task attempt that finished after its batch was done.
 LATE_ATTEMPT = "leftover of a late task attempt of a finished batch"
+#: State of a batch Spark committed that this WAL's foreachBatch writer was never called for
+#: (:mod:`wal.entries`): nothing to write; the flusher moves ``flushed_through`` past it.
+SKIPPED = "skipped"
+#: Detail of a batch whose foreachBatch writer was called but sealed nothing, and which Spark
+#: committed all the same.
+ENTERED_NOT_SEALED = (
+    "the foreachBatch writer was called for it and sealed nothing, yet Spark committed the "
+    "batch: the function went on after the writer failed (did it catch the writer's "
+    "exception?), so its rows for this table were never staged")
 
 
 @dataclass(frozen=True)
@@ -89,17 +99,23 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     ``committed``: :func:`committed_through` as read *before* the seals were (a WAL on a store
     pulls its seals after reading the checkpoint: a seal pulled then is the one Spark
     committed, never an earlier run's that ``commits/N`` appeared beside meanwhile)."""
+    # Spark's commits first, the files after: Spark commits a batch only once its writer is
+    # done with it, so every file of a batch read as committed is listed below (a batch with
+    # none is one this WAL's foreachBatch writer was never called for: SKIPPED).
+    highest, listed = committed if committed is not None else \
+        committed_through(log, checkpoint)
     records = {r.batch: r for r in (log.records() if log else [])}
     flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
     staged_ids = set(wal.staged_batch_ids())
     sealed_ids = set(wal.sealed_batch_ids())
-    ids = set(records) | sealed_ids | staged_ids
-    highest, listed = committed if committed is not None else \
-        committed_through(log, checkpoint)
-    if listed and ids:
+    entered_ids = set(entered_batch_ids(wal))
+    since = entries_since(wal)
+    ids = set(records) | sealed_ids | staged_ids | entered_ids
+    if listed and (ids or since is not None):
         # A committed batch the WAL should hold but does not. Batches below the first one the
         # WAL knows were written before this WAL existed (or by another sink): not ours.
-        ids |= {b for b in listed if b > flushed_through and b >= min(ids)}
+        first = min(ids | ({since} if since is not None else set()))
+        ids |= {b for b in listed if b > flushed_through and b >= first}
     now = now_us()
     views = []
     for batch in sorted(ids):
@@ -151,14 +167,20 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             # batch was flushed (or discarded) in order, so these are a late task attempt's
             # (a zombie or speculative task finishing after its batch was done): garbage.
             views.append(BatchView(state="staged", action=NOTHING, detail=LATE_ATTEMPT, **base))
-        elif batch in staged_ids:
+        elif batch in staged_ids or batch in entered_ids:
+            state = "staged" if batch in staged_ids else "entered"
             if is_committed:
-                views.append(BatchView(state="staged", action=BROKEN,
-                                       detail="Spark committed it but it has no seal", **base))
+                detail = ("Spark committed it but it has no seal" if batch not in entered_ids
+                          else ENTERED_NOT_SEALED)
+                views.append(BatchView(state=state, action=BROKEN, detail=detail, **base))
             else:
                 action = WAIT if query_running else DISCARD
-                views.append(BatchView(state="staged", action=action,
-                                       detail="not sealed", **base))
+                views.append(BatchView(state=state, action=action, detail="not sealed", **base))
+        elif since is not None and batch >= since and is_committed:
+            # No entry: the foreachBatch writer of this WAL was never called for the batch.
+            views.append(BatchView(state=SKIPPED, action=NOTHING,
+                                   detail="the foreachBatch writer was not called for it: "
+                                          "nothing to write", **base))
         else:  # committed by Spark, newer than anything flushed, and nothing in the WAL
             views.append(BatchView(state="missing", action=BROKEN,
                                    detail="Spark committed it but the WAL holds no seal", **base))

@@ -15,11 +15,15 @@ TARGET_FILE = "target.json"
 FLUSHED_THROUGH_FILE = "flushed_through"   # highest flushed batch id, ASCII (shared copy)
 BINDING_FILE = "query.json"                # the query a stream's WAL belongs to (wal/binding.py)
 BLOCKED_FILE = "blocked.json"              # the flusher cannot go on: why (WalDir.read_blocked)
-POINTER_FILE = "cassandra_wal_sink.json"   # in a stream's checkpoint: where its WAL is
+POINTER_FILE = "cassandra_wal_sink.json"   # in a stream's checkpoint: its WAL (before POINTERS_DIR)
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"
+ENTRIES_DIR = "entered"                    # a foreachBatch writer's entries (wal/entries.py)
+ENTRIES_SINCE_FILE = "since"               # in entered/: the first batch entries were kept for
+POINTERS_DIR = "cassandra_wal_sinks"       # in a stream's checkpoint: one file per WAL it uses
 LOG_DIR = "log"
 SEAL_SUFFIX = ".seal"
+ENTRY_SUFFIX = ".json"
 SEGMENT_SUFFIX = ".seg"
 TMP_SUFFIX = ".tmp"
 

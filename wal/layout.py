@@ -79,6 +79,13 @@ class WalDir:
     def log(self) -> str:
         return os.path.join(self.root, fmt.LOG_DIR)
 
+    @property
+    def entries(self) -> str:
+        return os.path.join(self.root, fmt.ENTRIES_DIR)
+
+    def entry_path(self, batch_id: int) -> str:
+        return os.path.join(self.entries, fmt.batch_name(batch_id) + fmt.ENTRY_SUFFIX)
+
     def batch_segments(self, batch_id: int) -> str:
         return os.path.join(self.segments, fmt.batch_name(batch_id))
 

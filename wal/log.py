@@ -351,6 +351,14 @@ class WalLog:
             self._db.put(fmt.KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
 
     @_storage_errors
+    def note_skipped(self, batch: int) -> None:
+        """Record that every batch up to ``batch`` is done, ``batch`` having nothing in this WAL
+        (Spark committed it and this WAL's foreachBatch writer was never called for it:
+        :mod:`wal.entries`). No record of the batch is kept. Synced, as a mark."""
+        if batch > self.flushed_through():
+            self._db.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode(), self._sync)
+
+    @_storage_errors
     def begin_flush(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHING)
         record = replace(current, state=BatchState.FLUSHING, updated_at_us=now_us())

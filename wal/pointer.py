@@ -1,48 +1,96 @@
-"""The pointer file: ``<checkpoint>/cassandra_wal_sink.json``, which tells the driver's listener
-that a query writes through this sink and where its WAL is (layout: ``wal/FORMAT.md``).
+"""Pointer files, in a stream's checkpoint: they tell the driver's listener that the query writes
+through this sink, and where its WALs are (layout: ``wal/FORMAT.md``).
+
+* ``<checkpoint>/cassandra_wal_sink.json``: the WAL of a data source's stream (one WAL a
+  query), rewritten when ``wal.path`` moves.
+* ``<checkpoint>/cassandra_wal_sinks/<keyspace>.<table>.json``: the WAL of each table a
+  ``foreachBatch`` function writes (one WAL per table: :func:`sinks.plan.table_wal_location`);
+  one file per table, so two writers of one query adding theirs at once never lose one.
 
 Written by each batch's ``prepare_write`` (unchanged content: not rewritten), read when a
-query starts and by ``sinks.wait_flushed``. A checkpoint on a store (HDFS, S3) holds it too,
-written and read through the store (:func:`wal.checkpoint.open_checkpoint`).
+query starts, at each of its progress events (a function may write a table for the first
+time in any batch), and by ``sinks.wait_flushed`` and ``sinks.status``. A checkpoint on a
+store (HDFS, S3) holds them too, written and read through the store
+(:func:`wal.checkpoint.open_checkpoint`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 
 from . import checkpoint as ckpt
 from .files import atomic_write
-from .format import POINTER_FILE
+from .format import POINTER_FILE, POINTERS_DIR
 
 
-def write_pointer(cp: str, wal_location: str) -> None:
-    """Tell the driver's listener where the WAL of the query checkpointed at ``cp`` (a local
-    folder or a store's URI, resolved) is: a local folder or a store's URI."""
+def table_slug(keyspace: str, table: str) -> str:
+    """``<keyspace>.<table>`` as a file name: as is for names CQL needs no quotes for, else the
+    first 16 hex digits of its sha256."""
+    name = f"{keyspace}.{table}"
+    if _PLAIN_NAME.fullmatch(keyspace) and _PLAIN_NAME.fullmatch(table):
+        return name
+    return hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]{1,48}")
+
+
+def write_pointer(cp: str, wal_location: str, table: tuple[str, str] | None = None) -> None:
+    """Tell the driver's listener where a WAL of the query checkpointed at ``cp`` (a local
+    folder or a store's URI, resolved) is: a local folder or a store's URI. ``table``
+    (keyspace, table): a foreachBatch writer's WAL for that table; None: the data source's."""
+    name = POINTER_FILE if table is None else f"{POINTERS_DIR}/{table_slug(*table)}.json"
     body = json.dumps({"wal_path": wal_location}).encode()
     if not ckpt.is_local(cp):
         store = ckpt.open_checkpoint(cp).store
-        if store.read(POINTER_FILE) != body:
-            store.delete(POINTER_FILE)      # a moved wal.path: a reader in between sees none
-            store.create(POINTER_FILE, body)
+        if store.read(name) != body:
+            store.delete(name)      # a moved wal.path: a reader in between sees none
+            store.create(name, body)
         return
-    os.makedirs(cp, exist_ok=True)
-    path = os.path.join(cp, POINTER_FILE)
+    path = os.path.join(cp, *name.split("/"))
     try:
         with open(path, "rb") as f:
             if f.read() == body:
                 return
     except FileNotFoundError:
-        pass
+        os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, body)
 
 
-def read_pointer(checkpoint: str) -> str | None:
-    """Where the WAL of the query checkpointed at ``checkpoint`` (Spark's resolved URI) is; None
-    if the query does not write through this sink (or the checkpoint is on a filesystem the
-    sink cannot reach, which ``prepare_write`` refuses before a batch is staged)."""
+def read_pointers(checkpoint: str, known: dict[str, str] | None = None) -> dict[str, str]:
+    """The pointer files of the query checkpointed at ``checkpoint`` (Spark's resolved URI):
+    file name -> WAL location, the data source's first; empty if the query does not write
+    through this sink (or its checkpoint is on a filesystem the sink cannot reach, which
+    ``prepare_write`` refuses before a batch is staged). ``known``: files read before, not read
+    again (a pointer changes only when a restarted query moves its ``wal.path``); only the
+    folder is listed (on a store, one request)."""
+    known = known or {}
     try:
-        raw = ckpt.open_checkpoint(checkpoint).store.read(POINTER_FILE)
+        store = ckpt.open_checkpoint(checkpoint).store
     except ValueError:          # no store for the scheme: never this sink's
-        return None
-    return json.loads(raw)["wal_path"] if raw is not None else None
+        return {}
+    found: dict[str, str] = {}
+    for name in [POINTER_FILE] + [k for k in store.list(POINTERS_DIR) if k.endswith(".json")]:
+        if name in known:
+            found[name] = known[name]
+            continue
+        raw = store.read(name)
+        if raw is not None:
+            found[name] = json.loads(raw)["wal_path"]
+    return found
+
+
+def pointed_wals(checkpoint: str) -> list[str]:
+    """Every WAL the query checkpointed at ``checkpoint`` writes through (each once), the data
+    source's first (:func:`read_pointers`)."""
+    return list(dict.fromkeys(read_pointers(checkpoint).values()))
+
+
+def read_pointer(checkpoint: str) -> str | None:
+    """The query's first WAL (:func:`pointed_wals`): its only one, for a data source's stream
+    or a foreachBatch function writing one table; None if it has none."""
+    wals = pointed_wals(checkpoint)
+    return wals[0] if wals else None

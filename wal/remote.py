@@ -46,6 +46,7 @@ REMOTE_FILE = "REMOTE"
 ENV_WORKING_DIR = "CASSANDRA_WAL_WORKING_DIR"
 #: Keys on the store beside the working copy's layout (FORMAT.md, "On a store").
 SEAL_VERSIONS = fmt.SEALS_DIR          # seals/<batch>/<version>-<tok>.seal
+ENTRY_VERSIONS = fmt.ENTRIES_DIR       # entered/<batch>/<version>-<tok>.json, entered/since
 TARGET_VERSIONS = "targets"            # targets/<version>-<tok>.json
 FLUSHED_MARKERS = "flushed"            # flushed/<batch>
 VERSION_DIGITS = 8
@@ -148,6 +149,9 @@ class RemoteWal:
     def publish_seal(self, batch: int, data: bytes) -> None:
         self.publish_version(f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}", data, fmt.SEAL_SUFFIX)
 
+    def publish_entry(self, batch: int, data: bytes) -> None:
+        self.publish_version(f"{ENTRY_VERSIONS}/{fmt.batch_name(batch)}", data, fmt.ENTRY_SUFFIX)
+
     def publish_target(self, data: bytes) -> None:
         if self.latest_version(TARGET_VERSIONS) != data:
             self.publish_version(TARGET_VERSIONS, data, ".json")
@@ -185,7 +189,12 @@ class RemoteWal:
         self.store.delete_folder(folder)
 
     def delete_seal(self, batch: int) -> None:
-        folder = f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}"
+        self._delete_versions(f"{SEAL_VERSIONS}/{fmt.batch_name(batch)}")
+
+    def delete_entry(self, batch: int) -> None:
+        self._delete_versions(f"{ENTRY_VERSIONS}/{fmt.batch_name(batch)}")
+
+    def _delete_versions(self, folder: str) -> None:
         for key in self.store.list(folder):
             self.store.delete(key)
             self._immutable.pop(key, None)
@@ -234,20 +243,45 @@ class RemoteWal:
         """The newest version of every seal on the store into the working copy's ``seals/``
         (a local seal the store no longer has stays: only retention removes seals). Returns
         the batch ids pulled."""
+        return self._pull_versions(SEAL_VERSIONS, os.path.join(root, fmt.SEALS_DIR),
+                                   fmt.SEAL_SUFFIX)
+
+    def pull_entries(self, root: str) -> list[int]:
+        """``entered/since`` and the newest version of every batch's entry
+        (:mod:`wal.entries`) into the working copy; an entry the store no longer has goes
+        (its batch was flushed or discarded). Returns the batch ids pulled."""
+        folder = os.path.join(root, fmt.ENTRIES_DIR)
+        keys = self.store.list(ENTRY_VERSIONS)
+        since_key = f"{ENTRY_VERSIONS}/{fmt.ENTRIES_SINCE_FILE}"
+        if since_key in keys:
+            since_path = os.path.join(folder, fmt.ENTRIES_SINCE_FILE)
+            data = None if os.path.exists(since_path) else self.store.read(since_key)
+            if data is not None:
+                make_private_dirs(folder)
+                atomic_write(since_path, data)
+        pulled = self._pull_versions(ENTRY_VERSIONS, folder, fmt.ENTRY_SUFFIX, keys)
+        there = {k.split("/")[1] for k in keys if k.count("/") == 2}
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            stem = name[: -len(fmt.ENTRY_SUFFIX)]
+            if name.endswith(fmt.ENTRY_SUFFIX) and stem.isdigit() and stem not in there:
+                os.unlink(os.path.join(folder, name))
+        return pulled
+
+    def _pull_versions(self, top: str, folder: str, suffix: str,
+                       keys: list[str] | None = None) -> list[int]:
+        """The newest version under each ``<top>/<batch>/`` into ``folder/<batch><suffix>``."""
         newest: dict[str, tuple[int, str]] = {}
-        for key in self.store.list(SEAL_VERSIONS):
+        for key in self.store.list(top) if keys is None else keys:
             parts = key.split("/")
             version = _version_of(key)
             if (len(parts) == 3 and parts[1].isdigit() and version is not None
                     and (version, key) > newest.get(parts[1], (-1, ""))):   # as latest_version
                 newest[parts[1]] = (version, key)
-        folder = os.path.join(root, fmt.SEALS_DIR)
         make_private_dirs(folder)
         pulled = []
         for batch, (_, key) in sorted(newest.items()):
             data = self.read_version(key)
-            if data is not None and _write_if_changed(
-                    os.path.join(folder, batch + fmt.SEAL_SUFFIX), data):
+            if data is not None and _write_if_changed(os.path.join(folder, batch + suffix), data):
                 pulled.append(int(batch))
         return pulled
 
@@ -285,6 +319,7 @@ class RemoteWal:
         """Everything the working copy at ``root`` needs to flush (``segments``) or to seal."""
         self.pull_state(root)
         self.pull_seals(root)
+        self.pull_entries(root)
         if segments:
             self.pull_segments(root, _read_int(os.path.join(root, fmt.FLUSHED_THROUGH_FILE)))
 

@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass
 
 from . import format as fmt
+from .entries import entries_since, remove_entry
 from .files import tree_size
 from .layout import WalDir
 from .log import WalLog
@@ -47,8 +48,10 @@ def wal_size(wal: WalDir) -> WalSize:
 
 
 def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None:
-    """The batch's segments (and seal) here and, for a WAL on a store, there first: a working
-    copy pulls what the store still has."""
+    """The batch's segments (and seal, and entry) here and, for a WAL on a store, there first:
+    a working copy pulls what the store still has."""
+    if entries_since(wal) is not None:
+        remove_entry(wal, batch)
     if wal.remote:
         wal.remote.delete_segments(batch)
         if not keep_seal:

@@ -38,6 +38,7 @@ from typing import Iterable, Sequence, Union
 import pyarrow as pa
 
 from wal import BatchRecord, BatchState, Seal, SegmentRef, SegmentWriter, WalDir, WalLog
+from wal.entries import Entry, record_entry
 from wal.retention import remove_batch_files
 from wal.seal import COMMIT_POINT_CHECKPOINT, next_base_timestamp, now_us, seal_batch, write_seal
 
@@ -225,6 +226,11 @@ class WalFactory:
                     sealed_at_us=now_us())
         write_seal(self.wal, seal)
         return seal
+
+    def entered(self, batch: int, run_id: str = "run-1", table: str = "ks.t") -> None:
+        """A foreachBatch writer was called for ``batch`` (:mod:`wal.entries`), before it
+        staged anything; the WAL keeps entries from its first one on."""
+        record_entry(self.wal, Entry(batch, run_id, table))
 
     # -- states ------------------------------------------------------------------------
     def staged(self, batch: int, rows: Iterable[Rows] = (3, 2), chunk_rows: int | None = None,

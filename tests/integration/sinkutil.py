@@ -230,9 +230,18 @@ def committed_batches(checkpoint: str | os.PathLike) -> list[int]:
     return ckpt.committed_batches(str(checkpoint))
 
 
-def stream_wal(checkpoint: str | os.PathLike) -> WalDir:
-    """A stream's WAL: ``<checkpointLocation>/cassandra_wal`` by default."""
-    return WalDir(os.path.join(str(checkpoint), "cassandra_wal"))
+def stream_wal(checkpoint: str | os.PathLike, table: str | None = None) -> WalDir:
+    """A stream's WAL: the one its checkpoint's pointer names (a data source's, or the WAL of
+    a foreachBatch writer of ``table``, ``<keyspace>.<table>``), else where a data source's
+    goes by default (``<checkpointLocation>/cassandra_wal``: not written yet)."""
+    from wal.pointer import pointed_wals, read_pointers, table_slug
+
+    if table is not None:
+        name = f"cassandra_wal_sinks/{table_slug(*table.split('.', 1))}.json"
+        return WalDir(read_pointers(str(checkpoint))[name])
+    wals = pointed_wals(str(checkpoint))
+    assert len(wals) <= 1, f"{checkpoint} names several WALs ({wals}): say which table"
+    return WalDir(wals[0] if wals else os.path.join(str(checkpoint), "cassandra_wal"))
 
 
 def flushed_through(wal: WalDir) -> int:

@@ -65,12 +65,21 @@ class FakeSpark:
     streams = _Streams()
 
 
+def pointing(wal_of):
+    """``read_pointers`` of checkpoints whose only WAL is ``wal_of(checkpoint)`` (None: none)."""
+    def read_pointers(checkpoint, known=None):
+        wal = wal_of(checkpoint)
+        return {} if wal is None else {"cassandra_wal_sink.json": wal}
+    return read_pointers
+
+
 @pytest.fixture
 def registry(monkeypatch):
     FakeFlusher.made = []
     monkeypatch.setattr(driver, "registries", [])     # no exit hook for these fakes
     monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: checkpoint + "/cassandra_wal")
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: checkpoint + "/cassandra_wal"))
     return driver.FlushRegistry(FakeSpark(), {})
 
 
@@ -108,7 +117,8 @@ def test_the_endpoint_keeps_showing_a_query_that_ended_until_its_next_run(regist
     """A query the sink blocked fails at its next commit: its WAL (blocked.json) must stay on
     the endpoint, or `cassandra_wal_blocked == 1` lasts one trigger interval. Before, only
     running flushers were served."""
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: str(tmp_path / "wal"))
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: str(tmp_path / "wal")))
     (tmp_path / "wal").mkdir()
     registry.started("q", "run-1")
     (first,) = FakeFlusher.made
@@ -133,7 +143,7 @@ def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(r
     assert new.calls == ["recover", "start"]
     registry.terminated("q", "run-1")         # late, from the listener bus
     registry.progressed("q", "run-1")         # late, too
-    assert registry.flushers == {"run-2": new}
+    assert registry.flushers == {"run-2": {"/cp/q/cassandra_wal": new}}
     registry.progressed("q", "run-2")
     assert new.calls == ["recover", "start", "kick"]
     assert old.calls.count("stop") == 1
@@ -142,7 +152,8 @@ def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(r
 def test_a_new_query_gets_its_flusher_at_its_first_progress_at_the_latest(
         registry, monkeypatch):
     pointers = {}
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: pointers.get(checkpoint))
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: pointers.get(checkpoint)))
     monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 60.0, False: 60.0})  # no watcher
     registry.started("q", "run-1")
     assert FakeFlusher.made == []
@@ -161,7 +172,8 @@ def test_a_new_query_gets_its_flusher_as_soon_as_its_first_batch_names_the_wal(
     import time as time_
 
     pointers = {}
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: pointers.get(checkpoint))
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: pointers.get(checkpoint)))
     monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
     registry.started("q", "run-1")
     time_.sleep(0.1)
@@ -188,7 +200,8 @@ def test_a_query_of_another_sink_is_looked_at_only_until_its_first_event(registr
     import time as time_
 
     looks = []
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: looks.append(1))
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: looks.append(1)))
     monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
     registry.started("kafka", "run-k")
     time_.sleep(0.2)
@@ -198,6 +211,49 @@ def test_a_query_of_another_sink_is_looked_at_only_until_its_first_event(registr
     settled = len(looks)
     time_.sleep(0.2)
     assert len(looks) == settled and FakeFlusher.made == []
+
+
+def test_a_function_writing_two_tables_gets_a_flusher_for_each_wal(registry, monkeypatch):
+    """Issue 30, item 2: a foreachBatch function with a writer per table has a WAL per table;
+    each gets a flusher, recovered at the run's start, and a table written for the first time
+    in a later batch gets its flusher at that batch's progress event. All stop with the run."""
+    pointers = {"cassandra_wal_sinks/ks.a.json": "/cp/q/cassandra_wal.ks.a",
+                "cassandra_wal_sinks/ks.b.json": "/cp/q/cassandra_wal.ks.b"}
+    reads = []
+
+    def read_pointers(checkpoint, known=None):
+        reads.append(dict(known or {}))
+        return dict(pointers)
+
+    monkeypatch.setattr(driver, "read_pointers", read_pointers)
+    registry.started("q", "run-1")
+    a, b = FakeFlusher.made
+    assert (a.wal_root, b.wal_root) == ("/cp/q/cassandra_wal.ks.a", "/cp/q/cassandra_wal.ks.b")
+    assert a.calls == b.calls == ["recover", "start"]
+    pointers["cassandra_wal_sinks/ks.c.json"] = "/cp/q/cassandra_wal.ks.c"   # batch 5 writes c
+    registry.progressed("q", "run-1")
+    c = FakeFlusher.made[2]
+    assert c.wal_root == "/cp/q/cassandra_wal.ks.c" and c.calls == ["start", "kick"]
+    assert a.calls == b.calls == ["recover", "start", "kick"]
+    assert reads[-1] == {k: v for k, v in pointers.items() if "ks.c" not in k}, \
+        "pointers read before are handed over as known (a store lists, and reads only new ones)"
+    registry.progressed("q", "run-1")
+    assert len(FakeFlusher.made) == 3
+    assert sorted(registry.flushers_of("run-1"), key=id) == sorted([a, b, c], key=id)
+    assert {q.flusher for q in registry.served()} == {a, b, c}
+    registry.terminated("q", "run-1")
+    assert all(f.stopped.wait(5) for f in (a, b, c))
+
+
+def test_a_restart_stops_every_flusher_of_the_old_run(registry, monkeypatch):
+    monkeypatch.setattr(driver, "read_pointers", lambda checkpoint, known=None: {
+        "p1": checkpoint + "/w1", "p2": checkpoint + "/w2"})
+    registry.started("q", "run-1")
+    old = list(FakeFlusher.made)
+    registry.started("q", "run-2")
+    assert all(f.calls[-1] == "stop" for f in old)
+    assert [f.calls for f in FakeFlusher.made[2:]] == [["recover", "start"]] * 2
+    assert {q.flusher for q in registry.served()} == set(FakeFlusher.made[2:])
 
 
 def test_queries_of_one_session_keep_their_own_flushers(registry):
@@ -215,13 +271,13 @@ def test_an_ended_run_finishes_its_drain_on_a_thread_that_exit_waits_for(registr
     (flusher,) = FakeFlusher.made
     flusher.release.clear()                    # the last drain takes a while
     registry.terminated("q", "run-1")          # returns at once
-    assert registry.flusher_of("run-1") is flusher and not flusher.stopped.is_set()
+    assert registry.flushers_of("run-1") == [flusher] and not flusher.stopped.is_set()
     (thread,) = [t for t in threading.enumerate() if t.name.startswith("cassandra-wal-final")]
     assert not thread.daemon
     assert flusher.finish_within == [driver.FINISH_ON_STOP_S]
     flusher.release.set()
     thread.join(5)
-    assert flusher.stopped.is_set() and registry.flusher_of("run-1") is None
+    assert flusher.stopped.is_set() and registry.flushers_of("run-1") == []
 
 
 def test_a_restart_cuts_the_old_runs_last_drain_short_to_take_the_wal(registry):
@@ -261,7 +317,8 @@ def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: wal.root)
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: wal.root))
     monkeypatch.setattr(driver, "QueryFlusher",
                         failing_flusher(SinkError(f"{wal.root} has no target.json")))
     registry.started("q", "run-1")          # the listener swallows nothing silently
@@ -280,7 +337,8 @@ def test_a_flusher_that_cannot_start_yet_is_tried_again_without_blocking(
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    monkeypatch.setattr(driver, "read_pointer", lambda checkpoint: wal.root)
+    monkeypatch.setattr(driver, "read_pointers",
+                        pointing(lambda checkpoint: wal.root))
     monkeypatch.setattr(driver, "QueryFlusher", failing_flusher(WalLocked(wal.log, "held")))
     registry.started("q", "run-1")
     assert not (tmp_path / "wal" / "blocked.json").exists()

@@ -8,10 +8,12 @@ import re
 import socket
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from recovery.config import SinkConfig
 from recovery.health import Health
 from sinks import metrics_endpoint
 from sinks.metrics_endpoint import ServedQuery
@@ -41,6 +43,7 @@ class Flusher:
     def __init__(self, figures: Health | Exception):
         self.figures = figures
         self.wal = type("W", (), {"root": "/w"})()
+        self.target = SimpleNamespace(config=SinkConfig("ks", "t"))
 
     def health(self) -> Health:
         if isinstance(self.figures, Exception):
@@ -57,7 +60,8 @@ def scrape(port: int) -> dict:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out[(sample.name, sample.labels.get("query_id"))] = sample.value
-            assert set(sample.labels) >= {"query_id", "query_name"}
+            assert set(sample.labels) >= {"query_id", "query_name", "table"}
+            assert sample.labels["table"] == "ks.t"
     return out
 
 
@@ -123,4 +127,4 @@ def test_the_user_guide_lists_every_metric_with_its_type():
     name, kind, _ = metrics_endpoint.QUERY_RUNNING
     served[f"cassandra_wal_{name}"] = kind
     assert documented == served
-    assert "`query_id`" in text and "`query_name`" in text      # the labels, named
+    assert all(f"`{label}`" in text for label in metrics_endpoint.LABELS)   # labels named

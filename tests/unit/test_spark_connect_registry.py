@@ -101,7 +101,8 @@ class FakeFlusher:
 @pytest.fixture
 def connect_registry(monkeypatch):
     monkeypatch.setattr(registry, "QueryFlusher", FakeFlusher)
-    monkeypatch.setattr(registry, "read_pointer", lambda checkpoint: checkpoint + "/wal")
+    monkeypatch.setattr(registry, "read_pointers",
+                        lambda checkpoint, known=None: {"pointer": checkpoint + "/wal"})
     made = registry.ConnectFlushRegistry(object(), {}, ckpt.LOCAL)
     yield made
     registry.registries.remove(made)
@@ -111,9 +112,9 @@ def test_track_starts_a_flusher_that_never_discards(connect_registry, tmp_path):
     query = _query(str(uuid.uuid4()))
     cp = _checkpoint(tmp_path, query.id)
     connect_registry.started(query.id, query.runId)        # onQueryStarted: not known yet
-    assert connect_registry.flusher_of(query.runId) is None
+    assert connect_registry.flushers_of(query.runId) == []
     assert connect_registry.track(query, str(cp)) == str(cp)
-    flusher = connect_registry.flusher_of(query.runId)
+    (flusher,) = connect_registry.flushers_of(query.runId)
     assert flusher.calls == ["start", "kick"]               # no recover(): no discarding
     assert flusher.spark_jobs is None                       # no SparkContext in a client
     assert connect_registry.track(query, str(cp)) == str(cp)   # idempotent for a run
@@ -125,8 +126,8 @@ def test_a_restart_of_a_tracked_query_is_followed_from_its_start(connect_registr
     first = _query(str(uuid.uuid4()))
     cp = _checkpoint(tmp_path, first.id)
     connect_registry.track(first, str(cp))
-    old = connect_registry.flusher_of(first.runId)
+    (old,) = connect_registry.flushers_of(first.runId)
     second = _query(first.id)
     connect_registry.started(second.id, second.runId)
     assert old.calls == ["start", "kick", "stop"]           # lets go of the WAL
-    assert connect_registry.flusher_of(second.runId).calls == ["start", "kick"]
+    assert [f.calls for f in connect_registry.flushers_of(second.runId)] == [["start", "kick"]]

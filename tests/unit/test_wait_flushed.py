@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -61,10 +62,17 @@ def registry(monkeypatch):
     monkeypatch.setattr(registry_module, "registries", [])
     reg = registry_module.FlushRegistry.__new__(registry_module.FlushRegistry)
     reg.flushers, reg.runs, reg.stopping, reg.checkpoints = {}, {}, {}, {}
+    reg.newest, reg._pointers = {}, {}
     reg.session_conf, reg._lock = {}, threading.Lock()
     reg._making, reg._looking = threading.Lock(), {}
     registry_module.registries.append(reg)
     return reg
+
+
+def live(registry, f: WalFactory, flusher) -> None:
+    """``flusher`` is run-1's flusher of ``f``'s WAL."""
+    flusher.wal = SimpleNamespace(location=f.root)
+    registry.flushers["run-1"] = {f.root: flusher}
 
 
 def pointed(f: WalFactory) -> None:
@@ -106,7 +114,7 @@ def test_kicks_the_live_flusher_and_returns_once_it_flushed(tmp_path, registry):
         f.sealed(2)
         pointed(f)
         flusher = KickedFlusher(lambda: (mark_flushed(f, 1), mark_flushed(f, 2)))
-        registry.flushers["run-1"] = flusher
+        live(registry, f, flusher)
         started = time.monotonic()
         sinks.wait_flushed(FakeQuery(f.checkpoint), timeout=30)
         assert flusher.kicks == 1 and time.monotonic() - started < 1.5
@@ -118,7 +126,7 @@ def test_times_out_naming_the_pending_batches_and_their_rows(tmp_path, registry)
         f.flushing(1, rows=(30, 20), chunk_rows=10, progress_rows=20)
         f.sealed(2, rows=(7,))
         pointed(f)
-        registry.flushers["run-1"] = KickedFlusher(lambda: None)   # Cassandra is away
+        live(registry, f, KickedFlusher(lambda: None))   # Cassandra is away
         with pytest.raises(NotFlushedYet) as info:
             sinks.wait_flushed(FakeQuery(f.checkpoint), timeout=0.5)
         assert isinstance(info.value, TimeoutError)
@@ -134,7 +142,7 @@ def test_raises_the_reason_of_a_block_that_the_next_drain_did_not_clear(tmp_path
         atomic_write(os.path.join(f.root, "blocked.json"),
                      ('{"reason": "%s", "at": 0}' % reason).encode())
         flusher = KickedFlusher(lambda: None)
-        registry.flushers["run-1"] = flusher
+        live(registry, f, flusher)
         with pytest.raises(WalBlocked) as info:
             sinks.wait_flushed(FakeQuery(f.checkpoint), timeout=30)
         assert info.value.reason == reason and f.root in str(info.value)
@@ -152,7 +160,7 @@ def test_a_block_the_next_drain_clears_is_waited_through(tmp_path, registry):
             mark_flushed(f, 0)
             os.unlink(blocked)
 
-        registry.flushers["run-1"] = KickedFlusher(fixed)
+        live(registry, f, KickedFlusher(fixed))
         sinks.wait_flushed(FakeQuery(f.checkpoint), timeout=30)
 
 
@@ -235,7 +243,7 @@ def test_after_a_stop_whose_last_drain_gave_up_it_drains_the_wal_itself(
         fake_cassandra(monkeypatch, flusher, outage)
         atomic_write(os.path.join(str(tmp_path / "cp"), "cassandra_wal_sink.json"),
                      ('{"wal_path": "%s"}' % flusher.wal.root).encode())
-        registry.flushers["run-1"] = flusher
+        registry.flushers["run-1"] = {flusher.wal.location: flusher}
         registry.runs["run-1"] = ("query-1", str(tmp_path / "cp"))
         query = FakeQuery(str(tmp_path / "cp"), active=False)
         registry.terminated("query-1", "run-1")          # its last drain: 0.3 s of retries

@@ -1,0 +1,147 @@
+"""Entries (``wal/entries.py``): a foreachBatch writer records each batch it is called for, so
+that a batch Spark committed without a seal tells "the writer was never called: nothing to
+write" (skipped) from "the writer was called and its rows never staged" (broken). Issue 30,
+item 3: before, every committed batch without a seal blocked the WAL for good, so a function
+that skipped a batch (``if df.isEmpty(): return``) stopped the sink."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from recovery.errors import RecoveryBlocked
+from recovery.replay import Replayer
+from tests.helpers.walfactory import WalFactory
+from tests.unit.test_distributed_flush import WRITES, RecordingUpserter
+from wal import catalog
+from wal.entries import entered_batch_ids, entries_since, read_entry
+
+pytestmark = pytest.mark.unit
+
+
+def replay(f: WalFactory, query_running: bool = True):
+    WRITES.clear()
+    return Replayer(f.wal, f.log, lambda seal: RecordingUpserter(), f.checkpoint).run(
+        query_running=query_running)
+
+
+def views(f: WalFactory, query_running: bool = True) -> dict[int, catalog.BatchView]:
+    return {v.batch: v for v in catalog.describe(f.wal, f.log, f.checkpoint, query_running)}
+
+
+def test_a_committed_batch_the_writer_was_never_called_for_is_skipped_and_passed(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.flushed(0)
+        f.commit(1)                      # the function did not call the writer for batch 1
+        f.commit(2)
+        f.entered(3)
+        f.sealed(3)
+        seen = views(f)
+        assert (seen[1].state, seen[1].action) == (catalog.SKIPPED, catalog.NOTHING)
+        assert (seen[2].state, seen[2].action) == (catalog.SKIPPED, catalog.NOTHING)
+        report = replay(f)
+        assert report.replayed == [3]
+        assert f.log.flushed_through() == 3 and f.wal.read_flushed_through() == 3
+        f.commit(4)                      # a skipped batch at the end moves the mark too
+        replay(f)
+        assert f.log.flushed_through() == 4 and f.wal.read_flushed_through() == 4
+
+
+def test_a_skipped_batch_after_one_the_flusher_cannot_write_yet_waits_its_turn(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.sealed(0)
+        f.commit(1)
+        log = f.log
+
+        def failing(seal):
+            raise ConnectionError("Cassandra away")
+
+        with pytest.raises(ConnectionError):
+            Replayer(f.wal, log, failing, f.checkpoint).run(query_running=True)
+        assert log.flushed_through() == -1 and f.wal.read_flushed_through() == -1
+
+
+def test_an_entered_batch_without_a_seal_that_spark_committed_blocks_naming_it(tmp_path):
+    """The function caught the writer's error and returned: Spark committed the batch, whose
+    rows for this table never reached the WAL. Nothing can write them: block, loudly."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.flushed(0)
+        f.entered(1)
+        f.commit(1)
+        seen = views(f)
+        assert (seen[1].state, seen[1].action) == ("entered", catalog.BROKEN)
+        assert "catch the writer's exception" in seen[1].detail
+        with pytest.raises(RecoveryBlocked) as info:
+            replay(f)
+        assert info.value.batch == 1 and "sealed nothing" in str(info.value)
+
+
+def test_an_entered_batch_spark_did_not_commit_waits_and_is_discarded_at_the_next_start(
+        tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.flushed(0)
+        f.entered(1)                     # the writer is staging it, or its run died
+        assert views(f)[1].action == catalog.WAIT
+        assert replay(f).waiting_at == 1
+        report = replay(f, query_running=False)
+        assert report.discarded == [1]
+        assert read_entry(f.wal, 1) is None and entered_batch_ids(f.wal) == []
+        assert entries_since(f.wal) == 0          # kept: later skips are still told apart
+
+
+def test_a_flushed_batch_takes_its_entry_with_it(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0, run_id="r", table="ks.t")
+        assert read_entry(f.wal, 0).run_id == "r" and read_entry(f.wal, 0).table == "ks.t"
+        f.sealed(0)
+        replay(f)
+        assert entered_batch_ids(f.wal) == [] and entries_since(f.wal) == 0
+
+
+def test_without_entries_a_committed_batch_without_a_seal_still_blocks(tmp_path):
+    """A data source's WAL (or one an earlier release wrote) sees every batch of its query: a
+    committed batch with no seal is a lost seal, as before."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.flushed(0)
+        f.commit(1)
+        assert views(f)[1].action == catalog.BROKEN
+        with pytest.raises(RecoveryBlocked):
+            replay(f)
+
+
+def test_batches_before_the_first_entry_are_not_the_wals(tmp_path):
+    """A table first written at batch 5: the WAL's first entry. Batches 0-4 (committed, the
+    function wrote other tables) are not looked at."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        for b in range(5):
+            f.commit(b)
+        f.entered(5)
+        f.sealed(5)
+        assert sorted(views(f)) == [5]
+        assert replay(f).replayed == [5]
+
+
+def test_the_catalog_reads_sparks_commits_before_the_files(tmp_path, monkeypatch):
+    """A reader beside a live sink: the writer enters, seals and Spark commits batch 1 between
+    the reader's listing and its read of commits/. Read in that order, batch 1 would look
+    committed with no entry: skipped. Commits are read first, so it is seen whole."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.flushed(0)
+        real = catalog.committed_through
+
+        def commits_then_the_writer_runs(log, checkpoint):
+            out = real(log, checkpoint)
+            if not os.path.exists(f.wal.seal_path(1)):
+                f.entered(1)
+                f.sealed(1)
+            return out
+
+        monkeypatch.setattr(catalog, "committed_through", commits_then_the_writer_runs)
+        seen = views(f)
+        assert 1 not in seen or seen[1].action != catalog.NOTHING
