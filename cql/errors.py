@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from cassandra import (
     CoordinationFailure,
+    InvalidRequest,
     OperationTimedOut,
     Unavailable,
     WriteFailure,
@@ -214,3 +215,23 @@ def transient_driver_errors() -> tuple[type[BaseException], ...]:
 
     return (OperationTimedOut, WriteTimeout, Unavailable, OverloadedErrorMessage,
             NoHostAvailable, ConnectionException, CoordinationFailure, WriteFailure)
+
+
+#: What Cassandra answers, in its own words, while its nodes disagree on the schema for a
+#: moment (a table or keyspace just made, the coordinator not told yet), or when the table was
+#: dropped (made again, the write goes through): a retry or a revert cures both.
+_SCHEMA_NOT_YET = ("unconfigured table", "does not exist")
+
+
+def is_transient_answer(error: BaseException) -> bool:
+    """Whether an error Cassandra (or the driver) answered a write with may not come back on
+    a later attempt: :func:`transient_driver_errors`, a ``ServerError`` (a node's own failure,
+    not a verdict on the row), and a table or keyspace the coordinator does not know yet (a
+    schema disagreement) or any more (a dropped table: made again, the write goes through).
+    Anything else is Cassandra refusing the row."""
+    from cassandra.protocol import ServerError
+
+    if isinstance(error, (*transient_driver_errors(), ServerError)):
+        return True
+    text = str(error).lower()
+    return isinstance(error, InvalidRequest) and any(s in text for s in _SCHEMA_NOT_YET)

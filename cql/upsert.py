@@ -40,7 +40,7 @@ from .batch_limits import BatchLimits, read_batch_limits
 from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
-from .errors import FlushFailed, transient_driver_errors
+from .errors import FlushFailed, is_transient_answer
 from .table import TableSchema, parse_cql_type
 
 T = TypeVar("T")
@@ -425,7 +425,7 @@ class Upserter:
         for stmt, (ok, result) in zip(pending, list(results)):
             if ok:
                 continue
-            if not isinstance(result, transient_driver_errors()):
+            if not is_transient_answer(result):
                 raise FlushFailed(batch_id, f"{type(result).__name__}: {result}", permanent=True)
             failed.append(stmt)
             last = result

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pickle
 
-from cql.errors import ConnectionFailed, FlushFailed, SinkError, transient_driver_errors
+from cql.errors import ConnectionFailed, FlushFailed, SinkError, is_transient_answer
 from wal.errors import StoreUnavailable, WalCorrupted, WalError, WalLocked, WalStorageError
 
 
@@ -80,6 +80,13 @@ class FlushTaskError(RecoveryError):
 SINK_ERRORS = (SinkError, FlushFailed, RecoveryError, WalError)
 
 
+def is_shutdown_error(exc: BaseException | None) -> bool:
+    """``exc`` is a thread pool refusing work because the interpreter is exiting (the
+    Cassandra driver's, at ``atexit``): no verdict on a batch, and no later attempt in this
+    process can succeed."""
+    return isinstance(exc, RuntimeError) and "cannot schedule new futures after" in str(exc)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether waiting and retrying can cure ``exc``: the one place that decides whether a
     failed flush keeps its batch and retries later (transient) or blocks the sink.
@@ -88,7 +95,8 @@ def is_transient(exc: BaseException) -> bool:
     (also when ``session.prepare`` meets them right after connecting), a transient
     :class:`FlushFailed`, :class:`~cql.errors.ConnectionFailed`, ``OSError`` (a shared
     filesystem away, a full disk an operator frees) and the log's own
-    :class:`~wal.errors.WalStorageError`, :class:`~wal.errors.WalLocked`.
+    :class:`~wal.errors.WalStorageError`, :class:`~wal.errors.WalLocked`, and a thread pool
+    that refuses work because the interpreter exits (:func:`is_shutdown_error`).
     Permanent: corruption (:class:`~wal.errors.WalCorrupted`, :class:`RecoveryBlocked`),
     Cassandra refusing the write (``FlushFailed(permanent=True)``), a configuration error
     (any other :class:`~cql.errors.SinkError`), and whatever else: an error nobody
@@ -103,7 +111,9 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, (SinkError, WalError)):
         return False
-    return isinstance(exc, (*transient_driver_errors(), OSError))
+    if is_shutdown_error(exc):
+        return True
+    return isinstance(exc, OSError) or is_transient_answer(exc)
 
 
 def portable_error(exc: BaseException) -> BaseException:

@@ -1,5 +1,5 @@
 """The flusher's log lines for an operator: one per batch written, one per change of state
-(blocked, unblocked, replay started, replay finished), on the ``cassandra_wal`` logger.
+(blocked, unblocked, replay started, replay finished, flush failing, flush going again), on the ``cassandra_wal`` logger.
 
 Why a logger of their own, and why INFO made visible: Python shows only WARNING and above when
 nothing configured logging, which is the case in most Spark driver scripts, and a batch
@@ -57,3 +57,11 @@ def replay_started(wal: str, batch: int, why: str) -> None:
 
 def replay_finished(wal: str, batches: int, rows: int, seconds: float) -> None:
     log.info("%s: replay finished: %d batches, %d rows in %.1f s", wal, batches, rows, seconds)
+
+
+def flush_failing(wal: str, error: str, retry_s: float) -> None:
+    log.warning("%s: flush failing, retried every %.0f s: %s", wal, retry_s, error)
+
+
+def flush_recovered(wal: str, seconds: float) -> None:
+    log.warning("%s: flush going again after %.0f s of failures", wal, seconds)

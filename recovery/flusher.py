@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tenacity import (
     Retrying,
@@ -47,9 +47,9 @@ from wal.layout import WalDir
 from wal.retention import RetentionPolicy
 
 from . import events
-from .errors import SINK_ERRORS, RecoveryBlocked, is_transient
+from .errors import SINK_ERRORS, RecoveryBlocked, is_shutdown_error, is_transient
 from .executors import ExecutorsWriter, SparkJobs
-from .health import LAG_AFTER_S, FlushCounters, Health, read_health
+from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
 from .output import CassandraOutput
 from .recover import open_writer_waiting
 from .replay import Replayer, WrittenBatch
@@ -117,6 +117,9 @@ class QueryFlusher:
         self._executors_writer: ExecutorsWriter | None = None
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
+        self.failing: str | None = None        # the transient failure drains are retrying
+        self._failing_since = 0.0
+        self._exiting = False                  # the interpreter exits: no verdicts
         self._blocked_reason: str | None = None
         # Blocked by an earlier run (blocked.json): its first good drain says "unblocked" too.
         self._blocked_before = self.wal.read_blocked() is not None
@@ -143,8 +146,9 @@ class QueryFlusher:
         drain that gets through clears the block."""
         with self._lock:
             try:
-                if isinstance(self.last_error, WalStorageError):
-                    # RocksDB refuses every write after an I/O error until it is reopened.
+                if self.log.closed or isinstance(self.last_error, WalStorageError):
+                    # RocksDB refuses every write after an I/O error until it is reopened
+                    # (and a reopen that failed left it closed: tried again now).
                     self.log.reopen()
                 self._follow_target()
                 if not self.target.config.wal.flush:
@@ -155,12 +159,16 @@ class QueryFlusher:
                 self.last_error = None
                 self._replay_done()
                 self._set_blocked(None)
+                self._set_failing(None)
             except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
-                if is_transient(exc):   # the batch stays in the WAL, retried in a moment
-                    self.last_error = exc
+                # Nothing met while the interpreter exits is a verdict on a batch (the driver's
+                # thread pools refuse new work then): the next start of the query writes it.
+                if is_transient(exc) or self._exiting:
+                    self.last_error = exc   # the batch stays in the WAL, retried in a moment
                     self.counters.count(retries=1)
                     log.warning("cassandra_wal: %s: flush deferred, retried in %.0f s: %s: %s",
                                 self.wal.root, self.retry_interval_s, type(exc).__name__, exc)
+                    self._set_failing(exc)
                 else:
                     self._block(exc)
                 if not isinstance(exc, RecoveryBlocked):   # the session may be the cause
@@ -170,9 +178,16 @@ class QueryFlusher:
 
     # -- what the operator sees ---------------------------------------------------------
     def health(self, lag_after_s: float = LAG_AFTER_S) -> Health:
-        """The WAL's figures (:func:`~recovery.health.read_health`) with this run's retries and
-        replays. Any thread: it reads the WAL through a read-only log instance."""
-        return read_health(self.wal, self.checkpoint, self.counters, lag_after_s)
+        """The WAL's figures (:func:`~recovery.health.read_health`) with this run's retries,
+        replays, the failure its drains are retrying, and a block it could not write to
+        ``blocked.json`` yet. Any thread: it reads the WAL through a read-only log
+        instance."""
+        health = read_health(self.wal, self.checkpoint, self.counters, lag_after_s,
+                             failing=self.failing)
+        reason = self._blocked_reason
+        if reason is not None and health.blocked_reason is None:
+            health = replace(health, state=BLOCKED, blocked_reason=reason)
+        return health
 
     def _replay_due(self, query_running: bool) -> None:
         """A drain that writes what an earlier run (recovery at query start) or an earlier
@@ -286,13 +301,30 @@ class QueryFlusher:
             self._blocked_reason, self._blocked_before = None, False
         try:
             self.wal.write_blocked(reason)
-        except StoreUnavailable as exc:
+        except (StoreUnavailable, OSError) as exc:
             if reason is None:      # inside the drain: a transient failure like any other
                 raise
-            # While blocking (outside the drain's own handling): the working copy says
-            # blocked; the store is told at the next drain, which blocks again.
-            log.warning("cassandra_wal: %s: blocked, but the WAL's store did not take "
-                        "blocked.json yet: %s", self.wal.root, exc)
+            # While blocking (outside the drain's own handling), on a full or read-only disk
+            # or a store away: the block stands in this flusher (its health says so) and
+            # blocked.json is written at the next drain, which blocks again.
+            log.error("cassandra_wal: %s: blocked, but blocked.json could not be written "
+                      "(written at the next try): %s: %s", self.wal.root,
+                      type(exc).__name__, exc)
+
+    def _set_failing(self, exc: Exception | None) -> None:
+        """Say once when drains start failing transiently (Cassandra away, a full disk...)
+        and once when one gets through again; the health shows the failure meanwhile."""
+        if exc is None:
+            if self.failing is not None:
+                events.flush_recovered(self.wal.root, time.monotonic() - self._failing_since)
+            self.failing = None
+            return
+        text = f"{type(exc).__name__}: {exc}"
+        if self.failing is None or self.failing.split(":", 1)[0] != type(exc).__name__:
+            if self.failing is None:
+                self._failing_since = time.monotonic()
+            events.flush_failing(self.wal.root, text, self.retry_interval_s)
+        self.failing = text
 
     def recover(self) -> None:
         """At query start, before any batch: replay committed, discard uncommitted. Always from
@@ -311,13 +343,19 @@ class QueryFlusher:
     def _loop(self) -> None:
         self.warm_up()
         while not self._stop.is_set():
-            kicked = self._wait_for_work()
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            if not kicked and self._idle_on_a_store():
-                continue
-            self.drain(query_running=True)
+            try:
+                kicked = self._wait_for_work()
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                if not kicked and self._idle_on_a_store():
+                    continue
+                self.drain(query_running=True)
+            except Exception:  # noqa: BLE001 - the thread must outlive anything: a bug here
+                # would otherwise end it with a line on stderr, and no batch would be written
+                log.exception("cassandra_wal: %s: the flusher's loop failed; it goes on in "
+                              "%.0f s", self.wal.root, self.retry_interval_s)
+                self._stop.wait(self.retry_interval_s)
 
     def warm_up(self) -> None:
         """Connect the session and prepare the statement of the query's current options (and
@@ -357,7 +395,10 @@ class QueryFlusher:
         if (self._commits_dir is None or self.last_error is not None
                 or self._blocked_reason is not None or not self.target.config.wal.flush):
             return None
-        batch = self.log.flushed_through() + 1
+        try:
+            batch = self.log.flushed_through() + 1
+        except WalStorageError:      # closed after an I/O error: the timer's drain reopens it
+            return None
         return None if batch == self._seen_committed else batch
 
     def _idle_on_a_store(self) -> bool:
@@ -369,14 +410,17 @@ class QueryFlusher:
         return (self.wal.remote is not None and self.last_error is None
                 and self._blocked_reason is None)
 
-    def stop(self, finish_within_s: float = 0.0) -> None:
+    def stop(self, finish_within_s: float = 0.0, exiting: bool = False) -> None:
         """Stop the thread, drain what Spark committed, close. A final drain that fails
         transiently is retried every ``retry_interval_s`` for up to ``finish_within_s``
         (0: one attempt), or until :meth:`hand_over`; what is left stays in the WAL for the
-        next start of the query. Idempotent: a second call waits for the first."""
+        next start of the query. ``exiting``: the interpreter exits (``atexit``): a failure
+        then is no verdict on a batch and never blocks the WAL. Idempotent: a second call
+        waits for the first."""
         with self._stop_lock:
             if self.stopped.is_set():
                 return
+            self._exiting = self._exiting or exiting
             self._stop.set()
             self._wake.set()
             if self._thread is not None:
@@ -387,6 +431,11 @@ class QueryFlusher:
             self.log.close()
             self.stopped.set()
 
+    def mark_exiting(self) -> None:
+        """The interpreter exits while this flusher finishes its last drain: what fails from
+        now on is no verdict on a batch (:meth:`stop`)."""
+        self._exiting = True
+
     def hand_over(self, timeout_s: float = 60.0) -> None:
         """A new run of the query needs the WAL: cut a final drain's retries short and wait
         until the log is closed (the new run's recovery writes the rest)."""
@@ -396,6 +445,8 @@ class QueryFlusher:
     def _finish(self, within_s: float) -> None:
         def deferred() -> bool:          # a transient failure: worth another drain
             self.drain(query_running=True)
+            if is_shutdown_error(self.last_error):
+                return False            # the process's pools are gone: no drain can succeed
             return self.last_error is not None and self._blocked_reason is None
 
         left = Retrying(stop=stop_after_delay(within_s) | stop_when_event_set(self._hand_over),

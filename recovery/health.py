@@ -94,6 +94,8 @@ class Health:
     replays: int | None = None          # batches written again by a recovery (live only)
     batches_written: int | None = None  # batches this run's flusher wrote (live only)
     rows_written: int | None = None     # ... their rows (live only)
+    failing: str | None = None          # the transient failure drains retry (live only): a
+                                        # full disk, Cassandra away; None once one gets through
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,7 +104,8 @@ class Health:
 def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None,
               max_bytes: int | None, wal_bytes: int, flushed_through: int,
               counters: FlushCounters | None = None, lag_after_s: float = LAG_AFTER_S,
-              now: int | None = None, broken: BatchView | None = None) -> Health:
+              now: int | None = None, broken: BatchView | None = None,
+              failing: str | None = None) -> Health:
     """The figures from a catalog's views (pure: every input is given; ``now`` in µs)."""
     now = now_us() if now is None else now
     pending = [v for v in views if v.action == catalog.REPLAY]
@@ -142,7 +145,7 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
                   last_written_batch=None if last is None else last.batch,
                   last_write_latency_s=latency, rows_per_s=rate,
                   retries=retries, replays=replays, batches_written=batches_written,
-                  rows_written=rows_written)
+                  rows_written=rows_written, failing=failing)
 
 
 def combined(healths: list[Health]) -> Health:
@@ -178,7 +181,8 @@ def combined(healths: list[Health]) -> Health:
         rows_per_s=sum(h.rows_per_s for h in healths),
         retries=total(h.retries for h in healths), replays=total(h.replays for h in healths),
         batches_written=total(h.batches_written for h in healths),
-        rows_written=total(h.rows_written for h in healths))
+        rows_written=total(h.rows_written for h in healths),
+        failing="; ".join(f"{h.wal}: {h.failing}" for h in healths if h.failing) or None)
 
 
 def max_bytes_of(wal: WalDir) -> int | None:
@@ -194,7 +198,7 @@ def max_bytes_of(wal: WalDir) -> int | None:
 
 def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | None = None,
                 lag_after_s: float = LAG_AFTER_S, log: WalLog | None = None,
-                views: list[BatchView] | None = None) -> Health:
+                views: list[BatchView] | None = None, failing: str | None = None) -> Health:
     """The WAL's figures now. ``log``: a reader already open (else one is opened and closed
     here); ``views``: the catalog already described with it (``inspect`` shows both)."""
     reader = log if log is not None else WalLog.open_reader(wal)
@@ -208,7 +212,8 @@ def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | N
             reader.close()
     return health_of(wal, views, blocked_reason=wal.read_blocked(), max_bytes=max_bytes_of(wal),
                      wal_bytes=wal_size(wal).total, flushed_through=flushed_through,
-                     counters=counters, lag_after_s=lag_after_s, broken=still_broken(wal, views))
+                     counters=counters, lag_after_s=lag_after_s, broken=still_broken(wal, views),
+                     failing=failing)
 
 
 def still_broken(wal: WalDir, views: list[BatchView]) -> BatchView | None:

@@ -82,6 +82,8 @@ METRICS: dict[str, tuple[str, str, Callable]] = {
                 lambda h: 1 if h.state == BLOCKED else 0),
     "lagging": ("gauge", "1 while a committed batch has waited 30 s or more to be written, or "
                 "the backlog is over wal.maxBytes", lambda h: 1 if h.state == LAGGING else 0),
+    "failing": ("gauge", "1 while the flusher's drains fail and are retried (Cassandra away, "
+                "a full or read-only disk): status says why", lambda h: 1 if h.failing else 0),
     "retries": ("counter", "Transient failures retried (write requests in wal.flush.mode=driver, "
                 "flushes in every mode), since the query's run started", lambda h: h.retries),
     "replays": ("counter", "Batches written by a replay (recovery at query start, or a drain "

@@ -285,13 +285,14 @@ class FlushRegistry:
         threading.Thread(target=self._finish_run, args=(run_id, flushers, FINISH_ON_STOP_S),
                          name=f"cassandra-wal-final-flush-{run_id[:8]}").start()
 
-    def _finish_run(self, run_id: str, flushers: list[QueryFlusher], within_s: float) -> None:
+    def _finish_run(self, run_id: str, flushers: list[QueryFlusher], within_s: float,
+                    exiting: bool = False) -> None:
         """The run's last drains, one WAL after another, each retried for up to
-        ``within_s``."""
+        ``within_s`` (``exiting``: the interpreter's exit: :meth:`QueryFlusher.stop`)."""
         try:
             for flusher in flushers:
                 try:
-                    flusher.stop(within_s)
+                    flusher.stop(within_s, exiting=exiting)
                 except Exception:  # noqa: BLE001 - a thread's error would go to stderr only
                     log.exception("cassandra_wal: %s: the last drain of run %s failed",
                                   flusher.wal.root, run_id)
@@ -299,9 +300,10 @@ class FlushRegistry:
             with self._lock:
                 self.stopping.pop(run_id, None)
 
-    def finish(self, within_s: float) -> None:
+    def finish(self, within_s: float, exiting: bool = False) -> None:
         """Stop every running flusher (a last drain, retried for up to ``within_s``) and wait
-        as long for those finishing theirs."""
+        as long for those finishing theirs. ``exiting``: the interpreter exits, so a failure
+        of these drains is no verdict on a batch (:meth:`QueryFlusher.stop`)."""
         with self._lock:
             running = [(r, list(fs.values())) for r, fs in self.flushers.items()]
             self.flushers.clear()
@@ -309,7 +311,10 @@ class FlushRegistry:
             self._pointers.clear()
             finishing = [f for _, fs in self.stopping.values() for f in fs]
         for run_id, flushers in running:
-            self._finish_run(run_id, flushers, within_s)
+            self._finish_run(run_id, flushers, within_s, exiting)
+        for flusher in finishing:
+            if exiting:
+                flusher.mark_exiting()
         for flusher in finishing:
             if not flusher.stopped.wait(within_s):
                 log.warning("cassandra_wal: %s: exiting before the last drain finished; what "
@@ -419,7 +424,7 @@ def finish_at_exit() -> None:
         log.info("cassandra_wal: writing what the queries committed before exit (up to %.0f s)",
                  FINISH_ON_STOP_S)
     for registry in busy:
-        registry.finish(FINISH_ON_STOP_S)
+        registry.finish(FINISH_ON_STOP_S, exiting=True)
 
 
 def served_queries() -> list[ServedQuery]:

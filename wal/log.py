@@ -195,11 +195,31 @@ class WalLog:
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
         return cls(wal, db, writable=False, scratch=scratch)
 
+    @property
+    def closed(self) -> bool:
+        return self._db is None
+
+    @property
+    def db(self) -> Rdict:
+        """The open RocksDB handle; a :class:`WalStorageError` (transient: the flusher reopens
+        the log at its next drain) once it is closed, e.g. after a :meth:`reopen` failed."""
+        if self._db is None:
+            raise WalStorageError(self.wal.log, "the log is closed (a failed reopen after an "
+                                                "I/O error): opened again at the next drain")
+        return self._db
+
     def reopen(self) -> None:
         """Close and open the log again (writer only): after an I/O error RocksDB refuses
-        every write until then, even once the disk has room again."""
+        every write until then, even once the disk has room again. If it cannot be opened
+        (the disk still full or read-only), the log stays closed and this raises
+        :class:`WalStorageError`: call it again later."""
         self.close()
-        self._db = WalLog.open_writer(self.wal)._db
+        try:
+            self._db = WalLog.open_writer(self.wal)._db
+        except WalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - rocksdict's plain Exception, or an OSError
+            raise WalStorageError(self.wal.log, f"cannot open the log again: {exc}") from None
 
     def close(self) -> None:
         if self._db is not None:
@@ -216,14 +236,14 @@ class WalLog:
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, batch: int) -> BatchRecord | None:
-        raw = self._db.get(fmt.batch_key(batch))
+        raw = self.db.get(fmt.batch_key(batch))
         return self._decode(fmt.batch_key(batch), raw) if raw is not None else None
 
     def records(self) -> list[BatchRecord]:
         ro = ReadOptions()
         ro.set_iterate_upper_bound(fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
         return [self._decode(_k, v)
-                for _k, v in self._db.items(from_key=fmt.KEY_BATCH_PREFIX, read_opt=ro)]
+                for _k, v in self.db.items(from_key=fmt.KEY_BATCH_PREFIX, read_opt=ro)]
 
     def _decode(self, key: bytes, raw: bytes) -> BatchRecord:
         try:
@@ -233,12 +253,12 @@ class WalLog:
 
     def flushed_through(self) -> int:
         """Highest batch id flushed so far (-1 if none): earlier batches need nothing more."""
-        raw = self._db.get(fmt.KEY_FLUSHED_THROUGH)
+        raw = self.db.get(fmt.KEY_FLUSHED_THROUGH)
         return int(raw) if raw is not None else -1
 
     def committed_through(self) -> int:
         """Highest batch id the log has seen Spark commit (-1 if none): see :meth:`note_committed`."""
-        raw = self._db.get(fmt.KEY_COMMITTED_THROUGH)
+        raw = self.db.get(fmt.KEY_COMMITTED_THROUGH)
         return int(raw) if raw is not None else -1
 
     def chunks(self, batch: int, segment: int = 0, chunk: int = 0) -> Iterator[LogChunk]:
@@ -277,7 +297,7 @@ class WalLog:
         start = lo
         while True:
             page = []
-            items = self._db.items(from_key=start, read_opt=ro)
+            items = self.db.items(from_key=start, read_opt=ro)
             for item in items:
                 page.append(item)
                 if len(page) == size:
@@ -293,9 +313,9 @@ class WalLog:
         wb = wb if wb is not None else WriteBatch(raw_mode=True)
         wb.put(fmt.batch_key(record.batch), record.to_json())
         if sync:
-            self._db.write(wb, self._sync)
+            self.db.write(wb, self._sync)
         else:
-            self._db.write(wb)
+            self.db.write(wb)
 
     def _transition(self, batch: int, wanted: BatchState) -> BatchRecord | None:
         current = self.get(batch)
@@ -314,7 +334,7 @@ class WalLog:
             return current
         check_transition(seal.batch, current.state if current else None, BatchState.SEALED)
         lo, hi = fmt.rows_prefix(seal.batch), fmt.prefix_end(fmt.rows_prefix(seal.batch))
-        self._db.delete_range(lo, hi)
+        self.db.delete_range(lo, hi)
         try:
             for seg_i, ref in enumerate(seal.segments):
                 reader = SegmentReader(self.wal.segment_path(ref.name), seal.batch, ref.partition,
@@ -324,15 +344,15 @@ class WalLog:
                     head = fmt.ROW_VALUE_HEAD.pack(zlib.crc32(chunk.payload), chunk.rows)
                     wb.put(fmt.rows_key(seal.batch, seg_i, chunk.index), head + chunk.payload)
                     if wb.size_in_bytes() > (8 << 20):
-                        self._db.write(wb)
+                        self.db.write(wb)
                         wb = WriteBatch(raw_mode=True)
                 if reader.verified_crc != ref.crc32 or reader.verified_rows != ref.rows:
                     raise WalCorrupted(reader.path, "segment differs from what its seal records",
                                        batch=seal.batch, partition=ref.partition, segment=ref.name)
                 if not wb.is_empty():
-                    self._db.write(wb)
+                    self.db.write(wb)
         except BaseException:
-            self._db.delete_range(lo, hi)
+            self.db.delete_range(lo, hi)
             raise
         record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
         self._put(record)   # synced: makes the row writes above durable too
@@ -348,7 +368,7 @@ class WalLog:
         one and discard it.
         """
         if batch > self.committed_through():
-            self._db.put(fmt.KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
+            self.db.put(fmt.KEY_COMMITTED_THROUGH, str(batch).encode(), self._sync)
 
     @_storage_errors
     def note_skipped(self, batch: int) -> None:
@@ -356,7 +376,7 @@ class WalLog:
         (Spark committed it and this WAL's foreachBatch writer was never called for it:
         :mod:`wal.entries`). No record of the batch is kept. Synced, as a mark."""
         if batch > self.flushed_through():
-            self._db.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode(), self._sync)
+            self.db.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode(), self._sync)
 
     @_storage_errors
     def begin_flush(self, batch: int) -> BatchRecord:
@@ -397,7 +417,7 @@ class WalLog:
     @_storage_errors
     def discard(self, batch: int, reason: str) -> BatchRecord:
         self._transition(batch, BatchState.DISCARDED)
-        self._db.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
+        self.db.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
         record = BatchRecord(batch, BatchState.DISCARDED, reason=reason)
         self._put(record)
         return record
@@ -413,4 +433,4 @@ class WalLog:
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
         wb.delete(fmt.batch_key(batch))
-        self._db.write(wb, self._sync)
+        self.db.write(wb, self._sync)

@@ -8,7 +8,9 @@ Run by ``tests/integration/test_outage.py`` in a process of its own::
 It streams the JSON files of ``--input`` (``id INT, file INT, name STRING``, one file per
 micro-batch) into the table, waits until Spark has committed every file
 (``processAllAvailable``), stops the query and returns at once: no ``wait_flushed``, no
-``spark.stop()``. Whatever Spark committed must be in Cassandra when the process has exited.
+``spark.stop()``. Whatever Spark committed must be in Cassandra when the process has exited
+(Cassandra up), or stay in the WAL for the next run (Cassandra away). ``--wait-flushed``: wait
+for it with ``sinks.wait_flushed`` first.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name in ("input", "checkpoint", "keyspace", "table", "host", "port"):
         p.add_argument(f"--{name}", required=True)
+    p.add_argument("--wait-flushed", action="store_true",
+                   help="sinks.wait_flushed(query) before stopping it")
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="another option of the sink (repeatable)")
     args = p.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
@@ -45,8 +51,12 @@ def main(argv=None) -> int:
              .option("checkpointLocation", args.checkpoint)
              .option("spark.cassandra.connection.host", args.host)
              .option("spark.cassandra.connection.port", args.port)
+             .options(**dict(o.split("=", 1) for o in args.option))
              .start())
     query.processAllAvailable()
+    if args.wait_flushed:
+        print("[stop-and-exit] every file committed; waiting until it is flushed", flush=True)
+        sinks.wait_flushed(query)
     query.stop()
     print("[stop-and-exit] query stopped; exiting", flush=True)
     return 0

@@ -41,7 +41,7 @@ class FakeFlusher:
     def kick(self):
         self.calls.append("kick")
 
-    def stop(self, finish_within_s=0.0):
+    def stop(self, finish_within_s=0.0, exiting=False):
         self.calls.append("stop")
         self.finish_within.append(finish_within_s)
         self.release.wait(10)
@@ -50,6 +50,9 @@ class FakeFlusher:
     def hand_over(self):
         self.calls.append("hand_over")
         self.release.set()
+
+    def mark_exiting(self):
+        self.calls.append("mark_exiting")
 
 
 class FakeSpark:

@@ -347,3 +347,143 @@ def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, cap
     assert main(["recover", wal.root, "--checkpoint", str(tmp_path / "cp")]) == 0, \
         capsys.readouterr().err
     assert wal.read_blocked() is None
+
+
+# -- issue 31, items 0 and 7: errors a retry cures never block; the flusher never dies -------------
+def test_a_thread_pool_shut_down_by_the_interpreters_exit_is_no_verdict():
+    """Issue 31, item 0: a stream stopped during an outage, its script exiting: the last
+    drain at exit met the driver's pool refusing work and wrote blocked.json; the restart
+    then failed at its first commit, even once Cassandra was back."""
+    from recovery.errors import is_shutdown_error
+
+    exc = RuntimeError("cannot schedule new futures after interpreter shutdown")
+    assert is_shutdown_error(exc) and is_transient(exc)
+    assert not is_shutdown_error(RuntimeError("something else")) and \
+        not is_transient(RuntimeError("something else"))
+
+
+def test_nothing_met_in_the_drain_at_interpreter_exit_blocks_the_wal(tmp_path, monkeypatch):
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(RuntimeError("cannot schedule new futures after shutdown"))
+        fake_cassandra(monkeypatch, flusher, outage)
+        flusher.drain(query_running=True)
+        assert not blocked(flusher) and flusher.failing.startswith("RuntimeError")
+        outage.error = TypeError("whatever the exit breaks")       # no family of ours
+        flusher.stop(finish_within_s=0.05, exiting=True)
+        assert not blocked(flusher)
+
+
+@pytest.mark.parametrize("answer", ["server error", "unconfigured table", "no table"])
+def test_a_server_error_or_a_table_a_node_does_not_know_yet_is_transient(answer):
+    """Issue 31, item 7: a ServerError (a node's own failure) and 'unconfigured table' during a
+    schema disagreement were taken for Cassandra refusing the rows, and blocked the sink."""
+    from cassandra import InvalidRequest
+    from cassandra.protocol import ServerError
+
+    from cql.errors import is_transient_answer
+
+    error = {"server error": ServerError(0x0000, "java.lang.RuntimeException: oops", {}),
+             "unconfigured table": InvalidRequest("unconfigured table events"),
+             "no table": InvalidRequest("table ks.events does not exist")}[answer]
+    assert is_transient_answer(error) and is_transient(error)
+    assert not is_transient_answer(InvalidRequest("Undefined column name nope"))
+
+
+def test_a_reopen_that_fails_leaves_the_log_closed_and_the_next_drain_opens_it(
+        tmp_path, monkeypatch):
+    """Issue 31, item 7: after a RocksDB I/O error WalLog.reopen closed the log and, if it
+    could not open it again, left it closed: every later drain died of an AttributeError."""
+    from wal.errors import WalStorageError
+    from wal.log import WalLog
+
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(OSError(111, "refused"))
+        outage.down = False
+        fake_cassandra(monkeypatch, flusher, outage)
+        flusher.log._db = FullDisk(flusher.log._db)
+        flusher.drain(query_running=True)
+        assert isinstance(flusher.last_error, WalStorageError)
+        real = WalLog.open_writer
+
+        def still_full(wal):
+            raise Exception("IO error: No space left on device: While opening a file")
+
+        monkeypatch.setattr(WalLog, "open_writer", classmethod(lambda cls, wal: still_full(wal)))
+        flusher.drain(query_running=True)
+        assert flusher.log.closed and isinstance(flusher.last_error, WalStorageError)
+        assert flusher._next_commit_to_watch() is None       # the loop's look survives it
+        flusher.drain(query_running=True)                    # again: no AttributeError
+        assert isinstance(flusher.last_error, WalStorageError) and not blocked(flusher)
+        monkeypatch.setattr(WalLog, "open_writer", real)      # the disk has room again
+        flusher.drain(query_running=True)
+        assert flusher.last_error is None and flusher.failing is None
+        assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
+
+
+def test_a_block_that_cannot_be_written_to_disk_is_still_said_and_retried(tmp_path, monkeypatch,
+                                                                          caplog):
+    """Issue 31, item 7: writing blocked.json on a full or read-only disk raised out of the
+    drain and ended the flusher's thread with nothing said."""
+    from wal.layout import WalDir
+
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(OptionError("spark.cassandra.auth.username", "x", "refused"))
+        fake_cassandra(monkeypatch, flusher, outage)
+        real = WalDir.write_blocked
+
+        def read_only(self, reason):
+            if reason is not None:
+                raise OSError(30, "Read-only file system")
+            return real(self, reason)
+
+        monkeypatch.setattr(WalDir, "write_blocked", read_only)
+        flusher.start()
+        flusher.kick()
+        deadline = __import__("time").monotonic() + 10
+        while flusher.drains < 2 and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.01)
+        assert flusher._thread.is_alive(), "the flusher's thread died"
+        health = flusher.health()
+        assert health.state == "blocked" and "refused" in health.blocked_reason
+        assert "blocked.json could not be written" in caplog.text
+        monkeypatch.setattr(WalDir, "write_blocked", real)   # the disk is writable again
+        while not blocked(flusher) and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.01)
+        assert blocked(flusher)
+
+
+def test_drains_that_fail_are_a_state_said_once_and_left_once(tmp_path, monkeypatch, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="cassandra_wal")
+    with flusher_on(tmp_path) as flusher:
+        outage = Outage(OSError(28, "No space left on device"))
+        fake_cassandra(monkeypatch, flusher, outage)
+        for _ in range(3):
+            flusher.drain(query_running=True)
+        assert flusher.health().failing == "OSError: [Errno 28] No space left on device"
+        assert caplog.text.count("flush failing") == 1
+        outage.down = False
+        flusher.drain(query_running=True)
+        assert flusher.health().failing is None
+        assert caplog.text.count("flush going again") == 1
+
+
+def test_the_flushers_loop_outlives_a_bug_in_a_drain(tmp_path, monkeypatch, caplog):
+    import time
+
+    with flusher_on(tmp_path) as flusher:
+        calls = []
+
+        def broken(query_running, **_):
+            calls.append(1)
+            raise AttributeError("a bug")
+
+        monkeypatch.setattr(flusher, "drain", broken)
+        flusher.start()
+        for _ in range(2):
+            flusher.kick()
+            time.sleep(0.2)
+        assert len(calls) >= 2 and flusher._thread.is_alive()
+        assert "the flusher's loop failed" in caplog.text
+        monkeypatch.undo()
