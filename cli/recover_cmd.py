@@ -43,7 +43,10 @@ certificate PEM paths); a client key's password comes from the variable named by
 --keystore-password-env (default {ENV_KEYSTORE_PASSWORD}). Secrets are never printed.
 
 Stop the streaming query first: recover takes the WAL's writer lock (exit 1 if a running sink
-holds it). Restarting the query runs the same recovery automatically.
+holds it). Restarting the query runs the same recovery automatically. On HDFS or S3 that lock
+is only this host's working copy: a query running on another host is not seen, and a batch it
+sealed but Spark has not committed yet looks like one Spark never will. So on a store recover
+writes what Spark committed and leaves the rest, unless --force says the query is stopped.
 
 exit codes: 0 done (or plan printed), 1 a flush failed (Cassandra down, lock held),
             2 usage, 3 corruption: a batch cannot be replayed (named), see docs/runbook.md
@@ -53,7 +56,8 @@ Examples:
   cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1
   CASSANDRA_WAL_PASSWORD=... cassandra-wal recover /data/wal --username etl --host 10.0.0.5
   ETL_PW=... cassandra-wal recover /data/wal --username etl --password-env ETL_PW
-  cassandra-wal recover /data/wal --json"""
+  cassandra-wal recover /data/wal --json
+  cassandra-wal recover hdfs://nn:8020/wal --checkpoint hdfs://nn:8020/cp --force"""
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -65,6 +69,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="CP",
                    help="Spark checkpoint folder (default: target.json's checkpoint_location)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    p.add_argument("--force", action="store_true",
+                   help="on HDFS or S3, discard what Spark never committed too: only when no "
+                        "run of the query is live anywhere (a local WAL always does)")
     p.add_argument("--host", help="contact points, comma separated (default: recorded)")
     p.add_argument("--port", type=int, help="native port (default: recorded)")
     p.add_argument("--username", help=f"user name (default: ${ENV_USERNAME})")
@@ -143,11 +150,17 @@ class _Reporter:
               file=sys.stderr)
 
 
+#: Why recover leaves uncommitted batches of a WAL on a store (without --force).
+STORE_NOTE = ("on a store recover cannot tell a stopped query from one running on another "
+              "host, whose batch Spark is about to commit: it never discards without --force")
+
+
 def run(args) -> int:
     wal = working_wal(args.wal_dir)
     checkpoint = _checkpoint(wal, args)
+    discard = wal.remote is None or args.force
     if args.dry_run:
-        plan = catalog.describe_read_only(wal, checkpoint)
+        plan = catalog.describe_read_only(wal, checkpoint, query_running=not discard)
         todo = [v for v in plan if v.action != catalog.NOTHING]
         if args.json:
             print(json.dumps({"dry_run": True, "checkpoint": checkpoint,
@@ -159,16 +172,21 @@ def run(args) -> int:
         return EXIT_OK
     try:
         report = replay_wal(wal, checkpoint, _target(wal, args),
-                            on_progress=_Reporter(quiet=args.json))
+                            on_progress=_Reporter(quiet=args.json), discard_uncommitted=discard)
     except RecoveryBlocked as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_CORRUPT
     except (FlushFailed, ConnectionFailed) as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    left = report.waiting_at
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(dict(report.to_dict(), left_from=left,
+                              note=STORE_NOTE if left is not None else None), indent=2))
     else:
         print(f"replayed {len(report.replayed)} batches ({report.rows_written} rows), "
               f"discarded {len(report.discarded)}, in {report.seconds:.1f}s")
+        if left is not None:
+            print(f"left batch {left} and later ones, which Spark has not committed: "
+                  f"{STORE_NOTE}", file=sys.stderr)
     return EXIT_OK

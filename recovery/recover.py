@@ -33,16 +33,20 @@ def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
 
 def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
                on_progress: Callable[[Progress], None] | None = None,
-               lock_wait_s: float = 0.0, crash_prefix: str = "recover") -> ReplayReport:
+               lock_wait_s: float = 0.0, crash_prefix: str = "recover",
+               discard_uncommitted: bool = True) -> ReplayReport:
     """Replay ``wal`` against the checkpoint ``checkpoint`` (a local folder; None for a batch
-    job's WAL, whose seals are their own commit point), writing to ``target``. Raises
-    ``WalLocked`` (another process holds the WAL), ``RecoveryBlocked`` (a batch cannot be
-    replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
+    job's WAL, whose seals are their own commit point), writing to ``target``.
+    ``discard_uncommitted``: discard what Spark never committed (Spark re-runs it), as a
+    query's start does; False leaves it as a running query's flusher does (waits), for when a
+    query may be running elsewhere. Raises ``WalLocked`` (another process holds the WAL),
+    ``RecoveryBlocked`` (a batch cannot be replayed: named), ``FlushFailed`` /
+    ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint,
-                          on_progress=on_progress).run(query_running=False,
+                          on_progress=on_progress).run(query_running=not discard_uncommitted,
                                                        crash_prefix=crash_prefix)
     finally:
         wal_log.close()

@@ -233,7 +233,7 @@ def main(argv=None) -> int:
             break
         done = committed_files(args.checkpoint, cache) & expected
         pending = wal_pending(args.checkpoint) if done == expected else ["?"]
-        flushers = list(registry.flushers.values())
+        flushers = [f for run in registry.flushers.values() for f in run.values()]
         errors = [repr(f.last_error) for f in flushers if f.last_error is not None]
         batches = len(ckpt.committed_batches(args.checkpoint))
         state = (len(done), batches, tuple(pending or ()), tuple(errors))

@@ -50,7 +50,7 @@ def run(spark, src, cp, host, port, keyspace, table, batches) -> None:
                 raise SystemExit(f"the query did not commit {batches} batches: "
                                  f"{query.exception()}")
             time.sleep(0.3)
-        out["flusher_running"] = registry.flusher_of(str(query.runId)) is not None
+        out["flusher_running"] = bool(registry.flushers_of(str(query.runId)))
         sinks.wait_flushed(query, timeout=60)
         out["flushed_while_running"] = True
     finally:

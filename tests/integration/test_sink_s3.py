@@ -83,8 +83,7 @@ PROGRAM = textwrap.dedent("""
         sinks.wait_flushed(query, timeout=120)
         query.stop()
         for registry in registries:            # the run's last drain and log close
-            flusher = registry.flusher_of(str(query.runId))
-            if flusher is not None:
+            for flusher in registry.flushers_of(str(query.runId)):
                 assert flusher.stopped.wait(60)
 
     write_json_files(src, [events(k) for k in range(3)])

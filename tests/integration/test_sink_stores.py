@@ -139,6 +139,22 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         assert dry.returncode == 0, dry.stderr
         assert json.loads(dry.stdout)["plan"] == []
         assert open_store(wal_uri).list("segments") == []     # read, changed nothing
+
+        # Issue 31, item 4: a run of the query live on this host seals batch 5, which Spark is
+        # about to commit; recover runs on another host (another working copy, so the lock
+        # is not seen). It used to take batch 5 for uncommitted and delete its seal and
+        # segment on the store: Spark then committed a batch the WAL no longer had.
+        live = _seal_a_batch(wal_uri, 5)
+        elsewhere = dict(env, CASSANDRA_WAL_WORKING_DIR=str(tmp_path / "other-host"))
+        left = cassandra_wal("recover", wal_uri, env=elsewhere)
+        assert left.returncode == 0, left.stderr
+        assert "left batch 5" in left.stderr and "--force" in left.stderr
+        keys = open_store(wal_uri).list()
+        assert f"segments/{live.segments[0].name}" in keys, keys
+        assert any(k.startswith("seals/00000000000000000005/") for k in keys), keys
+        forced = cassandra_wal("recover", wal_uri, "--force", env=elsewhere)  # query stopped
+        assert forced.returncode == 0, forced.stderr
+        assert not [k for k in open_store(wal_uri).list() if "00000000000000000005" in k]
     finally:
         shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)
 
@@ -171,8 +187,7 @@ def test_every_type_round_trips_through_a_stream_checkpointed_on_hdfs(
 
 def _wait_flusher_stopped(query) -> None:
     for registry in registries:           # the run's last drain done and its log closed
-        flusher = registry.flusher_of(str(query.runId))
-        if flusher is not None:
+        for flusher in registry.flushers_of(str(query.runId)):
             assert flusher.stopped.wait(60)
 
 
@@ -260,3 +275,19 @@ def test_a_cassandra_outage_is_absorbed_by_a_wal_on_hdfs_and_drained(spark, on_h
             assert store.list("segments") == []
         finally:
             shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)
+
+
+def _seal_a_batch(wal_uri: str, batch: int):
+    """What a run's task and commit do for ``batch`` on the store: a segment published from
+    the task's spool, then a seal version."""
+    import pyarrow as pa
+
+    from wal.layout import WalDir
+    from wal.remote import spool_dir
+    from wal.seal import seal_batch
+    from wal.segment import SegmentWriter
+
+    task_wal = WalDir(spool_dir(wal_uri), spool_for=wal_uri)
+    writer = SegmentWriter(task_wal, batch, 0, 0, {"columns": ["id", "file", "name"]})
+    writer.append(pa.record_batch({"id": [batch * 1000], "file": [batch], "name": ["live"]}))
+    return seal_batch(WalDir.at(wal_uri), batch, [writer.finish()])

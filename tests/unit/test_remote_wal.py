@@ -448,3 +448,58 @@ def test_the_flusher_writes_a_batch_when_spark_commits_it_without_waiting_for_th
         f._stop.set()
         f._wake.set()
         thread.join(5)
+
+
+def test_recover_on_a_store_writes_what_spark_committed_and_discards_nothing_without_force(
+        tmp_path, monkeypatch, capsys):
+    """Issue 31, item 4: recover's lock is this host's working copy; a query live on another
+    host has sealed batch 1 and Spark is about to commit it. recover took it for uncommitted
+    and deleted its seal and segments on the store: Spark committed it, its rows were lost."""
+    import cli.recover_cmd as recover_cmd
+    from cli.main import main
+
+    s = Stream(tmp_path)
+    s.wal.write_target({"fingerprint": "f", "target": _target_fields(s.checkpoint)})
+    s.seal(0, [s.stage(0, 0, 3, 0)])
+    s.commit(0)
+    live = s.seal(1, [s.stage(1, 0, 2, 100)])       # the live query's batch, not committed yet
+    monkeypatch.setattr(recover_cmd, "replay_wal", _replaying(monkeypatch))
+    other = s.host("host-b")                          # recover runs on another host
+    assert main(["recover", other.root, "--checkpoint", s.checkpoint]) == 0
+    err = capsys.readouterr().err
+    assert "left batch 1" in err and "--force" in err
+    assert sorted(i for _, _, ids in WRITES for i in ids) == [0, 1, 2]
+    assert [r.name for r in live.segments][0] in "".join(s.store.list("segments"))
+    assert any("/00000000000000000001/" in f"/{k}/" for k in s.store.list("seals"))
+    s.commit(1)                                     # Spark commits it: it is still there
+    WRITES.clear()
+    assert s.flush(query_running=True).replayed == [1]
+    s.seal(2, [s.stage(2, 0, 1, 200)])              # a stopped query's leftover: --force
+    assert main(["recover", other.root, "--checkpoint", s.checkpoint, "--force"]) == 0
+    assert not any("/00000000000000000002/" in f"/{k}/" for k in s.store.list("seals"))
+
+
+def _target_fields(checkpoint: str) -> dict:
+    from tests.unit.test_distributed_flush import target
+
+    return target().to_dict()
+
+
+def _replaying(monkeypatch):
+    """recover's replay_wal with the recording Upserter (no Cassandra)."""
+    import recovery.recover as recover_module
+
+    real = recover_module.replay_wal
+
+    class Output:
+        def __init__(self, target, wal_root=None):
+            pass
+
+        def upserter(self, seal=None):
+            return RecordingUpserter()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(recover_module, "CassandraOutput", Output)
+    return real
