@@ -20,9 +20,14 @@ from wal.layout import WalDir
 from .config import ConnectionConfig, SinkConfig, WalConfig, WriteConfig
 
 #: The write options a seal records (``Target.write_record``): the ones that decide which
-#: cells a row becomes. Connection, batching and retry options only decide how they travel.
+#: cells a row becomes, and which non-frozen lists the user accepted at least once for
+#: (``wal.lists.atLeastOnce``: a replay of such a list appends its elements again).
+#: Connection, batching and retry options only decide how they travel.
 SEALED_WRITE_OPTIONS = ("ttl_seconds", "ttl_column", "writetime_micros", "writetime_column",
-                        "ignore_nulls")
+                        "ignore_nulls", "lists_at_least_once")
+#: What a seal that lacks an option says: seals written before ``wal.lists.atLeastOnce``
+#: existed opted no list in (that release wrote lists without asking).
+SEALED_BEFORE = {"lists_at_least_once": ()}
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,8 @@ class Target:
         recorded nothing: they are written with the current options)."""
         if not record:
             return self
-        write = replace(self.config.write, **{k: record[k] for k in SEALED_WRITE_OPTIONS})
+        write = replace(self.config.write, **{k: record[k] if k in record else SEALED_BEFORE[k]
+                                              for k in SEALED_WRITE_OPTIONS})
         return replace(self, config=replace(self.config, write=write),
                        columns=tuple(record["columns"]))
 
