@@ -54,6 +54,18 @@ class Target:
         return replace(self, config=replace(self.config, write=write),
                        columns=tuple(record["columns"]))
 
+    def unaccepted_lists(self, record: dict | None) -> tuple[str, ...]:
+        """The non-frozen list columns (:attr:`cql.table.TableSchema.non_frozen_lists`) a batch
+        sealed with ``record`` writes without its seal recording that the user accepted them
+        at least once (``wal.lists.atLeastOnce``). None for a batch this release sealed: it
+        refuses such a column before staging; a batch an earlier release sealed may have
+        some, and is written all the same (Spark committed it)."""
+        sealed = self.as_sealed(record)
+        lists = self.table.non_frozen_lists
+        accepted = {self.table.resolve_column(n) for n in sealed.config.write.lists_at_least_once}
+        written = (self.table.resolve_column(c) for c in sealed.columns)
+        return tuple(c for c in written if c in lists and c not in accepted)
+
     def to_dict(self) -> dict:
         return {"config": self.config.public_dict(), "table": self.table.to_dict(),
                 "columns": list(self.columns)}

@@ -17,19 +17,26 @@ import json
 import logging
 from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
+from cassandra import OperationTimedOut
 from pyspark.sql import types as T
 
 from cql.config import WriteConfig
 from cql.errors import OptionError, SchemaError
 from cql.table import TableSchema
+from recovery import output
 from recovery.config import SinkConfig
+from recovery.flusher import QueryFlusher
+from recovery.recover import replay_wal
 from recovery.target import RecordedTarget, Target
 from sinks import plan
 from sinks.options import parse_options
 from sinks.validation import validate_schema
+from tests.helpers.walfactory import WalFactory
 from wal.layout import WalDir
 from wal.seal import Seal, decode_seal, encode_seal
+from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
 
@@ -166,3 +173,118 @@ def test_a_query_upgraded_with_a_list_column_is_refused_at_its_next_batch(tmp_pa
         plan.prepare_write(options, {}, df("l"), streaming=True)
     assert info.value.column == "l" and looked_up == ["t"]
     assert wal.staged_batch_ids() == [] and wal.sealed_batch_ids() == []
+
+
+# -- batches an earlier release sealed with a list column -----------------------------------------
+
+EARLIER = TableSchema("ks", "t", (("id", "bigint"), ("tags", "list<text>"), ("name", "text")),
+                      ("id",))
+#: The write record of the release before wal.lists.atLeastOnce: no opt-in recorded.
+EARLIER_RECORD = {"columns": ["id", "tags"], "ttl_seconds": None, "ttl_column": None,
+                  "writetime_micros": None, "writetime_column": None, "ignore_nulls": False}
+
+
+def tagged_rows(n: int, start: int) -> pa.RecordBatch:
+    return pa.record_batch({"id": pa.array(range(start, start + n), pa.int64()),
+                            "tags": pa.array([["a", "b"]] * n, pa.list_(pa.string()))})
+
+
+class Node:
+    """The fake Cassandra of these tests: what was written, and a timeout to raise once."""
+
+    def __init__(self, fail_at: tuple[int, int] | None = None):
+        self.written: list[tuple[int, list[int]]] = []
+        self.fail_at = fail_at                      # (batch, chunks written before it)
+
+    def upserter(self, session, table, columns, write, *args, **kwargs):
+        node = self
+
+        class Upserter:
+            def write_chunks(self, chunks, batch_id, **_):
+                for rb, _first_ts, tag in chunks:
+                    done = sum(1 for b, _ in node.written if b == batch_id)
+                    if node.fail_at == (batch_id, done):
+                        node.fail_at = None
+                        raise OperationTimedOut(last_host="node")
+                    node.written.append((batch_id, rb.column("id").to_pylist()))
+                    yield tag
+
+        return Upserter()
+
+
+@pytest.fixture
+def flusher_log():
+    """The records of the flusher's log (``cassandra_wal``; it may not propagate to pytest's
+    handler once ``sinks.register`` made it visible)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("cassandra_wal")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+def earlier_wal(tmp_path, record: dict | None) -> Target:
+    """A WAL an earlier release left: batches 0 and 1 write the list without an opt-in
+    recorded (``record``), batch 2 with one; all sealed, Spark committed them."""
+    cp = tmp_path / "cp"
+    earlier = Target(SinkConfig("ks", "t", checkpoint_location=str(cp)), EARLIER, ("id", "tags"))
+    recorded = earlier.to_dict()
+    recorded["config"]["write"].pop("lists_at_least_once")
+    with WalFactory(tmp_path / "wal", checkpoint=cp,
+                    target={"fingerprint": "earlier", "target": recorded}) as f:
+        f.sealed(0, rows=[tagged_rows(4, 0)], chunk_rows=1, write=record)
+        f.sealed(1, rows=[tagged_rows(2, 10)], chunk_rows=1, write=record)
+        f.sealed(2, rows=[tagged_rows(2, 20)],                    # opted in: nothing to say
+                 write=dict(EARLIER_RECORD, lists_at_least_once=["tags"]))
+    return earlier
+
+
+def fake_node(monkeypatch, fail_at=None) -> Node:
+    node = Node(fail_at)
+    monkeypatch.setattr(output, "connect", lambda connection: (SimpleNamespace(
+        shutdown=lambda: None), None))
+    monkeypatch.setattr(output, "Upserter", node.upserter)
+    return node
+
+
+def list_warnings(records) -> list[str]:
+    return [r.getMessage() for r in records if "wal.lists.atLeastOnce" in r.getMessage()]
+
+
+@pytest.mark.parametrize("record", [EARLIER_RECORD, None], ids=["earlier-release", "first-release"])
+def test_a_batch_sealed_with_a_list_column_by_an_earlier_release_drains_with_one_warning(
+        tmp_path, monkeypatch, flusher_log, record):
+    """After the upgrade, recovery at query start (which validates nothing) writes what the
+    earlier release sealed and Spark committed: lists and all, at least once, saying so once per
+    batch, whichever drain writes it and however many chunks it has."""
+    cp = tmp_path / "cp"
+    earlier_wal(tmp_path, record)
+    node = fake_node(monkeypatch, fail_at=(0, 2))
+    flusher = QueryFlusher(str(tmp_path / "wal"), str(cp), retry_interval_s=0.01)
+    try:
+        flusher.recover()                    # the query's start: batch 0 half written
+        assert isinstance(flusher.last_error, OperationTimedOut)
+        flusher.drain(query_running=True)    # the rest
+        assert flusher.last_error is None
+        assert [r.state for r in flusher.log.records()] == [BatchState.FLUSHED] * 3
+    finally:
+        flusher.stop()
+    assert sorted(i for _, ids in node.written for i in ids) == [0, 1, 2, 3, 10, 11, 20, 21]
+    warnings = list_warnings(flusher_log)
+    assert len(warnings) == 2, warnings
+    for batch, text in zip((0, 1), warnings):
+        assert f"batch {batch} " in text and "'tags'" in text and "at least once" in text, text
+
+
+def test_cassandra_wal_recover_writes_such_a_wal_with_the_same_warning(
+        tmp_path, monkeypatch, flusher_log):
+    target = earlier_wal(tmp_path, EARLIER_RECORD)
+    node = fake_node(monkeypatch)
+    report = replay_wal(WalDir(str(tmp_path / "wal")), str(tmp_path / "cp"), target)
+    assert report.replayed == [0, 1, 2] and len(node.written) == 7
+    assert [w.split(" writes ")[0].rsplit(": ", 1)[1] for w in list_warnings(flusher_log)] \
+        == ["batch 0", "batch 1"]
