@@ -149,6 +149,13 @@ class WriteConfig:
     throughput_mb_per_s: float | None = None
     retry_count: int = 10
     group_rows: int = 30000
+    #: Non-frozen list columns written at least once (``wal.lists.atLeastOnce``): a replay
+    #: of a row appends its elements again (:attr:`cql.table.CqlType.is_non_frozen_list`).
+    lists_at_least_once: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A tuple however it was given (a JSON list from target.json or a seal; None: unset).
+        object.__setattr__(self, "lists_at_least_once", tuple(self.lists_at_least_once or ()))
 
     def public_dict(self) -> dict[str, Any]:
         return public_fields(self)

@@ -51,6 +51,17 @@ class CqlType:
     def is_udt(self) -> bool:
         return self.fields is not None
 
+    @property
+    def is_non_frozen_list(self) -> bool:
+        """A non-frozen list: Cassandra stores each element in a cell of its own, named by a
+        time-based id the node picks at each write, so a row written twice holds its
+        elements twice (CASSANDRA-11368), whatever the write timestamp. Sets and maps name a
+        cell by its element or key, a frozen collection is one cell, and a non-frozen UDT is a
+        cell per field (Cassandra refuses a non-frozen collection inside it): those rewrite
+        the same cells. Said of a column's own type: a list nested inside another type is
+        always frozen."""
+        return self.name == "list" and not self.frozen
+
     def __str__(self) -> str:
         if self.is_udt:   # as CQL spells it: the type's name
             text = self.name if _PLAIN_NAME.fullmatch(self.name) else '"' + self.name.replace('"', '""') + '"'
@@ -210,6 +221,12 @@ class TableSchema:
         """The parsed CQL type of column ``name`` (exact name), its UDTs expanded
         (:attr:`CqlType.fields`); KeyError if absent."""
         return _expanded(self.column_type(name), self.user_types)
+
+    @property
+    def non_frozen_lists(self) -> tuple[str, ...]:
+        """The columns a write appends to instead of overwriting (non-frozen lists:
+        :attr:`CqlType.is_non_frozen_list`), in table order."""
+        return tuple(name for name in self.column_names if self.cql_type(name).is_non_frozen_list)
 
     def resolve_column(self, name: str) -> str | None:
         """The table's column for a DataFrame column name: exact match first, then

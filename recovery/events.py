@@ -1,5 +1,7 @@
 """The flusher's log lines for an operator: one per batch written, one per change of state
-(blocked, unblocked, replay started, replay finished, flush failing, flush going again), on the ``cassandra_wal`` logger.
+(blocked, unblocked, replay started, replay finished, flush failing, flush going again), one
+per batch an earlier release sealed with a non-frozen list column, on the ``cassandra_wal``
+logger.
 
 Why a logger of their own, and why INFO made visible: Python shows only WARNING and above when
 nothing configured logging, which is the case in most Spark driver scripts, and a batch
@@ -49,6 +51,16 @@ def blocked(wal: str, reason: str, exc: BaseException | None = None) -> None:
 
 def unblocked(wal: str) -> None:
     log.warning("%s: unblocked: a drain got through, batches are written again", wal)
+
+
+def lists_at_least_once(wal: str, batch: int, columns: tuple[str, ...]) -> None:
+    """A batch sealed by an earlier release, which wrote non-frozen lists without asking: it
+    is written anyway (Spark committed it), and a replay may repeat its elements."""
+    log.warning("%s: batch %d writes the non-frozen list column(s) %s, sealed by an earlier "
+                "release without wal.lists.atLeastOnce: it is written at least once (a "
+                "retried or replayed row appends its elements again); the query's next batch "
+                "refuses such a column until it is frozen or named in wal.lists.atLeastOnce "
+                "(docs/guarantees.md)", wal, batch, ", ".join(repr(c) for c in columns))
 
 
 def replay_started(wal: str, batch: int, why: str) -> None:

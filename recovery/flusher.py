@@ -45,6 +45,7 @@ from wal.binding import bind
 from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.layout import WalDir
 from wal.retention import RetentionPolicy
+from wal.seal import Seal
 
 from . import events
 from .errors import SINK_ERRORS, RecoveryBlocked, is_shutdown_error, is_transient
@@ -111,7 +112,8 @@ class QueryFlusher:
         self.output = self._output(self.target)
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target),
-                                 on_written=self._written)
+                                 on_written=self._written, before_write=self._before_write)
+        self._lists_said: set[int] = set()     # batches whose unaccepted lists were logged
         self._replay: Replay | None = None     # the replay under way (recovery.events)
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
@@ -213,6 +215,16 @@ class QueryFlusher:
         replay.batches += 1
         replay.rows += done.rows
         self.counters.count(replays=1)
+
+    def _before_write(self, seal: Seal) -> None:
+        """A batch an earlier release sealed with a non-frozen list column is written at least
+        once: say so, once per batch (a drain that fails writes it again later)."""
+        if seal.batch in self._lists_said:
+            return
+        columns = self.target.unaccepted_lists(seal.write)
+        if columns:
+            self._lists_said.add(seal.batch)
+            events.lists_at_least_once(self.wal.root, seal.batch, columns)
 
     def _replay_done(self) -> None:
         replay, self._replay = self._replay, None

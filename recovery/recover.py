@@ -16,7 +16,9 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 from wal.errors import WalLocked
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.seal import Seal
 
+from . import events
 from .output import CassandraOutput
 from .replay import Progress, Replayer, ReplayReport
 from .target import Target
@@ -29,6 +31,14 @@ def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
                             retry=retry_if_exception_type(WalLocked), reraise=True):
         with attempt:
             return WalLog.open_writer(wal)
+
+
+def _say_unaccepted_lists(wal: WalDir, target: Target, seal: Seal) -> None:
+    """A batch an earlier release sealed with a non-frozen list column: the flusher's warning
+    (each batch is written once in a replay of the whole WAL)."""
+    columns = target.unaccepted_lists(seal.write)
+    if columns:
+        events.lists_at_least_once(wal.root, seal.batch, columns)
 
 
 def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
@@ -45,9 +55,9 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
     output = CassandraOutput(target)
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
-        report = Replayer(wal, wal_log, output.upserter, checkpoint,
-                          on_progress=on_progress).run(query_running=not discard_uncommitted,
-                                                       crash_prefix=crash_prefix)
+        report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,
+                          before_write=lambda seal: _say_unaccepted_lists(wal, target, seal)
+                          ).run(query_running=not discard_uncommitted, crash_prefix=crash_prefix)
     finally:
         wal_log.close()
         output.close()

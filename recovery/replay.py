@@ -158,9 +158,11 @@ class Replayer:
                  checkpoint: str | None, retention: RetentionPolicy | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
                  crash_prefix: str = "flush", writer: RowWriter | None = None,
-                 on_written: Callable[[WrittenBatch], None] | None = None):
+                 on_written: Callable[[WrittenBatch], None] | None = None,
+                 before_write: Callable[[Seal], None] | None = None):
         self.wal, self.log, self.checkpoint = wal, log_, checkpoint
         self.on_written = on_written
+        self.before_write = before_write    # each flush of a batch, ingested, before its rows
         self.writer = writer if writer is not None else DriverWriter(upserter_factory)
         self.retention = retention
         self.on_progress = on_progress
@@ -261,6 +263,8 @@ class Replayer:
         except WalCorrupted as exc:
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         seal = record.seal
+        if self.before_write is not None:
+            self.before_write(seal)
         remove_unsealed_segments(self.wal, batch, {s.name for s in seal.segments})
         if record.state == BatchState.SEALED:
             record = self.log.begin_flush(batch)

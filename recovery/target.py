@@ -20,9 +20,14 @@ from wal.layout import WalDir
 from .config import ConnectionConfig, SinkConfig, WalConfig, WriteConfig
 
 #: The write options a seal records (``Target.write_record``): the ones that decide which
-#: cells a row becomes. Connection, batching and retry options only decide how they travel.
+#: cells a row becomes, and which non-frozen lists the user accepted at least once for
+#: (``wal.lists.atLeastOnce``: a replay of such a list appends its elements again).
+#: Connection, batching and retry options only decide how they travel.
 SEALED_WRITE_OPTIONS = ("ttl_seconds", "ttl_column", "writetime_micros", "writetime_column",
-                        "ignore_nulls")
+                        "ignore_nulls", "lists_at_least_once")
+#: What a seal that lacks an option says: seals written before ``wal.lists.atLeastOnce``
+#: existed opted no list in (that release wrote lists without asking).
+SEALED_BEFORE = {"lists_at_least_once": ()}
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,22 @@ class Target:
         recorded nothing: they are written with the current options)."""
         if not record:
             return self
-        write = replace(self.config.write, **{k: record[k] for k in SEALED_WRITE_OPTIONS})
+        write = replace(self.config.write, **{k: record[k] if k in record else SEALED_BEFORE[k]
+                                              for k in SEALED_WRITE_OPTIONS})
         return replace(self, config=replace(self.config, write=write),
                        columns=tuple(record["columns"]))
+
+    def unaccepted_lists(self, record: dict | None) -> tuple[str, ...]:
+        """The non-frozen list columns (:attr:`cql.table.TableSchema.non_frozen_lists`) a batch
+        sealed with ``record`` writes without its seal recording that the user accepted them
+        at least once (``wal.lists.atLeastOnce``). None for a batch this release sealed: it
+        refuses such a column before staging; a batch an earlier release sealed may have
+        some, and is written all the same (Spark committed it)."""
+        sealed = self.as_sealed(record)
+        lists = self.table.non_frozen_lists
+        accepted = {self.table.resolve_column(n) for n in sealed.config.write.lists_at_least_once}
+        written = (self.table.resolve_column(c) for c in sealed.columns)
+        return tuple(c for c in written if c in lists and c not in accepted)
 
     def to_dict(self) -> dict:
         return {"config": self.config.public_dict(), "table": self.table.to_dict(),

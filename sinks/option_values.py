@@ -100,6 +100,15 @@ def hosts(raw: str) -> tuple[str, ...]:
     return tuple(format_contact_point(*contact_point(entry)) for entry in entries)
 
 
+def column_names(raw: str) -> tuple[str, ...]:
+    """Table column names, comma-separated, each once, as given (matched to the table's
+    columns later, as DataFrame columns are); empty entries are skipped."""
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if not names:
+        raise ValueError("expected one or more column names, comma-separated")
+    return tuple(dict.fromkeys(names))
+
+
 def ssl_protocol(raw: str) -> str:
     return tls_protocol(raw)
 

@@ -88,6 +88,9 @@ _CLUSTER_REASON = (
     "one to write to"
 )
 
+#: Our opt-in for non-frozen list columns (:func:`sinks.validation.validate_schema` names it).
+LISTS_AT_LEAST_ONCE = "wal.lists.atLeastOnce"
+
 _T, _C, _A, _W, _L, _I, _R = (
     "Table and stream", "Connection", "Authentication and TLS", "Write",
     "Write-ahead log (our own options)", "Accepted and ignored", "Refused",
@@ -349,6 +352,21 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "grouped, twice over while one group is in flight and the next is built). 1: each "
         "chunk on its own.",
         section=_L, target="write.group_rows",
+    ),
+    _spec(
+        LISTS_AT_LEAST_ONCE, None, values.column_names,
+        "Non-frozen `list<...>` columns you accept to be written **at least once**, "
+        "comma-separated (unset: none). Cassandra stores each element of a non-frozen list "
+        "under a new cell id it picks at every write, so a row written again (the driver's "
+        "retry after a timeout, a replay after a crash, a flush task run again: the sink does "
+        "these on purpose) holds its elements twice (CASSANDRA-11368). Without this option a "
+        "write to such a column is refused before anything is staged: declare it "
+        "`frozen<list<...>>` (one cell, exactly once) or `set<...>` instead. For the columns "
+        "named here, an element may appear more than once; every element of a committed row "
+        "is there, and nothing of an uncommitted batch. The other columns keep exactly once "
+        "in effect. Naming a column that is not a non-frozen list is an error. Recorded in "
+        "each batch's seal.",
+        section=_L, target="write.lists_at_least_once",
     ),
     _spec(
         "wal.metrics.port", None, values.metrics_port,

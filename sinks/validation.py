@@ -20,9 +20,12 @@ from cql.errors import (
     CounterTableError,
     InvalidValueError,
     NullPrimaryKeyError,
+    OptionError,
     SchemaError,
 )
 from cql.table import NATIVE_TYPES, CqlType, TableSchema
+
+from .options import LISTS_AT_LEAST_ONCE
 
 _INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
 _SCALARS: dict[type, frozenset[str]] = {
@@ -49,8 +52,10 @@ def validate_schema(spark_schema: T.StructType, table: TableSchema, write: Write
     """The DataFrame columns to write, in table order; raises if the DataFrame cannot be written.
 
     Raises CounterTableError for a counter table, SchemaError naming the column for a
-    column not in the table, a missing primary-key column, an incompatible type, or a bad
-    ttl/writetime column. The ttl and writetime columns are not written. A struct column
+    column not in the table, a missing primary-key column, an incompatible type, a bad
+    ttl/writetime column, or a non-frozen list column the user did not accept at least once
+    for (:func:`_check_lists`); OptionError for ``wal.lists.atLeastOnce`` naming anything
+    but a non-frozen list column. The ttl and writetime columns are not written. A struct column
     feeds a user-defined type (fields by name, each field of the type needed) or a tuple
     (fields by position); a mismatch inside names the field's path (``address.zip``).
     """
@@ -84,7 +89,44 @@ def validate_schema(spark_schema: T.StructType, table: TableSchema, write: Write
             f"{kind} column of {table.keyspace}.{table.table} is missing from the DataFrame "
             f"(missing: {', '.join(missing)})",
         )
+    _check_lists(table, chosen, write)
     return [chosen[name] for name in table.column_names if name in chosen]
+
+
+def _check_lists(table: TableSchema, chosen: dict[str, str], write: WriteConfig) -> None:
+    """Refuse a non-frozen list column the DataFrame writes, unless ``wal.lists.atLeastOnce``
+    names it: Cassandra appends such a list's elements again at every write of the row
+    (:attr:`cql.table.CqlType.is_non_frozen_list`), and this sink writes rows again on
+    purpose, so it could not keep "exactly once in effect" for it. Lists nested in another
+    type are frozen, one cell: fine. The option may name only non-frozen list columns of the
+    table (written by this DataFrame or not)."""
+    lists = table.non_frozen_lists
+    accepted = set()
+    given = ",".join(write.lists_at_least_once)
+    for name in write.lists_at_least_once:
+        column = table.resolve_column(name)
+        if column is None:
+            raise OptionError(LISTS_AT_LEAST_ONCE, given, f"{name!r} is not a column of "
+                              f"{table.keyspace}.{table.table}{_close(name, table)}")
+        if column not in lists:
+            raise OptionError(LISTS_AT_LEAST_ONCE, given, f"{name!r} is {table.column_type(column)}, "
+                              "not a non-frozen list: name only the non-frozen list columns "
+                              "you accept to be written at least once")
+        accepted.add(column)
+    refused = [c for c in lists if c in chosen and c not in accepted]
+    if not refused:
+        return
+    column = refused[0]
+    cql = table.cql_type(column)
+    element = cql.params[0]
+    opt_in = ",".join(list(write.lists_at_least_once) + [chosen[c] for c in refused])
+    raise SchemaError(
+        chosen[column],
+        f"CQL type {cql} is a non-frozen list: Cassandra stores each element under a new cell "
+        f"id at every write, so each replay or retry of a row (which this sink does on "
+        f"purpose) appends its elements again (CASSANDRA-11368). Declare the column "
+        f"frozen<list<{element}>> (one cell: exactly once) or set<{element}>, or accept that "
+        f"its elements may repeat with {LISTS_AT_LEAST_ONCE}={opt_in} (docs/guarantees.md)")
 
 
 def _special_columns(spark_schema: T.StructType, table: TableSchema, write: WriteConfig) -> set[str]:

@@ -215,15 +215,17 @@ class WalFactory:
         return path
 
     def seal(self, batch: int, segments: Sequence[SegmentRef],
-             commit_point: str = COMMIT_POINT_CHECKPOINT) -> Seal:
-        """Seal ``segments`` as batch ``batch`` (deterministic timestamps and id if asked)."""
+             commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None) -> Seal:
+        """Seal ``segments`` as batch ``batch`` (deterministic timestamps and id if asked);
+        ``write``: the seal's record of how its rows are written (``Target.write_record``)."""
         if not self.deterministic:
-            return seal_batch(self.wal, batch, list(segments), "test-query", commit_point)
+            return seal_batch(self.wal, batch, list(segments), "test-query", commit_point,
+                              write=write)
         ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))
         base = next_base_timestamp(self.wal, batch, clock_us=BASE_TS_US + batch * 1_000_000)
         seal = Seal(batch=batch, segments=ordered, base_ts_us=base, query_id="test-query",
                     commit_point=commit_point, seal_id=f"seal-{batch:04d}",
-                    sealed_at_us=now_us())
+                    sealed_at_us=now_us(), write=write)
         write_seal(self.wal, seal)
         return seal
 
@@ -253,11 +255,11 @@ class WalFactory:
 
     def sealed(self, batch: int, rows: Iterable[Rows] = (3, 2), chunk_rows: int | None = None,
                committed: bool | None = True, commit_point: str = COMMIT_POINT_CHECKPOINT,
-               losing_attempts: int = 0) -> BuiltBatch:
+               losing_attempts: int = 0, write: dict | None = None) -> BuiltBatch:
         """Staged, then sealed (seal file). ``committed``: write ``commits/N`` (True), or not
-        (False / None: None also needs no checkpoint)."""
+        (False / None: None also needs no checkpoint). ``write``: as in :meth:`seal`."""
         built = self.staged(batch, rows, chunk_rows, losing_attempts)
-        built.seal = self.seal(batch, built.segments, commit_point)
+        built.seal = self.seal(batch, built.segments, commit_point, write)
         if committed:
             self.commit(batch)
         return built

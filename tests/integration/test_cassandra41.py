@@ -130,7 +130,7 @@ def test_stream_through_the_sink_into_41(spark, node41, cql41, keyspace41, tmp_p
 def test_batch_write_through_the_sink_into_41(spark, node41, cql41, keyspace41, tmp_path):
     register(spark)
     create_table(cql41, keyspace41, "items (id int PRIMARY KEY, name text, score double, "
-                                    "tags list<text>)")
+                                    "tags frozen<list<text>>)")
     root = tmp_path / "wal"
     rows = [(i, f"n-{i}", i * 1.25, ["x", str(i)]) for i in range(40)]
     (spark.createDataFrame(rows, "id INT, name STRING, score DOUBLE, tags ARRAY<STRING>")

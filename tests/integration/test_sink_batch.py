@@ -15,6 +15,8 @@ from wal.jobs import TableFloor
 pytestmark = pytest.mark.integration
 
 SCHEMA = "id INT, name STRING, score DOUBLE, tags ARRAY<STRING>"
+# tags is frozen<list<text>>: a non-frozen list is refused without wal.lists.atLeastOnce
+# (tests/integration/test_sink_validation.py, tests/unit/test_lists.py).
 
 
 def _rows(ids, name_prefix):
@@ -29,7 +31,7 @@ def test_batch_save_writes_exactly_the_rows_then_upserts(spark, cassandra_node, 
                                                          tmp_path):
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
-                                "tags list<text>)")
+                                "tags frozen<list<text>>)")
     root = tmp_path / "wal"
     opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
 
@@ -64,7 +66,7 @@ def test_batch_save_writes_exactly_the_rows_then_upserts(spark, cassandra_node, 
 def test_batch_overwrite_mode_is_refused(spark, cassandra_node, cql, keyspace, tmp_path):
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
-                                "tags list<text>)")
+                                "tags frozen<list<text>>)")
     cql.execute(f"INSERT INTO {keyspace}.items (id, name) VALUES (1, 'kept')")
     root = tmp_path / "wal"
     opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
@@ -97,7 +99,7 @@ def test_concurrent_jobs_to_one_table_each_land_every_row(spark, cassandra_node,
     return only once its own rows are acknowledged."""
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
-                                "tags list<text>)")
+                                "tags frozen<list<text>>)")
     opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(tmp_path / "wal")})
     jobs, rows_per_job = 3, 120
     expected: dict = {}
@@ -137,7 +139,7 @@ def test_later_job_wins_when_its_clock_is_behind_the_earlier_jobs(spark, cassand
     the first job's timestamps, and its rows must still win the keys both write."""
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
-                                "tags list<text>)")
+                                "tags frozen<list<text>>)")
     root = tmp_path / "wal"
     root.mkdir(mode=0o700)
     ahead = time.time_ns() // 1000 + 3600 * 1_000_000
@@ -168,7 +170,7 @@ def test_a_sealed_job_left_behind_is_written_by_the_next_job(spark, cassandra_no
     the next job to the table, with the options it recorded; both WALs are then removed."""
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
-                                "tags list<text>)")
+                                "tags frozen<list<text>>)")
     root = tmp_path / "wal"
     opts = sink_options(cassandra_node, keyspace, "items", **{"wal.path": str(root)})
     left = _rows(range(0, 30), "left")

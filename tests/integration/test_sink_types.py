@@ -44,6 +44,9 @@ ARROW_SCHEMA = pa.schema([
     ("tags", pa.list_(pa.string())), ("counts", pa.map_(pa.string(), pa.int32())),
 ])
 COLUMNS = [f.name for f in ARROW_SCHEMA]
+#: ints is a non-frozen list: written only at least once (tests/unit/test_lists.py); an
+#: empty one reads as null, as asserted below.
+LISTS = {"wal.lists.atLeastOnce": "ints"}
 
 TIMEUUID_1 = "5c3d0a80-9f6e-11ee-8c90-0242ac120002"
 TIMEUUID_2 = "00000000-0000-1000-8000-000000000000"
@@ -113,7 +116,7 @@ def test_types_round_trip_through_a_stream(spark, cassandra_node, cql, keyspace,
     write_parquet_files(src, [table.slice(0, 2), table.slice(2)])
     stream = spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
     query = (stream.writeStream.format("cassandra_wal")
-             .options(**sink_options(cassandra_node, keyspace, "types", cp))
+             .options(**sink_options(cassandra_node, keyspace, "types", cp, **LISTS))
              .trigger(availableNow=True).start())
     with running(query):
         wait_query_done(spark, query)
@@ -127,6 +130,6 @@ def test_types_round_trip_through_a_batch_save(spark, cassandra_node, cql, keysp
     df = spark.createDataFrame(INPUT, SPARK_SCHEMA)
     (df.write.format("cassandra_wal").mode("append")
      .options(**sink_options(cassandra_node, keyspace, "types",
-                             **{"wal.path": str(tmp_path / "wal")}))
+                             **{"wal.path": str(tmp_path / "wal")}, **LISTS))
      .save())
     check_table(cql, keyspace)

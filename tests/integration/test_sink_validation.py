@@ -243,3 +243,48 @@ def test_bad_ttl_or_writetime_in_a_stream_fails_the_batch_without_blocking_the_w
     assert not os.path.exists(wal.seal_path(1)), seals
     assert not os.path.exists(os.path.join(wal.root, "blocked.json"))
     assert [r["id"] for r in read_table(cql, people, "people")] == [1, 2]
+
+
+def test_a_non_frozen_list_column_is_refused_before_staging_and_written_with_the_opt_in(
+        spark, cql, cassandra_node, people, tmp_path):
+    """Issue 30, item 1: Cassandra stores each element of a non-frozen list under a new cell
+    id it picks at each write, so every write of a row appends its list again
+    (CASSANDRA-11368), and the sink writes rows again on purpose (retries, replays, flush tasks
+    run again). A stream or a batch write to such a column is refused before anything is
+    staged, naming the column and the remedies; with ``wal.lists.atLeastOnce`` naming it, the
+    stream writes."""
+    create_table(cql, people, "tagged (id int PRIMARY KEY, name text, tags list<text>)")
+    schema = "id INT, name STRING, tags ARRAY<STRING>"
+    rows = [{"id": 1, "name": "ada", "tags": ["b", "a", "b"]},
+            {"id": 2, "name": "alan", "tags": ["x"]}]
+    needles = ["column 'tags'", "list<text>", "frozen<list<text>>", "set<text>",
+               "wal.lists.atLeastOnce=tags"]
+    _save_fails(cassandra_node, tmp_path / "job", spark.createDataFrame(
+        [tuple(r.values()) for r in rows], schema), people, "tagged", "SchemaError", needles)
+
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [rows])
+    stream = spark.readStream.schema(schema).json(str(src))
+
+    def start(**extra):
+        return (stream.writeStream.format("cassandra_wal")
+                .options(**sink_options(cassandra_node, people, "tagged", cp, **extra))
+                .trigger(availableNow=True).start())
+
+    with running(start()) as query:
+        with pytest.raises(Exception) as info:
+            query.awaitTermination(180)
+    line = sink_error_line(info.value)
+    assert line.startswith("cql.errors.SchemaError: column 'tags'"), line
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert not os.path.exists(cp / "commits" / "0")
+    _assert_nothing_staged(stream_wal(cp))
+    assert read_table(cql, people, "tagged") == []
+
+    with running(start(**{"wal.lists.atLeastOnce": "tags"})) as query:
+        assert query.awaitTermination(180) and query.exception() is None
+    wait_all_flushed(cp, at_least=0)
+    assert read_table(cql, people, "tagged") == [
+        {"id": 1, "name": "ada", "tags": ["b", "a", "b"]},
+        {"id": 2, "name": "alan", "tags": ["x"]}]

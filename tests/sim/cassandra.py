@@ -8,6 +8,12 @@ wins; on a tie a tombstone or expiring cell beats a plain live one, a tombstone 
 one, then the later local deletion time, then the larger value bytes (Cassandra 4.0+
 ``Cells.resolveRegular``, CASSANDRA-14592). A TTL expires on the simulated clock.
 
+A non-frozen list is not one cell (:class:`ListCells`): as Cassandra does, each write of the
+whole list deletes the column's older cells (a deletion at its timestamp - 1) and appends a
+cell per element, named by a time-based id the node picks, so a row written twice at one
+timestamp holds its elements twice (CASSANDRA-11368; measured on 5.0.8). A frozen list is one
+cell like any other.
+
 Faults come from the world's seeded RNG, so a seed replays them exactly: ``down`` (every
 request, ``prepare`` and new connections fail: ``Unavailable``, ``NoHostAvailable``,
 ``ConnectionFailed``; nothing is applied) and ``flaky`` (each request may time out, with the
@@ -30,7 +36,10 @@ from cql.errors import ConnectionFailed
 from cql.table import TableSchema
 
 PROTOCOL = 5
-DRIVER_TYPES = {"int": cqltypes.Int32Type, "text": cqltypes.UTF8Type, "bigint": cqltypes.LongType}
+_TEXTS = cqltypes.ListType.apply_parameters([cqltypes.UTF8Type])
+DRIVER_TYPES = {"int": cqltypes.Int32Type, "text": cqltypes.UTF8Type, "bigint": cqltypes.LongType,
+                "list<text>": _TEXTS, "frozen<list<text>>": _TEXTS}
+NON_FROZEN = frozenset({"list<text>"})     # a cell per element (ListCells)
 UP, DOWN, FLAKY = "up", "down", "flaky"
 NO_DELETION = float("inf")   # a live, non-expiring cell
 
@@ -60,6 +69,36 @@ def resolve(old: Cell | None, new: Cell) -> Cell:
         if old.local_deletion != new.local_deletion:
             return old if old.local_deletion > new.local_deletion else new
     return old if (old.raw or b"") >= (new.raw or b"") else new
+
+
+@dataclass
+class ListCells:
+    """A non-frozen list of one row: ``deleted_at``, the column's deletion (cells at or below it
+    are gone), and its elements as ``(cell id, ts, value, local deletion)`` in id order. Cell ids
+    are the node's, increasing with each write (time-based UUIDs), whatever the timestamp."""
+
+    deleted_at: int = -(2**63)
+    elements: list = field(default_factory=list)
+
+    def write(self, ts: int, values, local_deletion: float, next_id: Callable[[], int]) -> None:
+        """An INSERT of the whole list at ``ts`` (None: a null): what is older goes, and each
+        element is appended under a new cell id (Cassandra's ``Lists.Setter``)."""
+        self.deleted_at = max(self.deleted_at, ts - 1)
+        for value in values or ():
+            self.elements.append((next_id(), ts, value, local_deletion))
+
+    def shown(self, now_s: float) -> tuple:
+        """The list a SELECT shows: the live elements in cell id order."""
+        return tuple(value for _id, ts, value, local_deletion in self.elements
+                     if ts > self.deleted_at and local_deletion > now_s)
+
+    def live(self, now_s: float) -> dict[int, list]:
+        """The live elements by write timestamp, each in cell id order."""
+        out: dict[int, list] = {}
+        for _id, ts, value, local_deletion in self.elements:
+            if ts > self.deleted_at and local_deletion > now_s:
+                out.setdefault(ts, []).append(value)
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,6 +145,7 @@ class SimCassandra:
     writes: list[Write] = field(default_factory=list)
     prepared: dict = field(default_factory=dict)      # query id -> PreparedStatement
     sessions_opened: int = 0
+    cell_ids: int = 0                                 # the last list element's cell id
 
     # -- the driver's entry points ----------------------------------------------------------
     def connect(self, _connection=None):
@@ -178,7 +218,7 @@ class SimCassandra:
             if raw is UNSET_VALUE:
                 continue
             decoded[column.name] = (raw, None if raw is None else
-                                    column.type.deserialize(raw, PROTOCOL))
+                                    _plain(column.type.deserialize(raw, PROTOCOL)))
         ts = decoded.pop("[timestamp]")[1]
         ttl = decoded.pop("[ttl]", (None, None))[1] or None
         key = tuple(decoded.pop(k)[1] for k in schema.primary_key)
@@ -186,7 +226,11 @@ class SimCassandra:
         # Cassandra's nowInSec: whole seconds; a TTL expires at that second plus the TTL.
         now_s = self.clock_us() // 1_000_000
         row = self.rows.setdefault((table, key), {})
-        for name, (raw, _value) in decoded.items():
+        for name, (raw, value) in decoded.items():
+            if schema.column_type(name) in NON_FROZEN:
+                cells = row.setdefault(name, ListCells())
+                cells.write(ts, value, now_s + ttl if ttl else NO_DELETION, self._next_cell_id)
+                continue
             if raw is None:
                 cell = Cell(ts, None, None, now_s)
             else:
@@ -196,22 +240,38 @@ class SimCassandra:
                                  tuple(sorted((n, v) for n, (_r, v) in decoded.items())),
                                  self.step, now_s))
 
+    def _next_cell_id(self) -> int:
+        self.cell_ids += 1
+        return self.cell_ids
+
     # -- reading ----------------------------------------------------------------------------
     def decode(self, table: str, column: str, raw: bytes):
-        return DRIVER_TYPES[self.tables[table].column_type(column)].deserialize(raw, PROTOCOL)
+        return _plain(DRIVER_TYPES[self.tables[table].column_type(column)].deserialize(
+            raw, PROTOCOL))
 
     def visible(self, table: str) -> dict:
-        """What a SELECT would show now: key -> {column: value} (expired cells hidden)."""
+        """What a SELECT would show now: key -> {column: value} (expired cells hidden; a list
+        as a tuple, its elements in cell id order)."""
         now_s = self.clock_us() / 1e6
         out = {}
         for (name, key), cells in self.rows.items():
             if name != table:
                 continue
-            live = {c: self.decode(table, c, cell.raw) for c, cell in cells.items()
-                    if not cell.tombstone and cell.local_deletion > now_s}
+            live = {}
+            for c, cell in cells.items():
+                if isinstance(cell, ListCells):
+                    if cell.shown(now_s):
+                        live[c] = cell.shown(now_s)
+                elif not cell.tombstone and cell.local_deletion > now_s:
+                    live[c] = self.decode(table, c, cell.raw)
             if live:
                 out[key] = live
         return out
+
+
+def _plain(value):
+    """A driver value as the oracle holds it: a list as a tuple (rows are hashed)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def parse_insert(cql: str) -> tuple[str, list[str], bool]:

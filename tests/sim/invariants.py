@@ -13,12 +13,17 @@
   table holds, per cell, the newest expected write (last write wins).
 * The figures an operator is shown agree: after such a drain, nothing is pending and the sink
   is not said to be blocked.
+* A non-frozen list holds each committed row's elements once; a whole number of times (at least
+  once) only where its batch was sealed with ``wal.lists.atLeastOnce`` naming it. A query
+  writing one without that option is refused before anything is staged (by code that has the
+  option: :mod:`tests.sim.streams`, :mod:`tests.sim.jobs`).
 """
 
 from __future__ import annotations
 
 import os
 
+from .cassandra import NON_FROZEN, ListCells
 from .oracle import fmt
 
 # The file the sink writes when it cannot go on (wal/FORMAT.md). Named here, not imported:
@@ -47,8 +52,40 @@ def absorb_writes(world) -> None:
     world.writes_seen = len(writes)
 
 
+def check_lists(world) -> None:
+    """Every non-frozen list's elements of one write timestamp are its committed row's list:
+    once, or, where the row's batch accepted at-least-once for it, a whole number of copies.
+    (Which rows may be written at all is :func:`absorb_writes`'s to judge.)"""
+    now_s = world.clock_us / 1e6
+    for (table, key), row in world.node.rows.items():
+        for column, cells in row.items():
+            if not isinstance(cells, ListCells):
+                continue
+            for ts, values in cells.live(now_s).items():
+                sealed = [(x, e) for x, e in world.oracle.by_stamp.get((table, key, ts), [])
+                          if x.committed and dict(e.cells).get(column)]
+                if not sealed:
+                    continue
+                x, e = sealed[0]
+                want = list(dict(e.cells)[column])
+                copies = len(values) // len(want)
+                whole = values == want * copies
+                at_least_once = x.options.lists_opt_in
+                if whole and (copies == 1 or at_least_once):
+                    continue
+                what = (f"{table}{list(key)}.{column} holds {values} at {ts}, its row of "
+                        f"{x.label} wrote {want}")
+                if not at_least_once:
+                    raise Violation("a non-frozen list holds a committed row's elements once",
+                                    f"{what}: it was written {copies} times and each write "
+                                    f"appended the elements again (CASSANDRA-11368)")
+                raise Violation("a list written at least once holds whole copies of its row",
+                                what)
+
+
 def check_step(world) -> None:
     absorb_writes(world)
+    check_lists(world)
     for root in sorted(world.wal_roots):
         path = os.path.join(root, BLOCKED_FILE)
         if os.path.exists(path):
@@ -222,13 +259,22 @@ def check_table(world) -> None:
             for column, value in w.cells:
                 cell = (w.table, w.key, column)
                 if cell not in want or w.ts > want[cell][0]:
-                    want[cell] = (w.ts, value, w.ttl)
+                    want[cell] = (w.ts, value, w.ttl, e)
     shown = {}
-    for (table, key, column), (_ts, value, ttl) in want.items():
+    for (table, key, column), (_ts, value, ttl, _e) in want.items():
         if value is not None and not ttl:
             shown.setdefault((table, key), {})[column] = value
     have = {(table, key): cells for table in world.tables
             for key, cells in world.node.visible(table).items()}
+    for (table, key, column), (_ts, value, _ttl, e) in want.items():
+        # A list written at least once may show the winning row's elements several times
+        # (check_lists made sure they are whole copies).
+        cells = have.get((table, key), {})
+        if e.options.lists_opt_in and world.tables[table].column_type(column) in NON_FROZEN \
+                and value and \
+                len(cells.get(column, ())) > len(value) and \
+                cells[column] == value * (len(cells[column]) // len(value)):
+            cells[column] = value
     if have != shown:
         keys = sorted(set(have) | set(shown), key=repr)
         diff = [(k, have.get(k), shown.get(k)) for k in keys if have.get(k) != shown.get(k)][:3]

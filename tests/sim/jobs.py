@@ -50,13 +50,22 @@ class BatchJobs:
         name = f"job{self.job_count}"
         options = self.draw_options(None)
         source = CassandraWalDataSource(options.spark_options(None))
+        refusal = self.refuses_lists and options.unaccepted_list
+        root = self._jobs_root(options) if refusal else None
+        staged = self.staged_files(root) if refusal else None
         try:
             writer = source.writer(options.spark_schema(), False)
         except ConnectionFailed as exc:
             return self.say(f"{name}: writer() failed, job fails: {exc}")
         except Exception as exc:
+            if refusal and self.refused_for_lists(exc):
+                self.list_refused(name, "its writer()", exc, root, staged)
+                return "refused"
             raise Violation("a valid batch job is never refused",
                             f"{name}: writer() raised {type(exc).__name__}: {exc}") from exc
+        if refusal:
+            raise Violation("a non-frozen list column without wal.lists.atLeastOnce is refused "
+                            "before anything is staged", f"{name}: writer() accepted it")
         self.wal_roots.add(writer.plan.wal_root)
         batch = getattr(writer, "batch_id", -1)      # a clock reading, in the older code
         execution = self.new_execution(name, batch, self.draw_rows(), options, None)
@@ -65,6 +74,14 @@ class BatchJobs:
         self.jobs.append(job)
         return self.say(f"{name}: start{f', batch id {batch}' if batch >= 0 else ''} "
                         f"({options.describe()}): {self._rows_text(execution.rows)}")
+
+    @staticmethod
+    def _jobs_root(options) -> str:
+        """The folder of the batch jobs' WALs to the run's table (``~/.cassandra_wal/...``)."""
+        from sinks.options import parse_options
+        from sinks.plan import resolve_wal_root
+
+        return resolve_wal_root(parse_options(options.spark_options(None)), False)
 
     def job_commit(self, job: Job) -> str:
         inflight = job.inflight

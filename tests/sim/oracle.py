@@ -18,13 +18,24 @@ from typing import NamedTuple
 from pyspark.sql import types as T
 
 KEYSPACE = "ks"
-# Table -> (columns with CQL types, primary key). "tc" is the clustering variant.
+#: The list columns of the list tables: "l" a non-frozen list (each write appends its elements
+#: under new cell ids: CASSANDRA-11368), "fl" a frozen one (one cell).
+LIST_COLUMNS = (("l", "list<text>"), ("fl", "frozen<list<text>>"))
+# Table -> (columns with CQL types, primary key). "tc" is the clustering variant; "tl" and
+# "tcl" the same with list columns (a list world's: world.py).
 TABLES = {
     "t": ((("k", "int"), ("v", "text"), ("w", "int")), ("k",), ()),
     "tc": ((("k", "int"), ("c", "int"), ("v", "text"), ("w", "int")), ("k",), ("c",)),
 }
-SPARK_TYPES = {"int": T.IntegerType(), "text": T.StringType()}
+TABLES.update({name + "l": (columns + LIST_COLUMNS, pk, ck)
+               for name, (columns, pk, ck) in list(TABLES.items())})
+SPARK_TYPES = {"int": T.IntegerType(), "text": T.StringType(),
+               "list<text>": T.ArrayType(T.StringType()),
+               "frozen<list<text>>": T.ArrayType(T.StringType())}
 WRITETIME_COLUMN = "wt"
+#: The option of the sink accepting at-least-once for non-frozen lists (named here: the
+#: simulation also runs against older code, which has none).
+LISTS_OPTION = "wal.lists.atLeastOnce"
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,8 @@ class RunOptions:
     retry_count: int
     grouping: str
     wal_path: str | None
+    with_lists: bool = False           # the list columns (l, fl) of a list table are written
+    lists_opt_in: bool = False         # wal.lists.atLeastOnce=l
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -50,7 +63,15 @@ class RunOptions:
     @property
     def written(self) -> tuple[str, ...]:
         """The table columns written, in table order."""
-        return tuple(c for c, _ in TABLES[self.table][0] if self.with_w or c != "w")
+        lists = {c for c, _ in LIST_COLUMNS}
+        return tuple(c for c, _ in TABLES[self.table][0] if (self.with_w or c != "w")
+                     and (self.with_lists or c not in lists))
+
+    @property
+    def unaccepted_list(self) -> bool:
+        """It writes the non-frozen list "l" without accepting at-least-once for it: the sink
+        must refuse it before anything is staged (or, if it takes it, write it exactly once)."""
+        return "l" in self.written and not self.lists_opt_in
 
     def spark_schema(self) -> T.StructType:
         types = dict(TABLES[self.table][0])
@@ -76,6 +97,8 @@ class RunOptions:
             out["wal.retention.seconds"] = str(self.retention_seconds)
         if self.wal_path is not None:
             out["wal.path"] = self.wal_path
+        if self.lists_opt_in:
+            out[LISTS_OPTION] = "l"
         return out
 
     def describe(self) -> str:
@@ -91,6 +114,8 @@ class RunOptions:
         parts.append(f"groupRows={self.group_rows} retries={self.retry_count} {self.grouping}")
         if self.wal_path:
             parts.append(f"wal.path={self.wal_path.rsplit('/', 1)[-1]}")
+        if self.lists_opt_in:
+            parts.append(f"{LISTS_OPTION}=l")
         return " ".join(parts)
 
 

@@ -179,8 +179,12 @@ def plan_attempts(rng, execution: Execution, plan, zombies: list) -> list[Attemp
 @functools.lru_cache(maxsize=None)
 def arrow_schema(options: RunOptions) -> pa.Schema:
     """The Arrow schema Spark hands a Python writer for the run's DataFrame."""
+    def arrow(spark_type: str):
+        return {"int": pa.int32(), "array<string>": pa.list_(pa.string())}.get(spark_type,
+                                                                             pa.string())
+
     return pa.schema([(f.name, pa.int64() if f.name == WRITETIME_COLUMN else
-                       pa.int32() if f.dataType.simpleString() == "int" else pa.string())
+                       arrow(f.dataType.simpleString()))
                       for f in options.spark_schema().fields])
 
 

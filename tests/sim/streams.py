@@ -51,6 +51,7 @@ class Query:
     invalid: str | None = None        # why its configuration is an invalid WAL reuse
     host: str = "host-a"              # where its driver runs (a WAL on a store: the working copy)
     wal_uris: set[str] = field(default_factory=set)    # its WALs on the store
+    lists_refused: bool = False       # its last batch was refused for its list column
 
     @property
     def owner(self) -> str:
@@ -74,7 +75,9 @@ class Streams:
     """The stream actions of :class:`tests.sim.world.World`."""
 
     def start(self, q: Query) -> str:
-        if q.runs and self.rng.random() < 0.35:
+        if q.lists_refused:               # the user fixes what the sink refused
+            q.options, q.lists_refused = self.fixed_lists(q.options), False
+        elif q.runs and self.rng.random() < 0.35:
             q.options = self.draw_options(q.options.wal_path)
         if not q.checkpoint.available():
             return self.say(f"{q.owner}: start failed: its checkpoint's store is down")
@@ -192,6 +195,8 @@ class Streams:
             rows = self.draw_rows()
         self.on_host(q)
         faults = self.store_faults()
+        refusal = self.refuses_lists and q.options.unaccepted_list
+        staged = self.staged_files(self.stream_wal_location(q)) if refusal else None
         try:
             plan = prepare_write(q.options.spark_options(q.checkpoint.path), {},
                                  q.options.spark_schema(), streaming=True)
@@ -200,6 +205,12 @@ class Streams:
             self.kill(q, graceful=True)
             return "failed"
         except SinkError as exc:
+            if refusal and self.refused_for_lists(exc):
+                self.list_refused(q.owner, f"batch {batch}", exc, self.stream_wal_location(q),
+                                  staged)
+                q.lists_refused = True
+                self.kill(q, graceful=True)
+                return "refused"
             self.refuse(q, f"prepare_write of batch {batch}", exc)
             return "refused"
         except Exception as exc:
@@ -208,6 +219,10 @@ class Streams:
             self.say(f"{q.owner}: batch {batch}: prepare_write failed, query stops: {exc}")
             self.kill(q, graceful=True)
             return "failed"
+        if refusal:
+            raise Violation("a non-frozen list column without wal.lists.atLeastOnce is refused "
+                            "before anything is staged",
+                            f"{q.owner}: batch {batch}: prepare_write accepted it")
         self.wal_roots.add(plan.wal_root)
         if getattr(plan, "wal_store", None):
             q.wal_uris.add(plan.wal_store)
@@ -217,6 +232,13 @@ class Streams:
                                   plan_attempts(self.rng, execution, plan, self.zombies))
         return self.say(f"{q.owner}: batch {batch}{' re-run' if rerun else ''} "
                         f"(execution {execution.number}): {self._rows_text(rows)}")
+
+    def stream_wal_location(self, q: Query) -> str:
+        """Where ``q``'s next batch would stage: its WAL's folder or store URI."""
+        from sinks.options import parse_options
+        from sinks.plan import resolve_wal_root
+
+        return resolve_wal_root(parse_options(q.options.spark_options(q.checkpoint.path)), True)
 
     def commit(self, q: Query) -> str:
         from sinks.plan import commit_batch

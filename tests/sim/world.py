@@ -10,6 +10,7 @@ Cassandra. Everything random comes from ``World.rng``, seeded by the schedule's 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import random
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from cql.table import TableSchema
 
 from . import cassandra
-from .invariants import check_store_end, check_table, check_written, exempt_owners
+from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
-from .oracle import KEYSPACE, TABLES, WRITETIME_COLUMN, Execution, Oracle, RunOptions
+from .oracle import (KEYSPACE, LISTS_OPTION, TABLES, WRITETIME_COLUMN, Execution, Oracle,
+                     RunOptions)
 from .patches import SimCrash
 from .spark import (
     Attempt,
@@ -39,6 +41,14 @@ from .streams import Query, Streams
 ENV_STORES = "CASSANDRA_WAL_SIM_STORES"
 #: 1 world in this many has a store (CASSANDRA_WAL_SIM_STORE_SHARE=1: every world).
 ENV_STORE_SHARE = "CASSANDRA_WAL_SIM_STORE_SHARE"
+#: Worlds whose table has list columns (README.md, "Lists"): unset, the default, draws them when
+#: the code under test has wal.lists.atLeastOnce; 1 also for older code (never with the
+#: option, which it does not know); 0: none.
+ENV_LISTS = "CASSANDRA_WAL_SIM_LISTS"
+#: 1 world in this many has list columns.
+LIST_SHARE = 4
+#: A list cell's values (never empty: an empty non-frozen list is no list at all).
+LISTS = (None, ("a",), ("a", "b"), ("b", "a", "b"))
 START_US = 1_800_000_000_000_000          # 2027-01-15: the simulated clock's origin
 TS_FLOOR_WT = 1_700_000_000_000_000       # user-chosen write timestamps (writetime column)
 
@@ -52,6 +62,20 @@ def stores_on() -> bool:
     except ImportError:
         return False
     return True
+
+
+def knows_lists_option() -> bool:
+    """The code under test has ``wal.lists.atLeastOnce``, and so refuses a non-frozen list
+    column without it."""
+    import sinks.options
+
+    return LISTS_OPTION in getattr(sinks.options, "KNOWN_NAMES", ())
+
+
+def lists_on() -> bool:
+    """List worlds are drawn (:data:`ENV_LISTS`)."""
+    setting = os.environ.get(ENV_LISTS, "")
+    return setting == "1" or (setting != "0" and knows_lists_option())
 
 
 def store_uri(path: str) -> str:
@@ -83,6 +107,13 @@ class World(Streams, BatchJobs):
         self.node = cassandra.SimCassandra(self.tables, self.rng, lambda: self.clock_us)
         self.oracle = Oracle()
         self.table = "tc" if self.rng.random() < 0.25 else "t"
+        # Lists from an RNG of their own, as the store's: a world without lists draws from
+        # self.rng exactly what it drew before they were simulated.
+        self.lrng = random.Random(f"lists:{self.seed}")
+        self.lists = lists_on() and self.lrng.randrange(LIST_SHARE) == 0
+        self.refuses_lists = self.lists and knows_lists_option()
+        if self.lists:
+            self.table += "l"
         self.min_retain = self.rng.choice((1, 1, 2, 3, 5))
         self.home = os.path.join(self.root, "home")
         os.makedirs(self.home)
@@ -144,9 +175,11 @@ class World(Streams, BatchJobs):
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128)))
 
-    def draw_options(self, wal_path: str | None) -> RunOptions:
+    def draw_options(self, wal_path: str | None, valid: bool = False) -> RunOptions:
+        """A run's options; in a list world, whether it writes the lists and accepts
+        at-least-once for "l" (``valid``: never a write the sink refuses)."""
         rng = self.rng
-        return RunOptions(
+        options = RunOptions(
             table=self.table, with_w=rng.random() < 0.8,
             ttl=rng.choice((None, None, None, 30, 86400)),
             writetime=rng.random() < 0.2, ignore_nulls=rng.random() < 0.3,
@@ -154,6 +187,18 @@ class World(Streams, BatchJobs):
             retention_seconds=rng.choice((None, None, 0.5, 5.0, 60.0)),
             group_rows=rng.choice((1, 2, 3, 30000)), retry_count=rng.choice((0, 0, 1, 2)),
             grouping=rng.choice(("partition", "none")), wal_path=wal_path)
+        if not self.lists:
+            return options
+        return dataclasses.replace(
+            options, with_lists=self.lrng.random() < 0.8,
+            lists_opt_in=self.refuses_lists and (valid or self.lrng.random() < 0.6))
+
+    def fixed_lists(self, options: RunOptions) -> RunOptions:
+        """What the user changes once the sink refused their list column: they accept
+        at-least-once for it, or stop writing it."""
+        if self.lrng.random() < 0.7:
+            return dataclasses.replace(options, lists_opt_in=True)
+        return dataclasses.replace(options, with_lists=False)
 
     def draw_rows(self) -> dict[int, list[dict]]:
         rng = self.rng
@@ -167,6 +212,8 @@ class World(Streams, BatchJobs):
                              "v": rng.choice((None, "a", "b", "cc", "")),
                              "w": rng.choice((None, 0, 1, 7, -3)),
                              WRITETIME_COLUMN: self.wt_next})
+                if self.lists:
+                    rows[-1].update(l=self.lrng.choice(LISTS), fl=self.lrng.choice(LISTS))
             out[p] = rows
         return out
 
@@ -239,6 +286,42 @@ class World(Streams, BatchJobs):
                          + [attempt.number])
         inflight.pending.append(Attempt(attempt.execution, p, number, "ok", attempt.plan))
         return f"; Spark retries it as attempt {number}"
+
+    # -- lists ----------------------------------------------------------------------------------
+    def staged_files(self, location: str) -> list[str]:
+        """What a query or job has staged or recorded under ``location`` (a WAL, or a table's
+        root of batch-job WALs): its segments, seals and target.json, on a store or not."""
+        def kept(path: str) -> bool:
+            parts = path.split("/")
+            return "segments" in parts or "seals" in parts or parts[-1] == "target.json"
+
+        if "://" in location:
+            return sorted(k for k in self.store.raw(location).list() if kept(k))
+        out = []
+        for folder, _dirs, files in os.walk(location):
+            rel = os.path.relpath(folder, location)
+            out += [os.path.normpath(os.path.join(rel, f)) for f in files]
+        return sorted(p for p in out if kept(p))
+
+    @staticmethod
+    def refused_for_lists(exc: Exception) -> bool:
+        """The sink's refusal of the non-frozen list "l": it names the column and the option.
+        (Any other refusal of a valid query is a violation: :meth:`refuse`.)"""
+        from cql.errors import SchemaError
+
+        return isinstance(exc, SchemaError) and exc.column == "l" and \
+            f"{LISTS_OPTION}=l" in str(exc)
+
+    def list_refused(self, owner: str, what: str, exc: Exception, location: str,
+                     staged: list[str]) -> None:
+        """The sink refused a write of the non-frozen list "l" without the opt-in, as it must:
+        nothing was staged or recorded meanwhile."""
+        self.say(f"{owner}: {what} refused, as it must be: {type(exc).__name__}: {exc}")
+        now = self.staged_files(location)
+        if now != staged:
+            raise Violation("a refused query stages nothing",
+                            f"{owner}: {what}, refused, left {sorted(set(now) - set(staged))} "
+                            f"and removed {sorted(set(staged) - set(now))} in {location}")
 
     # -- the store ------------------------------------------------------------------------------
     def store_faults(self) -> int:
@@ -357,7 +440,7 @@ class World(Streams, BatchJobs):
     def _final_job(self) -> None:
         from sinks.source import CassandraWalDataSource
 
-        options = self.draw_options(None)
+        options = self.draw_options(None, valid=True)
         source = CassandraWalDataSource(options.spark_options(None))
         writer = source.writer(options.spark_schema(), False)
         writer.commit([])

@@ -263,6 +263,7 @@ MALFORMED = [
     ("wal.flush.groupRows", "0"),
     ("wal.flush.groupRows", "1000001"),
     ("wal.flush.groupRows", "lots"),
+    ("wal.lists.atLeastOnce", " , "),
     ("wal.metrics.port", "0"),
     ("wal.metrics.port", "65536"),
     ("wal.metrics.port", "http"),

@@ -281,7 +281,7 @@ def struct(*fields: tuple[str, T.DataType]) -> T.StructType:
 ZIP_SPARK = struct(("code", T.StringType()), ("plus4", T.IntegerType()))
 ADDR_SPARK = struct(("street", T.StringType()), ("zip", ZIP_SPARK), ("tags", T.ArrayType(T.StringType())),
                     ("id", T.StringType()), ("rank", T.IntegerType()))
-WRITE = WriteConfig()
+WRITE = WriteConfig(lists_at_least_once=("past", "legs"))   # non-frozen lists: tests/unit/test_lists.py
 
 
 def test_a_dataframe_of_structs_is_accepted():
