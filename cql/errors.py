@@ -223,15 +223,29 @@ def transient_driver_errors() -> tuple[type[BaseException], ...]:
 _SCHEMA_NOT_YET = ("unconfigured table", "does not exist")
 
 
+def is_shutdown_error(exc: BaseException | None) -> bool:
+    """``exc`` is, or was caused by, a thread pool refusing work because the interpreter is
+    exiting (the Cassandra driver's, once ``concurrent.futures`` shut its pools down at exit):
+    no verdict on a batch, and no later attempt in this process can succeed."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if "cannot schedule new futures after" in str(exc):   # raised, or carried in a text
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def is_transient_answer(error: BaseException) -> bool:
     """Whether an error Cassandra (or the driver) answered a write with may not come back on
     a later attempt: :func:`transient_driver_errors`, a ``ServerError`` (a node's own failure,
     not a verdict on the row), and a table or keyspace the coordinator does not know yet (a
     schema disagreement) or any more (a dropped table: made again, the write goes through).
-    Anything else is Cassandra refusing the row."""
+    A pool shut down by the interpreter's exit (:func:`is_shutdown_error`) is no answer at
+    all. Anything else is Cassandra refusing the row."""
     from cassandra.protocol import ServerError
 
-    if isinstance(error, (*transient_driver_errors(), ServerError)):
+    if isinstance(error, (*transient_driver_errors(), ServerError)) or is_shutdown_error(error):
         return True
     text = str(error).lower()
     return isinstance(error, InvalidRequest) and any(s in text for s in _SCHEMA_NOT_YET)

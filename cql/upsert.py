@@ -40,7 +40,7 @@ from .batch_limits import BatchLimits, read_batch_limits
 from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
-from .errors import FlushFailed, is_transient_answer
+from .errors import FlushFailed, is_shutdown_error, is_transient_answer
 from .table import TableSchema, parse_cql_type
 
 T = TypeVar("T")
@@ -425,6 +425,8 @@ class Upserter:
         for stmt, (ok, result) in zip(pending, list(results)):
             if ok:
                 continue
+            if is_shutdown_error(result):     # the process exits: no attempt can succeed
+                raise FlushFailed(batch_id, f"{type(result).__name__}: {result}")
             if not is_transient_answer(result):
                 raise FlushFailed(batch_id, f"{type(result).__name__}: {result}", permanent=True)
             failed.append(stmt)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pickle
 
-from cql.errors import ConnectionFailed, FlushFailed, SinkError, is_transient_answer
+from cql.errors import (ConnectionFailed, FlushFailed, SinkError, is_shutdown_error,
+                        is_transient_answer)
 from wal.errors import StoreUnavailable, WalCorrupted, WalError, WalLocked, WalStorageError
 
 
@@ -80,13 +81,6 @@ class FlushTaskError(RecoveryError):
 SINK_ERRORS = (SinkError, FlushFailed, RecoveryError, WalError)
 
 
-def is_shutdown_error(exc: BaseException | None) -> bool:
-    """``exc`` is a thread pool refusing work because the interpreter is exiting (the
-    Cassandra driver's, at ``atexit``): no verdict on a batch, and no later attempt in this
-    process can succeed."""
-    return isinstance(exc, RuntimeError) and "cannot schedule new futures after" in str(exc)
-
-
 def is_transient(exc: BaseException) -> bool:
     """Whether waiting and retrying can cure ``exc``: the one place that decides whether a
     failed flush keeps its batch and retries later (transient) or blocks the sink.
@@ -111,8 +105,6 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, (SinkError, WalError)):
         return False
-    if is_shutdown_error(exc):
-        return True
     return isinstance(exc, OSError) or is_transient_answer(exc)
 
 

@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 #: request).
 COMMIT_POLL_S = 0.025
 
+#: Retries of a request in recovery at query start (see :meth:`QueryFlusher.recover`).
+RECOVERY_RETRIES = 2
+
 BLOCK_REMEDY = ("the flusher tries again every few seconds and the block clears as soon as "
                 "it gets past; see docs/runbook.md ('The sink is blocked')")
 
@@ -340,8 +343,15 @@ class QueryFlusher:
 
     def recover(self) -> None:
         """At query start, before any batch: replay committed, discard uncommitted. Always from
-        the driver: Spark calls this synchronously, before the query's first batch."""
-        self.drain(query_running=False, crash_prefix="recover", executors_allowed=False)
+        the driver: Spark calls this synchronously, before the query's first batch, so a
+        Cassandra away does not hold the query for the whole retry budget
+        (``spark.cassandra.query.retry.count``, some 50 s by default): each request is retried
+        at most :data:`RECOVERY_RETRIES` times, and the running flusher takes over."""
+        self.output.retries_at_most = RECOVERY_RETRIES
+        try:
+            self.drain(query_running=False, crash_prefix="recover", executors_allowed=False)
+        finally:
+            self.output.retries_at_most = None
 
     # -- background thread -----------------------------------------------------------------
     def start(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 from cql import credentials
 from cql.connection import connect
@@ -20,8 +21,12 @@ from .target import Target
 
 
 class CassandraOutput:
-    """A lazily opened session, and an Upserter for each way a batch was sealed to be written
-    (``Seal.write``: columns, TTL, write time, nulls); closed with the flusher.
+    """Sessions opened on first use, one a cluster, and an Upserter for each way a batch was
+    sealed to be written (``Seal.write``: columns, TTL, write time, nulls, its table and its
+    cluster); closed with the flusher. A batch sealed for another cluster than the current
+    target's (a restart moved the contact points to another cluster while batches were
+    pending: :meth:`Target.is_cluster_of <recovery.target.Target.is_cluster_of>`) is written
+    there, through a session of its own.
 
     With ``wal_root`` (a stream's flusher), every (re)connection takes the credentials of
     :func:`cql.credentials.of_stream` anew (a restarted query hands its options' over with its
@@ -29,10 +34,15 @@ class CassandraOutput:
 
     def __init__(self, target: Target, wal_root: str | None = None,
                  session_conf: dict | None = None, on_retry: Callable[[], None] | None = None):
-        self.target, self._cluster, self._session = target, None, None
+        self.target = target
         self.on_retry = on_retry          # each retry of failed requests (the flusher counts)
         self.wal_root, self.session_conf = wal_root, session_conf
         self._upserters: dict[str, Upserter] = {}
+        self._clusters: dict[tuple, tuple] = {}     # contact points -> (cluster, session)
+        #: A bound on each request's retries, below ``spark.cassandra.query.retry.count``
+        #: (recovery at query start holds the query's first batch: it gives up sooner, and
+        #: the running flusher retries every few seconds); None: the option's.
+        self.retries_at_most: int | None = None
 
     def current_target(self) -> Target:
         """The target with the newest credentials (what the executors' tasks get, too)."""
@@ -40,6 +50,12 @@ class CassandraOutput:
             return self.target.with_credentials(
                 credentials.of_stream(self.wal_root, self.session_conf))
         return self.target
+
+    @property
+    def _session(self):
+        """The session to the current target's cluster (None: not connected yet)."""
+        found = self._clusters.get(_contact(self.target.config.connection))
+        return found[1] if found else None
 
     def upserter(self, seal: Seal | None = None) -> Upserter:
         """The Upserter writing ``seal``'s rows as it recorded (the current options for a seal
@@ -49,21 +65,31 @@ class CassandraOutput:
     def upserter_for(self, record: dict | None) -> Upserter:
         """The Upserter writing the way ``record`` (a seal's ``write``, or
         :meth:`Target.write_record <recovery.target.Target.write_record>` of the batches to
-        come) says; connects the session on first use."""
-        key = json.dumps(record, sort_keys=True)
+        come) says; connects its cluster's session on first use."""
+        key = json.dumps([record, self.retries_at_most], sort_keys=True)
         if key not in self._upserters:
-            if self._session is None:
-                self._cluster, self._session = connect(self.current_target().config.connection)
-            target = self.target.as_sealed(record)
-            self._upserters[key] = Upserter(self._session, target.table, target.columns,
-                                            target.config.write,
+            target = self.current_target().as_sealed(record)
+            write = target.config.write
+            if self.retries_at_most is not None and write.retry_count > self.retries_at_most:
+                write = replace(write, retry_count=self.retries_at_most)
+            self._upserters[key] = Upserter(self._session_for(target.config.connection),
+                                            target.table, target.columns, write,
                                             target.config.connection.consistency_level,
                                             on_retry=self.on_retry)
         return self._upserters[key]
 
+    def _session_for(self, connection):
+        key = _contact(connection)
+        if key not in self._clusters:
+            self._clusters[key] = connect(connection)
+        return self._clusters[key][1]
+
     def close(self) -> None:
         self._upserters.clear()
-        self._session = None
-        if self._cluster is not None:
-            self._cluster.shutdown()
-            self._cluster = None
+        clusters, self._clusters = list(self._clusters.values()), {}
+        for cluster, _ in clusters:
+            cluster.shutdown()
+
+
+def _contact(connection) -> tuple:
+    return (connection.hosts, connection.port, connection.cloud_bundle_path)

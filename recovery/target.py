@@ -35,24 +35,59 @@ class Target:
     config: SinkConfig
     table: TableSchema
     columns: tuple[str, ...]        # DataFrame columns written, in order
+    #: The name of the cluster the schema was read from (``system.local``): how a flush tells
+    #: whether a batch sealed for other contact points is for this cluster (None: unknown).
+    cluster_name: str | None = None
 
     def write_record(self) -> dict:
-        """What a batch's seal records of how its rows are written: its columns and the options
-        that decide its cells (never a secret). A replay, even by a restarted query whose
-        options changed, writes the batch as sealed (:meth:`as_sealed`)."""
+        """What a batch's seal records of how and where its rows are written (never a secret):
+        its columns and the options that decide its cells; the keyspace, table and the
+        table's schema as it was when sealed (``table_schema``: a restart with another table,
+        or a column dropped since, must not change where or how a pending batch's rows go);
+        and the cluster (``contact``: contact points and cluster name). A replay, even by a
+        restarted query whose options changed, writes the batch as sealed
+        (:meth:`as_sealed`)."""
         write = self.config.write
+        conn = self.config.connection
         return dict({name: getattr(write, name) for name in SEALED_WRITE_OPTIONS},
-                    columns=list(self.columns))
+                    columns=list(self.columns), keyspace=self.config.keyspace,
+                    table=self.config.table, table_schema=self.table.to_dict(),
+                    contact={"hosts": list(conn.hosts), "port": conn.port,
+                             "cloud_bundle_path": conn.cloud_bundle_path,
+                             "cluster_name": self.cluster_name})
 
     def as_sealed(self, record: dict | None) -> "Target":
-        """This target writing the way a seal's :meth:`write_record` says (itself for seals that
-        recorded nothing: they are written with the current options)."""
+        """This target writing the way a seal's :meth:`write_record` says: its columns and
+        options, its table as sealed, and its cluster when that is not this target's (this
+        target's credentials and TLS settings either way). Itself for seals that recorded
+        nothing (they are written with the current options); seals written before the table
+        and cluster were recorded write to the current ones."""
         if not record:
             return self
         write = replace(self.config.write, **{k: record[k] if k in record else SEALED_BEFORE[k]
                                               for k in SEALED_WRITE_OPTIONS})
-        return replace(self, config=replace(self.config, write=write),
-                       columns=tuple(record["columns"]))
+        config, table = replace(self.config, write=write), self.table
+        if record.get("table_schema"):
+            table = TableSchema.from_dict(record["table_schema"])
+            config = replace(config, keyspace=record["keyspace"], table=record["table"])
+        contact = record.get("contact")
+        if contact and not self.is_cluster_of(contact):
+            config = replace(config, connection=replace(
+                config.connection, hosts=tuple(contact["hosts"]), port=contact["port"],
+                cloud_bundle_path=contact.get("cloud_bundle_path")))
+        return replace(self, config=config, table=table, columns=tuple(record["columns"]),
+                       cluster_name=contact.get("cluster_name") if contact else self.cluster_name)
+
+    def is_cluster_of(self, contact: dict) -> bool:
+        """Whether a seal's ``contact`` is this target's cluster: the same cluster name when
+        both are known (contact points change: a node's address, a new seed), else the same
+        contact points. Two clusters of one name are taken for one: name clusters apart."""
+        if contact.get("cluster_name") and self.cluster_name:
+            return contact["cluster_name"] == self.cluster_name
+        conn = self.config.connection
+        return ((tuple(contact.get("hosts", ())), contact.get("port"),
+                 contact.get("cloud_bundle_path"))
+                == (conn.hosts, conn.port, conn.cloud_bundle_path))
 
     def unaccepted_lists(self, record: dict | None) -> tuple[str, ...]:
         """The non-frozen list columns (:attr:`cql.table.TableSchema.non_frozen_lists`) a batch
@@ -61,14 +96,15 @@ class Target:
         refuses such a column before staging; a batch an earlier release sealed may have
         some, and is written all the same (Spark committed it)."""
         sealed = self.as_sealed(record)
-        lists = self.table.non_frozen_lists
-        accepted = {self.table.resolve_column(n) for n in sealed.config.write.lists_at_least_once}
-        written = (self.table.resolve_column(c) for c in sealed.columns)
+        lists = sealed.table.non_frozen_lists
+        accepted = {sealed.table.resolve_column(n)
+                    for n in sealed.config.write.lists_at_least_once}
+        written = (sealed.table.resolve_column(c) for c in sealed.columns)
         return tuple(c for c in written if c in lists and c not in accepted)
 
     def to_dict(self) -> dict:
         return {"config": self.config.public_dict(), "table": self.table.to_dict(),
-                "columns": list(self.columns)}
+                "columns": list(self.columns), "cluster_name": self.cluster_name}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Target":
@@ -78,7 +114,8 @@ class Target:
                             checkpoint_location=c.get("checkpoint_location"),
                             connection=ConnectionConfig(**conn), write=WriteConfig(**c["write"]),
                             wal=WalConfig(**c["wal"]))
-        return cls(config, TableSchema.from_dict(d["table"]), tuple(d["columns"]))
+        return cls(config, TableSchema.from_dict(d["table"]), tuple(d["columns"]),
+                   d.get("cluster_name"))
 
     def with_connection(self, **changes) -> "Target":
         """A copy with connection settings replaced (hosts, port, credentials...); None values

@@ -227,10 +227,11 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         cluster, session = connect(config.connection)
         try:
             table = fetch_table_schema(cluster, config.keyspace, config.table)
+            cluster_name = cluster.metadata.cluster_name
         finally:
             cluster.shutdown()
         columns = validate_schema(spark_schema, table, config.write)
-        target = Target(config, table, tuple(columns))
+        target = Target(config, table, tuple(columns), cluster_name)
         RecordedTarget.of(target, fingerprint).write(wal)
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)

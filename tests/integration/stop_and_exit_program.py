@@ -28,6 +28,9 @@ def main(argv=None) -> int:
                    help="sinks.wait_flushed(query) before stopping it")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="another option of the sink (repeatable)")
+    p.add_argument("--available-now", action="store_true",
+                   help="trigger(availableNow=True) and wait for the query to end by itself, "
+                        "instead of processAllAvailable() and stop()")
     args = p.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
@@ -44,16 +47,21 @@ def main(argv=None) -> int:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register(spark)
-    query = (spark.readStream.schema("id INT, file INT, name STRING")
-             .option("maxFilesPerTrigger", 1).json(args.input)
-             .writeStream.format("cassandra_wal")
+    writer = (spark.readStream.schema("id INT, file INT, name STRING")
+              .option("maxFilesPerTrigger", 1).json(args.input).writeStream)
+    if args.available_now:
+        writer = writer.trigger(availableNow=True)
+    query = (writer.format("cassandra_wal")
              .option("keyspace", args.keyspace).option("table", args.table)
              .option("checkpointLocation", args.checkpoint)
              .option("spark.cassandra.connection.host", args.host)
              .option("spark.cassandra.connection.port", args.port)
              .options(**dict(o.split("=", 1) for o in args.option))
              .start())
-    query.processAllAvailable()
+    if args.available_now:
+        query.awaitTermination()
+    else:
+        query.processAllAvailable()
     if args.wait_flushed:
         print("[stop-and-exit] every file committed; waiting until it is flushed", flush=True)
         sinks.wait_flushed(query)

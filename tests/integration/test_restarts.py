@@ -29,11 +29,13 @@ def _rows(k: int, n: int = 20) -> list[dict]:
 
 
 def _program(node, src, cp, keyspace: str, *extra: str) -> list[str]:
-    # No retries inside a flush (the flusher retries every 2 s): an outage costs no waiting.
     return [sys.executable, str(PROGRAM), "--input", str(src), "--checkpoint", str(cp),
             "--keyspace", keyspace, "--table", "events", "--host", node.host,
-            "--port", str(node.port), "--option", "spark.cassandra.query.retry.count=0",
-            *extra]
+            "--port", str(node.port), *extra]
+
+
+#: No retries inside a flush (the flusher retries every 2 s): an outage costs no waiting.
+NO_RETRIES = ("--option", "spark.cassandra.query.retry.count=0")
 
 
 def _env() -> dict:
@@ -43,10 +45,12 @@ def _env() -> dict:
 def test_a_stream_stopped_during_an_outage_restarts_and_drains_once_cassandra_is_back(
         cassandra_node, cql, tmp_path):
     """Issue 31, item 0. A keyspace at RF 2 on the one node: every LOCAL_QUORUM write is
-    Unavailable, as with replicas down. Run 1 commits two batches, stops and exits: its last
-    drain at exit met the driver's pools shut down by the interpreter's exit and wrote
-    blocked.json, so run 2 failed at its first commit and nothing landed even once the
-    replicas were back. Now run 2 keeps staging and drains once the keyspace is writable."""
+    Unavailable, as with replicas down. Run 1, availableNow, commits two batches and ends; its
+    flusher is in the Upserter's back-off (the default 10 retries) when the script exits,
+    and its next attempt met the driver's pools shut down by the interpreter's exit
+    (RuntimeError: cannot schedule new futures after shutdown), which blocked the WAL: run 2
+    failed at its first commit and nothing landed even once the replicas were back. Now
+    run 2 keeps staging and drains once the keyspace is writable."""
     keyspace = f"rf2_{int(time.time() * 1000) % 10**9}"
     cql.execute(f"CREATE KEYSPACE {keyspace} WITH replication = "
                 "{'class': 'SimpleStrategy', 'replication_factor': 2}")
@@ -54,8 +58,9 @@ def test_a_stream_stopped_during_an_outage_restarts_and_drains_once_cassandra_is
         cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
         src, cp = tmp_path / "src", tmp_path / "cp"
         write_json_files(src, [_rows(0), _rows(1)])
-        run1 = subprocess.run(_program(cassandra_node, src, cp, keyspace), capture_output=True,
-                              text=True, timeout=300, cwd=str(REPO_ROOT), env=_env())
+        run1 = subprocess.run(_program(cassandra_node, src, cp, keyspace, "--available-now"),
+                              capture_output=True, text=True, timeout=300, cwd=str(REPO_ROOT),
+                              env=_env())
         assert run1.returncode == 0, run1.stdout[-3000:] + run1.stderr[-3000:]
         assert committed_batches(cp) == [0, 1]
         wal = stream_wal(cp)
@@ -63,7 +68,8 @@ def test_a_stream_stopped_during_an_outage_restarts_and_drains_once_cassandra_is
         assert read_table(cql, keyspace, "events") == []
 
         write_json_files(src, [_rows(2)], first_index=2)
-        run2 = subprocess.Popen(_program(cassandra_node, src, cp, keyspace, "--wait-flushed"),
+        run2 = subprocess.Popen(_program(cassandra_node, src, cp, keyspace, "--wait-flushed",
+                                         *NO_RETRIES),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 cwd=str(REPO_ROOT), env=_env())
         try:
@@ -83,3 +89,45 @@ def test_a_stream_stopped_during_an_outage_restarts_and_drains_once_cassandra_is
         assert wal.read_blocked() is None
     finally:
         cql.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+
+
+def _file_stream(spark, node, keyspace: str, table: str, src, cp, **options: str):
+    """The data source on the JSON files of ``src``, one a batch, until they are all read."""
+    import sinks
+    from sinkutil import sink_options
+
+    sinks.register(spark)
+    return (spark.readStream.schema("id INT, file INT, name STRING")
+            .option("maxFilesPerTrigger", 1).json(str(src))
+            .writeStream.format("cassandra_wal")
+            .options(**sink_options(node, keyspace, table, cp, **options))
+            .trigger(availableNow=True).start())
+
+
+def test_a_restart_with_another_table_writes_pending_batches_to_their_own_table(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """Issue 31, item 1. Run 1 stages three batches for t1 that Cassandra has not received
+    (wal.flush=false, as an outage lasting past the restart leaves them); run 2 writes to t2.
+    Its flusher took run 2's target for every batch: all of run 1's rows landed in t2. Now a
+    batch's seal carries its table (and schema, and cluster): t1 gets run 1's rows."""
+    import sinks
+    from sinkutil import running, wait_query_done
+
+    for table in ("t1", "t2"):
+        cql.execute(f"CREATE TABLE {keyspace}.{table} (id int PRIMARY KEY, file int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [_rows(k) for k in range(3)])
+    query = _file_stream(spark, cassandra_node, keyspace, "t1", src, cp, **{"wal.flush": "false"})
+    with running(query):
+        wait_query_done(spark, query)
+    assert committed_batches(cp) == [0, 1, 2]
+    assert read_table(cql, keyspace, "t1") == []
+
+    write_json_files(src, [_rows(k) for k in (3, 4)], first_index=3)
+    query = _file_stream(spark, cassandra_node, keyspace, "t2", src, cp)
+    with running(query):
+        wait_query_done(spark, query)
+        sinks.wait_flushed(query, timeout=120)
+    ids = {t: sorted(r["id"] for r in read_table(cql, keyspace, t, "id")) for t in ("t1", "t2")}
+    assert ids["t1"] == sorted(r["id"] for k in range(3) for r in _rows(k))
+    assert ids["t2"] == sorted(r["id"] for k in (3, 4) for r in _rows(k))

@@ -283,9 +283,15 @@ def parse_insert(cql: str) -> tuple[str, list[str], bool]:
     return table, names, "TTL" in cql
 
 
+class SimMetadata:
+    """What the sink reads of the driver's cluster metadata: the cluster's name."""
+
+    cluster_name = "sim cluster"
+
+
 class SimCluster:
     def __init__(self):
-        self.metadata = None
+        self.metadata = SimMetadata()
 
     def shutdown(self):
         pass

@@ -165,7 +165,8 @@ def test_a_query_upgraded_with_a_list_column_is_refused_at_its_next_batch(tmp_pa
     assert RecordedTarget.read(wal).target.config.write.lists_at_least_once == ()
 
     looked_up = []
-    cluster = SimpleNamespace(shutdown=lambda: None)
+    cluster = SimpleNamespace(shutdown=lambda: None,
+                              metadata=SimpleNamespace(cluster_name="Test Cluster"))
     monkeypatch.setattr(plan, "connect", lambda connection: (cluster, None))
     monkeypatch.setattr(plan, "fetch_table_schema",
                         lambda c, ks, t: looked_up.append(t) or TABLE)

@@ -53,7 +53,8 @@ def sealed(t: Target) -> Seal:
 def test_the_seal_records_the_columns_and_the_cell_deciding_options_and_no_secret():
     t = target(ttl_column="ttl", writetime_micros=None, ignore_nulls=True)
     record = t.write_record()
-    assert set(record) == set(SEALED_WRITE_OPTIONS) | {"columns"}
+    assert set(record) == set(SEALED_WRITE_OPTIONS) | {"columns", "keyspace", "table",
+                                                        "table_schema", "contact"}
     assert record["columns"] == COLUMN_NAMES and record["ttl_column"] == "ttl"
     assert record["ignore_nulls"] is True
     assert "password" not in repr(record)
@@ -178,3 +179,54 @@ def test_a_retried_write_sends_the_ttl_left_when_it_is_retried():
         for values in rows:
             ttls[struct.unpack(">q", values[-2])[0]] = struct.unpack(">i", values[-1])[0]
     assert ttls == {0: 96, 2: 0}                # 100 - 1 - 3; the 3 s row expired; 0 stays
+
+
+# -- issue 31, item 1: a batch is written to the table and cluster it was sealed for -----------
+
+def _other_table(t: Target, name: str, cluster: str | None, hosts=("10.0.0.9",)) -> Target:
+    from cql.config import ConnectionConfig
+
+    table = dataclasses.replace(TABLE, table=name,
+                                columns=TABLE.columns + (("extra", "text"),))
+    config = dataclasses.replace(t.config, table=name,
+                                 connection=ConnectionConfig(hosts=hosts, port=9142,
+                                                             username="etl"))
+    return dataclasses.replace(t, config=config, table=table, cluster_name=cluster)
+
+
+def test_a_pending_batch_goes_to_the_table_it_was_sealed_for_with_its_schema():
+    then = dataclasses.replace(target(), cluster_name="prod")
+    record = then.write_record()
+    now = _other_table(then, "flights_v2", "prod")            # restarted with another table
+    sealed = now.as_sealed(record)
+    assert (sealed.config.keyspace, sealed.config.table) == ("ks", "flights")
+    assert sealed.table == TABLE and sealed.columns == tuple(COLUMN_NAMES)
+    # The same cluster (its name), other contact points: the current ones, credentials too.
+    assert sealed.config.connection.hosts == ("10.0.0.9",)
+    assert sealed.config.connection.username == "etl"
+
+
+def test_a_pending_batch_of_another_cluster_goes_to_that_cluster():
+    then = dataclasses.replace(target(), cluster_name="old")
+    record = then.write_record()
+    sealed = _other_table(then, "flights", "new").as_sealed(record)
+    assert sealed.config.connection.hosts == then.config.connection.hosts
+    assert sealed.config.connection.port == then.config.connection.port
+    assert sealed.config.connection.username == "etl"      # this run's credentials
+    # Names unknown (a target.json of an earlier release): the contact points decide.
+    unnamed = dataclasses.replace(target(), cluster_name=None).write_record()
+    assert _other_table(then, "flights", None).as_sealed(unnamed).config.connection.hosts \
+        == then.config.connection.hosts
+    same = _other_table(then, "flights", None, hosts=then.config.connection.hosts)
+    same = dataclasses.replace(same, config=dataclasses.replace(
+        same.config, connection=dataclasses.replace(same.config.connection,
+                                                    port=then.config.connection.port)))
+    assert same.as_sealed(unnamed).config.connection.username == "etl"
+
+
+def test_a_seal_of_an_earlier_release_is_written_to_the_current_table():
+    record = {k: v for k, v in target().write_record().items()
+              if k not in ("keyspace", "table", "table_schema", "contact")}
+    now = _other_table(target(), "flights_v2", "prod")
+    sealed = now.as_sealed(record)
+    assert sealed.config.table == "flights_v2" and sealed.config.connection.hosts == ("10.0.0.9",)

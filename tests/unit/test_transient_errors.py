@@ -487,3 +487,43 @@ def test_the_flushers_loop_outlives_a_bug_in_a_drain(tmp_path, monkeypatch, capl
         assert len(calls) >= 2 and flusher._thread.is_alive()
         assert "the flusher's loop failed" in caplog.text
         monkeypatch.undo()
+
+
+def test_a_request_the_drivers_shut_pool_refused_is_retried_not_refused():
+    """What the end-to-end test met: the flusher was in the Upserter's back-off when the script
+    exited; the next attempt's answer was the RuntimeError of the driver's shut pool, taken
+    for Cassandra refusing the rows (a permanent FlushFailed, then blocked.json)."""
+    from cql.upsert import Upserter, _Transient
+
+    from recovery.errors import is_shutdown_error
+
+    shut = RuntimeError("cannot schedule new futures after interpreter shutdown")
+    with pytest.raises(FlushFailed) as info:      # at once: no retry can succeed now
+        Upserter._check([("stmt", None)], iter([(False, shut)]), batch_id=4)
+    assert not info.value.permanent and is_transient(info.value)
+    assert is_shutdown_error(info.value)
+    with pytest.raises(_Transient):
+        Upserter._check([("stmt", None)], iter([(False, Unavailable("2 of 1"))]), batch_id=4)
+
+
+def test_recovery_at_query_start_retries_a_request_twice_at_most(tmp_path, monkeypatch):
+    """Recovery at query start runs before the query's first batch: during an outage the
+    Upserter's whole retry budget (10 retries by default, some 50 s of back-off) held the
+    restarted query that long. It gives up sooner now; the running flusher retries."""
+    from recovery.flusher import RECOVERY_RETRIES
+
+    with flusher_on(tmp_path) as flusher:
+        made = []
+        names = type(flusher.output).upserter.__globals__
+        monkeypatch.setitem(names, "connect", lambda conn: (
+            type("C", (), {"shutdown": lambda self: None})(), object()))
+
+        def upserter(session, table, columns, write, consistency_level=None, **_):
+            made.append(write.retry_count)
+            raise Unavailable("not enough replicas")
+
+        monkeypatch.setitem(names, "Upserter", upserter)
+        flusher.recover()
+        flusher.drain(query_running=True)
+        assert made == [RECOVERY_RETRIES, flusher.target.config.write.retry_count]
+        assert RECOVERY_RETRIES < flusher.target.config.write.retry_count
