@@ -344,3 +344,22 @@ def name_matches(name: str, candidates: Iterable[str]) -> list[str]:
     if name in candidates:
         return [name]
     return [c for c in candidates if c.lower() == name.lower()]
+
+
+#: Cassandra's record of dropped columns: a cell of a dropped column written at or before its
+#: drop time stays hidden, even once a column of that name is added again.
+_DROPPED = ("SELECT column_name, dropped_time FROM system_schema.dropped_columns "
+            "WHERE keyspace_name = %s AND table_name = %s")
+
+
+def dropped_columns(session: Any, keyspace: str, table: str) -> dict[str, int]:
+    """Each column of the table Cassandra records as dropped -> the last write timestamp (µs)
+    its drop hides. ``dropped_time`` is kept to the millisecond: the bound is the end of that
+    millisecond, so a cell hidden is never taken for a visible one."""
+    rows = session.execute(_DROPPED, (keyspace, table))
+    out = {}
+    for row in rows:
+        dropped = row.dropped_time
+        ms = int(dropped.timestamp() * 1000) if hasattr(dropped, "timestamp") else int(dropped)
+        out[row.column_name] = (ms + 1) * 1000 - 1
+    return out

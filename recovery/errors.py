@@ -29,6 +29,34 @@ class RecoveryBlocked(RecoveryError):
         return f"{msg}. {self.way_forward}" if self.way_forward else msg
 
 
+class ColumnDroppedAfterSeal(RecoveryError):
+    """A sealed batch writes a column that was dropped after the batch was sealed: Cassandra
+    hides every cell of it written at or before the drop, even once the column is added
+    again, so the batch cannot land as sealed. No retry cures it; an operator chooses
+    (:mod:`wal.amendments`, ``cassandra-wal amend``)."""
+
+    def __init__(self, batch: int, wal: str, columns: list, user_timestamps: bool):
+        super().__init__(batch, wal, columns, user_timestamps)
+        self.batch, self.wal, self.user_timestamps = batch, wal, user_timestamps
+        self.columns = [tuple(c) for c in columns]     # (column, drop time µs)
+
+    def __str__(self) -> str:
+        names = ", ".join(c for c, _ in self.columns)
+        first = ", ".join(f"{c} at {t} µs" for c, t in self.columns)
+        ways = (f"write it without them, losing their values in this batch: "
+                f"cassandra-wal amend {self.wal} --batch {self.batch} "
+                + " ".join(f"--without-column {c}" for c, _ in self.columns))
+        if not self.user_timestamps:
+            ways += (f"; or write it at timestamps above the drop, so that its rows win over "
+                     f"what was written to their keys since: cassandra-wal amend {self.wal} "
+                     f"--batch {self.batch} --restamp")
+        return (f"batch {self.batch} writes {names}, dropped after the batch was sealed "
+                f"({first}): Cassandra hides every cell of a dropped column written before the "
+                f"drop, even once the column is added again, so re-adding it would lose these "
+                f"values silently. Choose: {ways} (docs/runbook.md, 'A column dropped while "
+                f"batches were pending')")
+
+
 class WalBlocked(RecoveryError):
     """The flusher cannot go on (``WAL_DIR/blocked.json``): a batch that no retry can write.
 

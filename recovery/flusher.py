@@ -220,8 +220,10 @@ class QueryFlusher:
         self.counters.count(replays=1)
 
     def _before_write(self, seal: Seal) -> None:
-        """A batch an earlier release sealed with a non-frozen list column is written at least
-        once: say so, once per batch (a drain that fails writes it again later)."""
+        """Before a batch's rows are written: refuse a batch a dropped column would hide
+        (:func:`check_not_dropped`), and say once that a batch an earlier release sealed with
+        a non-frozen list column is written at least once."""
+        self.output.check_not_dropped(seal, self.wal.location)
         if seal.batch in self._lists_said:
             return
         columns = self.target.unaccepted_lists(seal.write)

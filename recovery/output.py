@@ -14,9 +14,11 @@ from dataclasses import replace
 
 from cql import credentials
 from cql.connection import connect
+from cql.table import dropped_columns
 from cql.upsert import Upserter
 from wal.seal import Seal
 
+from .errors import ColumnDroppedAfterSeal
 from .target import Target
 
 
@@ -77,6 +79,39 @@ class CassandraOutput:
                                             target.config.connection.consistency_level,
                                             on_retry=self.on_retry)
         return self._upserters[key]
+
+    def dropped_after_seal(self, seal: Seal) -> list[tuple[str, int]]:
+        """The columns ``seal`` writes that Cassandra dropped at or after the batch's write
+        timestamps (with its own ``writetime``: after it was sealed), each with the last
+        timestamp its drop hides: cells of them would stay hidden
+        (:func:`cql.table.dropped_columns`). Asked of the batch's cluster before each write."""
+        if seal.rows == 0:
+            return []
+        target = self.current_target().as_sealed(seal.write)
+        session = self._session_for(target.config.connection)
+        dropped = dropped_columns(session, target.table.keyspace, target.table.table)
+        if not dropped:
+            return []
+        write = target.config.write
+        first = (write.writetime_micros if write.writetime_micros is not None
+                 else seal.sealed_at_us if write.writetime_column else seal.base_ts_us)
+        out = []
+        for column in target.columns:
+            name = target.table.resolve_column(column) or column
+            if name in dropped and dropped[name] >= first:
+                out.append((column, dropped[name]))
+        return out
+
+    def check_not_dropped(self, seal: Seal, wal_location: str) -> None:
+        """Raise :class:`~recovery.errors.ColumnDroppedAfterSeal` if a column ``seal`` writes
+        was dropped after it was sealed (:meth:`dropped_after_seal`; an operator's amendment,
+        already applied to ``seal``, may leave it out or write above the drop)."""
+        hidden = self.dropped_after_seal(seal)
+        if hidden:
+            write = self.current_target().as_sealed(seal.write).config.write
+            raise ColumnDroppedAfterSeal(seal.batch, wal_location, hidden,
+                                         user_timestamps=bool(write.writetime_column
+                                                              or write.writetime_micros))
 
     def _session_for(self, connection):
         key = _contact(connection)

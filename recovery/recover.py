@@ -33,9 +33,11 @@ def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
             return WalLog.open_writer(wal)
 
 
-def _say_unaccepted_lists(wal: WalDir, target: Target, seal: Seal) -> None:
-    """A batch an earlier release sealed with a non-frozen list column: the flusher's warning
-    (each batch is written once in a replay of the whole WAL)."""
+def _before_write(wal: WalDir, target: Target, output: CassandraOutput, seal: Seal) -> None:
+    """What the flusher does before a batch's rows: refuse a batch a dropped column would
+    hide; say that a batch an earlier release sealed with a non-frozen list column is written
+    at least once (each batch is written once in a replay of the whole WAL)."""
+    output.check_not_dropped(seal, wal.location)
     columns = target.unaccepted_lists(seal.write)
     if columns:
         events.lists_at_least_once(wal.root, seal.batch, columns)
@@ -56,7 +58,7 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,
-                          before_write=lambda seal: _say_unaccepted_lists(wal, target, seal)
+                          before_write=lambda seal: _before_write(wal, target, output, seal)
                           ).run(query_running=not discard_uncommitted, crash_prefix=crash_prefix)
     finally:
         wal_log.close()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
 from wal import catalog
+from wal.amendments import amended
 from wal.catalog import BatchView
 from wal.crashpoints import crash_point
 from wal.errors import WalCorrupted
@@ -262,7 +263,7 @@ class Replayer:
             record = view.record or self.log.ingest(view.seal)
         except WalCorrupted as exc:
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
-        seal = record.seal
+        seal = amended(self.wal, record.seal)     # as an operator decided, if one did
         if self.before_write is not None:
             self.before_write(seal)
         remove_unsealed_segments(self.wal, batch, {s.name for s in seal.segments})

@@ -19,6 +19,7 @@ POINTER_FILE = "cassandra_wal_sink.json"   # in a stream's checkpoint: its WAL (
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"
 ENTRIES_DIR = "entered"                    # a foreachBatch writer's entries (wal/entries.py)
+AMENDMENTS_DIR = "amended"                 # operators' amendments of sealed batches (wal/amendments.py)
 ENTRIES_SINCE_FILE = "since"               # in entered/: the first batch entries were kept for
 POINTERS_DIR = "cassandra_wal_sinks"       # in a stream's checkpoint: one file per WAL it uses
 LOG_DIR = "log"

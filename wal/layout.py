@@ -86,6 +86,13 @@ class WalDir:
     def entry_path(self, batch_id: int) -> str:
         return os.path.join(self.entries, fmt.batch_name(batch_id) + fmt.ENTRY_SUFFIX)
 
+    @property
+    def amendments(self) -> str:
+        return os.path.join(self.root, fmt.AMENDMENTS_DIR)
+
+    def amendment_path(self, batch_id: int) -> str:
+        return os.path.join(self.amendments, fmt.batch_name(batch_id) + fmt.ENTRY_SUFFIX)
+
     def batch_segments(self, batch_id: int) -> str:
         return os.path.join(self.segments, fmt.batch_name(batch_id))
 

@@ -47,6 +47,7 @@ ENV_WORKING_DIR = "CASSANDRA_WAL_WORKING_DIR"
 #: Keys on the store beside the working copy's layout (FORMAT.md, "On a store").
 SEAL_VERSIONS = fmt.SEALS_DIR          # seals/<batch>/<version>-<tok>.seal
 ENTRY_VERSIONS = fmt.ENTRIES_DIR       # entered/<batch>/<version>-<tok>.json, entered/since
+AMENDMENT_VERSIONS = fmt.AMENDMENTS_DIR  # amended/<batch>/<version>-<tok>.json
 TARGET_VERSIONS = "targets"            # targets/<version>-<tok>.json
 FLUSHED_MARKERS = "flushed"            # flushed/<batch>
 VERSION_DIGITS = 8
@@ -152,6 +153,10 @@ class RemoteWal:
     def publish_entry(self, batch: int, data: bytes) -> None:
         self.publish_version(f"{ENTRY_VERSIONS}/{fmt.batch_name(batch)}", data, fmt.ENTRY_SUFFIX)
 
+    def publish_amendment(self, batch: int, data: bytes) -> None:
+        self.publish_version(f"{AMENDMENT_VERSIONS}/{fmt.batch_name(batch)}", data,
+                             fmt.ENTRY_SUFFIX)
+
     def publish_target(self, data: bytes) -> None:
         if self.latest_version(TARGET_VERSIONS) != data:
             self.publish_version(TARGET_VERSIONS, data, ".json")
@@ -193,6 +198,9 @@ class RemoteWal:
 
     def delete_entry(self, batch: int) -> None:
         self._delete_versions(f"{ENTRY_VERSIONS}/{fmt.batch_name(batch)}")
+
+    def delete_amendment(self, batch: int) -> None:
+        self._delete_versions(f"{AMENDMENT_VERSIONS}/{fmt.batch_name(batch)}")
 
     def _delete_versions(self, folder: str) -> None:
         for key in self.store.list(folder):
@@ -320,6 +328,8 @@ class RemoteWal:
         self.pull_state(root)
         self.pull_seals(root)
         self.pull_entries(root)
+        self._pull_versions(AMENDMENT_VERSIONS, os.path.join(root, fmt.AMENDMENTS_DIR),
+                            fmt.ENTRY_SUFFIX)
         if segments:
             self.pull_segments(root, _read_int(os.path.join(root, fmt.FLUSHED_THROUGH_FILE)))
 

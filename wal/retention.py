@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass
 
 from . import format as fmt
+from .amendments import remove_amendment
 from .entries import entries_since, remove_entry
 from .files import tree_size
 from .layout import WalDir
@@ -52,6 +53,7 @@ def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None
     a working copy pulls what the store still has."""
     if entries_since(wal) is not None:
         remove_entry(wal, batch)
+    remove_amendment(wal, batch)
     if wal.remote:
         wal.remote.delete_segments(batch)
         if not keep_seal:

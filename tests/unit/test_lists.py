@@ -247,7 +247,7 @@ def earlier_wal(tmp_path, record: dict | None) -> Target:
 def fake_node(monkeypatch, fail_at=None) -> Node:
     node = Node(fail_at)
     monkeypatch.setattr(output, "connect", lambda connection: (SimpleNamespace(
-        shutdown=lambda: None), None))
+        shutdown=lambda: None), SimpleNamespace(execute=lambda cql, parameters=None: [])))
     monkeypatch.setattr(output, "Upserter", node.upserter)
     return node
 

@@ -498,6 +498,9 @@ def _replaying(monkeypatch):
         def upserter(self, seal=None):
             return RecordingUpserter()
 
+        def check_not_dropped(self, seal, wal_location):
+            pass
+
         def close(self):
             pass
 

@@ -110,11 +110,24 @@ def fake_cassandra(monkeypatch, flusher: QueryFlusher, outage: Outage) -> None:
             if outage.down:
                 raise outage.error
 
+        def execute(self, cql, parameters=None):     # system_schema.dropped_columns
+            if outage.down:
+                raise outage.error
+            return []
+
     Session.outage = outage
     cluster = type("Cluster", (), {"shutdown": lambda self: None})()
     names = type(flusher.output).upserter.__globals__   # wherever CassandraOutput lives
     monkeypatch.setitem(names, "connect", lambda conn: (cluster, Session()))
     monkeypatch.setitem(names, "Upserter", FakeUpserter)
+
+
+def driver_side_up(monkeypatch, flusher: QueryFlusher) -> None:
+    """The driver's own session answers (what it asks before a batch: dropped columns); the
+    rows go through the flush tasks or workers the test arranges."""
+    up = Outage(None)
+    up.down = False
+    fake_cassandra(monkeypatch, flusher, up)
 
 
 @contextlib.contextmanager
@@ -213,9 +226,10 @@ class RecordingWrites:
 
 @pytest.mark.parametrize("error", [OSError(116, "Stale file handle"), unpicklable_timeout()],
                          ids=["OSError", "unpicklable OperationTimedOut"])
-def test_a_task_returning_a_transient_error_does_not_block(tmp_path, error):
+def test_a_task_returning_a_transient_error_does_not_block(tmp_path, error, monkeypatch):
     FailingOpener.down, FailingOpener.error = True, error
     with flusher_on(tmp_path, mode="executors") as flusher:
+        driver_side_up(monkeypatch, flusher)
         job = LocalJob()
         writer = ExecutorsWriter(job, flusher.wal.root, flusher.output.current_target,
                                  open_upserter=FailingOpener())
@@ -229,10 +243,11 @@ def test_a_task_returning_a_transient_error_does_not_block(tmp_path, error):
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
 
 
-def test_a_task_returning_a_refusal_blocks(tmp_path):
+def test_a_task_returning_a_refusal_blocks(tmp_path, monkeypatch):
     FailingOpener.down = True
     FailingOpener.error = FlushFailed(0, "InvalidRequest: no such table", permanent=True)
     with flusher_on(tmp_path, mode="executors") as flusher:
+        driver_side_up(monkeypatch, flusher)
         writer = ExecutorsWriter(LocalJob(), flusher.wal.root, flusher.output.current_target,
                                  open_upserter=FailingOpener())
         flusher._executors = lambda: writer
@@ -271,11 +286,13 @@ def test_an_error_a_worker_process_raises_comes_back_typed_and_the_worker_lives(
         pool.close()
 
 
-def test_a_worker_process_returning_an_oserror_from_its_task_does_not_block(tmp_path):
+def test_a_worker_process_returning_an_oserror_from_its_task_does_not_block(tmp_path,
+                                                                            monkeypatch):
     """``wal.flush.mode=processes``: the task's error crosses the pipe as itself (the worker
     imports this module afresh: ``FailingOpener`` fails there with its class defaults)."""
     FailingOpener.down, FailingOpener.error = True, OSError(116, "Stale file handle")
     with flusher_on(tmp_path, mode="processes") as flusher:
+        driver_side_up(monkeypatch, flusher)
         pool = ProcessPool(1)
         writer = ExecutorsWriter(pool, flusher.wal.root, flusher.output.current_target,
                                  open_upserter=FailingOpener())
@@ -336,6 +353,9 @@ def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, cap
         def upserter(self, seal=None):
             return FakeUpserter(type("S", (), {"prepare": lambda s, q: None,
                                                "outage": Outage(None)})(), None, None, None)
+
+        def check_not_dropped(self, seal, wal_location):
+            pass
 
         def close(self):
             pass
@@ -515,8 +535,9 @@ def test_recovery_at_query_start_retries_a_request_twice_at_most(tmp_path, monke
     with flusher_on(tmp_path) as flusher:
         made = []
         names = type(flusher.output).upserter.__globals__
+        session = type("S", (), {"execute": lambda self, cql, parameters=None: []})()
         monkeypatch.setitem(names, "connect", lambda conn: (
-            type("C", (), {"shutdown": lambda self: None})(), object()))
+            type("C", (), {"shutdown": lambda self: None})(), session))
 
         def upserter(session, table, columns, write, consistency_level=None, **_):
             made.append(write.retry_count)
