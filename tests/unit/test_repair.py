@@ -1,4 +1,4 @@
-"""``cassandra-wal repair`` (``wal/repair.py``; issue 31, item 5): make
+"""``cassandra-wal repair`` (``wal/repair.py``, ``cli/repair_cmd.py``; issue 31, item 5): make
 Spark run batch K and every later one again, and make the WAL ready for it.
 
 The runbook's old manual step 4 (delete ``commits/K..`` and the damaged batch's files) left two
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from recovery.errors import is_transient
 from tests.helpers.walfactory import WalFactory
 from wal import catalog
@@ -114,6 +115,13 @@ def spark_reruns(f: WalFactory, cp: Path, batch: int) -> None:
     spark_planned(cp, batch)
     f.sealed(batch, committed=False)
     f.close()
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 # --------------------------------------------------- the two faults of the manual step
@@ -350,3 +358,77 @@ def test_a_repair_cut_short_fences_the_wal_until_it_is_run_again(tmp_path, monke
     assert manifest["status"] == "done" and len(manifest["resumed_at"]) == 1
     with WalLog.open_writer(f.wal) as log:
         assert log.committed_through() == 0 and [r.batch for r in log.records()] == [0]
+
+
+# -------------------------------------------------------------------------------- CLI
+def test_cli_dry_run_prints_the_plan_and_changes_nothing(capsys, tmp_path):
+    f, cp = build(tmp_path)
+    before = everything(f, cp)
+    code, out, err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1, "--dry-run")
+    assert code == 0, err
+    assert "repair of " in out and "from batch 1" in out and "dry run: nothing was changed" in out
+    for needle in ("BATCH", "m/committed_through 3 -> 0", "WAL files to move: 12",
+                   "checkpoint files to move: 14", "would keep in: "):
+        assert needle in out, out
+    code, out, _ = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1, "--dry-run",
+                       "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["dry_run"] is True and doc["plan"]["from_batch"] == 1
+    assert [b["batch"] for b in doc["plan"]["batches"]] == [1, 2, 3, 4]
+    assert "end offsets of batch 0" in doc["plan"]["rerun"]
+    assert everything(f, cp) == before
+
+
+def test_cli_repairs_with_json_and_the_checkpoint_from_target_json(capsys, tmp_path):
+    f, cp = build(tmp_path)
+    keep = tmp_path / "kept"
+    code, out, err = cli(capsys, "repair", f.root, "--from", 1, "--keep", keep, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["dry_run"] is False and doc["keep"] == str(keep) and doc["unblocked"] is True
+    assert doc["plan"]["checkpoint"] == str(cp)
+    assert (keep / fmt.REPAIR_FILE).exists() and f.wal.sealed_batch_ids() == [0]
+
+
+def test_cli_text_says_what_to_do_next(capsys, tmp_path):
+    f, cp = build(tmp_path)
+    code, out, _ = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1)
+    assert code == 0
+    assert "kept in: " in out and "next: start the query" in out
+    assert "the source must still hold those rows" in out
+
+
+@pytest.mark.parametrize("argv, code, needle", [
+    (["--from", "9"], 2, "planned batches up to 4 only"),
+    (["--from", "0"], 1, "already written to Cassandra"),
+    (["--from", "-1"], 2, "batch ids start at 0"),
+    (["--from", "x"], 2, "not a batch id"),
+    ([], 2, "--from"),
+])
+def test_cli_refusals_exit_with_a_hint(capsys, tmp_path, argv, code, needle):
+    f, cp = build(tmp_path)
+    got, out, err = cli(capsys, "repair", f.root, "--checkpoint", cp, *argv)
+    assert got == code, err
+    assert "Traceback" not in err and f"cassandra-wal: error: " in err and needle in err, err
+    assert "hint: " in err
+
+
+def test_cli_refuses_a_store_and_a_held_lock(capsys, tmp_path):
+    f, cp = build(tmp_path)
+    code, _, err = cli(capsys, "repair", "s3a://bucket/wal", "--checkpoint", cp, "--from", 1)
+    assert code == 1 and "not supported on a store yet" in err
+    code, _, err = cli(capsys, "repair", f.root, "--checkpoint", "hdfs://nn:8020/cp",
+                       "--from", 1)
+    assert code == 1 and "not supported on a store yet" in err
+    with WalLog.open_writer(f.wal):
+        code, _, err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1)
+    assert code == 1 and "open for writing by another process" in err and "hint: stop" in err
+
+
+def test_cli_help_has_examples_and_says_what_it_refuses(capsys):
+    code, out, _ = cli(capsys, "repair", "--help")
+    assert code == 0 and "Examples:\n  cassandra-wal repair " in out
+    for needle in ("state/", "--rewrite", "offsets/K..", "not supported yet", "exit codes:"):
+        assert needle in out
+    code, out, _ = cli(capsys, "--help")
+    assert "cassandra-wal repair " in out
