@@ -18,7 +18,15 @@ from wal.errors import RepairRefused, WalLocked
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.remote import is_remote
-from wal.repair import REWRITE_MEANS, RepairPlan, default_keep, plan_repair, repair, spell
+from wal.repair import (
+    REWRITE_MEANS,
+    RepairPlan,
+    checkpoint_wals,
+    default_keep,
+    plan_repair,
+    repair,
+    spell,
+)
 
 NAME = "repair"
 
@@ -41,11 +49,13 @@ What it changes, with the query stopped (it takes the WAL's writer lock, as reco
 Everything removed is kept in WAL_DIR/repair-<UTC time>/ (or --keep), with repair.json saying
 what and why. A repair cut short (a crash) fences the WAL until it is run again to its end.
 
+A foreachBatch function writing several tables has a WAL for each and one checkpoint: Spark
+re-runs the batches for every table, so every WAL the checkpoint names is repaired too.
+
 It refuses, changing nothing: a WAL or checkpoint on a store (HDFS, S3: not supported yet); a
-checkpoint with state/ (a stateful query: its state would not match the re-run); a checkpoint
-shared with other WALs (a foreachBatch function writing several tables: not supported yet); K
-above the newest offsets/N, or one whose K-1 Spark no longer keeps; batches from K on that are
-already written to Cassandra, unless --rewrite says writing them again is fine."""
+checkpoint with state/ (a stateful query: its state would not match the re-run); K above the
+newest offsets/N, or one whose K-1 Spark no longer keeps; batches from K on that are already
+written to Cassandra, unless --rewrite says writing them again is fine."""
 
 EPILOG = textwrap.fill(f"--rewrite: {REWRITE_MEANS}.", 92) + """
 
@@ -124,8 +134,7 @@ def run(args) -> int:
         print(json.dumps(dict(report.to_dict(), dry_run=False), indent=2))
         return 0
     _print_plan(report.plan, done=True)
-    print(f"kept in: {report.keep} ({len(report.plan.wal_files)} WAL files, "
-          f"{len(report.plan.checkpoint_files)} checkpoint files, repair.json)")
+    print(f"kept in: {report.keep} (with repair.json)")
     if report.resumed:
         note("finished a repair that an earlier run began")
     if not report.unblocked:
@@ -136,14 +145,18 @@ def run(args) -> int:
 
 
 def _dry_run(wal: WalDir, checkpoint: str, args) -> int:
-    reader = WalLog.open_reader(wal)
+    readers: list[tuple[WalDir, WalLog | None]] = []
     try:
-        under_way = reader.repair_under_way() if reader else None
-        plan = plan_repair(wal, reader, checkpoint, args.from_batch, args.rewrite,
+        for each in checkpoint_wals(wal, checkpoint):
+            readers.append((each, WalLog.open_reader(each)))
+        under_way = next((f for f in (r.repair_under_way() for _w, r in readers if r) if f),
+                         None)
+        plan = plan_repair(readers, checkpoint, args.from_batch, args.rewrite,
                            check=under_way is None)
     finally:
-        if reader is not None:
-            reader.close()
+        for _w, reader in readers:
+            if reader is not None:
+                reader.close()
     keep = under_way["keep"] if under_way else (args.keep or default_keep(wal))
     if args.json:
         print(json.dumps({"dry_run": True, "plan": plan.to_dict(), "keep": keep,
@@ -160,21 +173,23 @@ def _dry_run(wal: WalDir, checkpoint: str, args) -> int:
 
 def _print_plan(plan: RepairPlan, done: bool) -> None:
     verb = "repaired" if done else "repair of"
-    print(f"{verb} {shown(WalDir(plan.wal))} from batch {plan.from_batch} "
-          f"(checkpoint {plan.checkpoint}, Spark planned up to batch {plan.highest_offset})")
-    rows = [(b["batch"], b["state"], b["rows"], yes_no(b["committed"]),
-             yes_no(b["written"]), b["detail"]) for b in plan.batches]
-    if rows:
-        print(table(("BATCH", "STATE", "ROWS", "COMMITTED", "WRITTEN", "DETAIL"), rows,
-                    right=("ROWS",)))
-    else:
-        print(f"the WAL holds no batch from {plan.from_batch} on")
-    if plan.written:
-        print(f"written again (--rewrite): {spell(plan.written)}")
+    print(f"{verb} {plan.checkpoint} and its WAL{'s' if len(plan.wals) > 1 else ''} from batch "
+          f"{plan.from_batch} (Spark planned up to batch {plan.highest_offset})")
     moved = "moved" if done else "to move"
-    print(f"WAL files {moved}: {len(plan.wal_files)}; checkpoint files {moved}: "
-          f"{len(plan.checkpoint_files)} (offsets/ and commits/ from {plan.from_batch} on, "
-          f".crc files included)")
-    print("markers: " + ", ".join(f"{name} {a} -> {b}" for name, (a, b) in plan.markers.items()))
+    for wal_plan in plan.wals:
+        print(f"\nWAL {shown(WalDir(wal_plan.wal))}:")
+        rows = [(b["batch"], b["state"], b["rows"], yes_no(b["committed"]),
+                 yes_no(b["written"]), b["detail"]) for b in wal_plan.batches]
+        if rows:
+            print(table(("BATCH", "STATE", "ROWS", "COMMITTED", "WRITTEN", "DETAIL"), rows,
+                        right=("ROWS",)))
+        else:
+            print(f"no batch from {plan.from_batch} on")
+        if wal_plan.written:
+            print(f"written again (--rewrite): {spell(wal_plan.written)}")
+        print(f"files {moved}: {len(wal_plan.wal_files)}; markers: " + ", ".join(
+            f"{name} {a} -> {b}" for name, (a, b) in wal_plan.markers.items()))
+    print(f"\ncheckpoint files {moved}: {len(plan.checkpoint_files)} (offsets/ and commits/ "
+          f"from {plan.from_batch} on, .crc files included)")
     for text in plan.warnings:
         warn(text)

@@ -19,22 +19,25 @@ things make that work, and the runbook's old manual step (delete ``commits/K..``
   would make it look written, and be skipped. Both are lowered to K-1, and every batch from K
   on leaves the log and its files leave the WAL.
 
+A ``foreachBatch`` function writing several tables has one WAL a table and one checkpoint:
+Spark re-runs the batches for every table, so every WAL the checkpoint's pointer files name is
+repaired with the one named.
+
 What it refuses, before it changes anything (:class:`~wal.errors.RepairRefused`): a WAL or a
 checkpoint on a store (not supported yet), a checkpoint with ``state/`` (a stateful query: its
-state store versions would not match the re-run), a checkpoint shared with other WALs (a
-``foreachBatch`` function writing several tables: not supported yet), K above the newest
-``offsets/N`` or one whose K-1 Spark no longer keeps, and batches from K on that are already
-in Cassandra in whole or part unless ``rewrite`` accepts writing them again with new
-timestamps.
+state store versions would not match the re-run), K above the newest ``offsets/N`` or one whose
+K-1 Spark no longer keeps, and batches from K on that are already in Cassandra in whole or part
+(in any of the WALs) unless ``rewrite`` accepts writing them again with new timestamps.
 
-Crash safety: the log is fenced first (``m/repair``, :meth:`~wal.log.WalLog.begin_repair`):
-until the last step, no flusher, recovery or ``recover`` opens it
-(:class:`~wal.errors.WalRepairing`), and running the repair again finishes it. Then the WAL's
+Crash safety: every log is fenced first (``m/repair``, :meth:`~wal.log.WalLog.begin_repair`):
+until its last step, no flusher, recovery or ``recover`` opens it
+(:class:`~wal.errors.WalRepairing`), and running the repair again finishes it. Then the WALs'
 files of batches K.. and Spark's ``commits/K..``, ``offsets/K..`` are *moved* into the kept
-copy (each move fsynced at both ends), the shared ``flushed_through`` is lowered, and one
-synced write rewinds the log and lifts the fence. The kept copy (``<WAL_DIR>/repair-<UTC
-time>/`` unless given) holds ``repair.json`` (what was planned and removed, the log's records
-of those batches) and the files under ``wal/`` and ``checkpoint/``, by their paths there.
+copy (each move fsynced at both ends), and for each WAL the shared ``flushed_through`` is
+lowered and one synced write rewinds its log and lifts its fence. The kept copy
+(``<WAL_DIR>/repair-<UTC time>/`` unless given) holds ``repair.json`` (what was planned and
+removed, the logs' records of those batches) and the files under ``wal/`` (the WAL named),
+``wals/<folder name>/`` (the others) and ``checkpoint/``, by their paths there.
 
 Local WAL and local checkpoint only; the query must be stopped (the repair takes the WAL's
 writer lock, as ``recover`` does).
@@ -59,6 +62,7 @@ from .files import atomic_write, fsync_dir, make_private_dirs
 from .layout import WalDir
 from .log import WalLog
 from .pointer import pointed_wals
+from .remote import is_remote
 from .seal import now_us
 
 KEPT_WAL = "wal"                     # the kept copy's folder of the WAL's files
@@ -77,19 +81,34 @@ REWRITE_MEANS = ("writing them again gives their rows new write timestamps: a la
 
 
 @dataclass(frozen=True)
-class RepairPlan:
-    """What a repair from ``from_batch`` does (:func:`plan_repair`): read-only."""
+class WalPlan:
+    """What a repair does to one WAL of the checkpoint."""
 
-    wal: str
+    wal: str                          # WAL_DIR
+    kept_as: str                      # its folder in the kept copy
+    batches: tuple[dict, ...]         # every batch >= K it knows: batch, state, rows, ...
+    written: tuple[tuple[int, int], ...]   # runs (first, last) of batches >= K in Cassandra
+    wal_files: tuple[str, ...]        # moved out of WAL_DIR (relative paths)
+    markers: dict = field(default_factory=dict)   # name -> [before, after]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["written"] = [list(r) for r in self.written]
+        return d
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What a repair from ``from_batch`` does (:func:`plan_repair`): read-only. ``wals``: the
+    WAL named first, then every other WAL the checkpoint names (the tables of a foreachBatch
+    function: Spark re-runs the batches for all of them)."""
+
     checkpoint: str
     from_batch: int
     highest_offset: int
-    batches: tuple[dict, ...]         # every batch >= K the WAL knows: batch, state, rows, ...
-    written: tuple[tuple[int, int], ...]   # ranges (first, last) of batches >= K in Cassandra
-    wal_files: tuple[str, ...]        # moved out of WAL_DIR (relative paths)
+    wals: tuple[WalPlan, ...]
     checkpoint_files: tuple[str, ...]  # moved out of the checkpoint (relative paths)
-    markers: dict = field(default_factory=dict)   # name -> [before, after]
-    warnings: tuple[str, ...] = ()
 
     @property
     def rerun(self) -> str:
@@ -98,11 +117,15 @@ class RepairPlan:
             if self.from_batch > 0 else ("Spark plans batch 0 again from the source's starting "
                                          "offsets: the source must still hold every row")
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(w for p in self.wals for w in p.warnings)
+
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["written"] = [list(r) for r in self.written]
-        d["rerun"] = self.rerun
-        return d
+        return {"checkpoint": self.checkpoint, "from_batch": self.from_batch,
+                "highest_offset": self.highest_offset, "rerun": self.rerun,
+                "checkpoint_files": list(self.checkpoint_files),
+                "wals": [p.to_dict() for p in self.wals]}
 
 
 @dataclass(frozen=True)
@@ -110,7 +133,7 @@ class RepairReport:
     plan: RepairPlan
     keep: str
     resumed: bool           # an earlier run began this repair; this one finished it
-    unblocked: bool         # blocked.json removed: nothing before K is broken
+    unblocked: bool         # every WAL's blocked.json removed: nothing before K is broken
 
     def to_dict(self) -> dict:
         return {"plan": self.plan.to_dict(), "keep": self.keep, "resumed": self.resumed,
@@ -220,18 +243,90 @@ def _remove_empty_batch_folders(wal: WalDir, from_batch: int) -> None:
 
 
 # --------------------------------------------------------------------------------- plan
-def plan_repair(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
+def checkpoint_wals(wal: WalDir, checkpoint: str) -> list[WalDir]:
+    """``wal``, then every other WAL the checkpoint's pointer files name (a foreachBatch
+    function's tables share its checkpoint: one WAL each), in a fixed order. Raises
+    :class:`RepairRefused` for one on a store."""
+    here = os.path.realpath(wal.root)
+    others: dict[str, WalDir] = {}
+    for location in pointed_wals(checkpoint):
+        if not ckpt.is_local(location) or is_remote(location):
+            raise _on_a_store(location)
+        path = os.path.realpath(ckpt.local_path(location))
+        if path != here and os.path.isdir(path):
+            others[path] = WalDir(path).check()
+    return [wal] + [others[p] for p in sorted(others)]
+
+
+def _kept_as(wals: list[WalDir]) -> list[str]:
+    """Each WAL's folder in the kept copy: ``wal`` for the one named, ``wals/<its folder's
+    name>`` for the others (``-2``... if two share a name)."""
+    out = ["wal"]
+    for other in wals[1:]:
+        base = f"wals/{os.path.basename(os.path.normpath(other.root))}"
+        name, n = base, 1
+        while name in out:
+            n += 1
+            name = f"{base}-{n}"
+        out.append(name)
+    return out
+
+
+def plan_repair(wals: list[tuple[WalDir, WalLog | None]], checkpoint: str, from_batch: int,
                 rewrite: bool = False, check: bool = True) -> RepairPlan:
-    """What a repair from ``from_batch`` would do; raises :class:`RepairRefused` (changing
-    nothing) when it must not, unless ``check`` is False (finishing a repair begun earlier,
-    whose checks were made then). ``log``: the WAL's log (a reader will do), None if it has
-    none. Reads only."""
+    """What a repair from ``from_batch`` would do to ``wals`` (each with its log, a reader
+    will do, or None if it has none: :func:`checkpoint_wals`, the WAL named first) and to the
+    local Spark checkpoint ``checkpoint``; raises :class:`RepairRefused` (changing nothing)
+    when it must not, unless ``check`` is False (finishing a repair begun earlier, whose
+    checks were made then). Reads only."""
     if check:
-        _check_where(wal, checkpoint)
+        for wal, _log in wals:
+            _check_where(wal, checkpoint)
+        _check_checkpoint(checkpoint)
     offsets = offset_ids(checkpoint)
-    highest = max(offsets, default=-1)
     if check:
         _check_offsets(checkpoint, offsets, from_batch)
+    kept_as = _kept_as([w for w, _log in wals])
+    plans = tuple(_plan_wal(wal, log, checkpoint, from_batch, kept)
+                  for (wal, log), kept in zip(wals, kept_as))
+    written = [p for p in plans if p.written]
+    if check and written and not rewrite:
+        said = "; ".join(f"{spell(p.written)} of {p.wal}" for p in written)
+        raise RepairRefused(
+            f"{said}: already written to Cassandra, in whole or part (from batch {from_batch} "
+            f"on); Spark re-running them writes their rows again",
+            f"{REWRITE_MEANS}; add --rewrite if that is fine, or repair from a later batch "
+            f"(nothing was changed)")
+    if check and written:
+        newest = max(p.newest_ts for p in plans)
+        if now_us() <= newest:
+            raise RepairRefused(
+                f"this machine's clock is behind the write timestamps of the batches to be "
+                f"written again (up to {newest} µs): their re-run would be written below them, "
+                f"and the old cells would win",
+                "set the clock right, then run the repair again (nothing was changed)")
+    return RepairPlan(checkpoint=checkpoint, from_batch=from_batch,
+                      highest_offset=max(offsets, default=-1),
+                      wals=tuple(p.plan for p in plans),
+                      checkpoint_files=tuple(checkpoint_files(checkpoint, from_batch)))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    plan: WalPlan
+    newest_ts: int          # the last write timestamp of its batches >= K (0: none sealed)
+
+    @property
+    def written(self) -> tuple[tuple[int, int], ...]:
+        return self.plan.written
+
+    @property
+    def wal(self) -> str:
+        return self.plan.wal
+
+
+def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
+              kept_as: str) -> _Planned:
     views = catalog.describe(wal, log, checkpoint)
     later = [v for v in views if v.batch >= from_batch]
     flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
@@ -240,21 +335,6 @@ def plan_repair(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: in
     # but for one a foreachBatch writer was never called for; after it, what the log says.
     written = {v.batch for v in later if v.state in ("flushed", "flushing")} | \
         (set(range(from_batch, flushed_through + 1)) - skipped)
-    written_runs = ranges(written)
-    if check and written_runs and not rewrite:
-        raise RepairRefused(
-            f"{spell(written_runs)} (from batch {from_batch} on): already written to "
-            f"Cassandra, in whole or part; Spark re-running them writes their rows again",
-            f"{REWRITE_MEANS}; add --rewrite if that is fine, or repair from a later batch "
-            f"(nothing was changed)")
-    if check and written_runs:
-        newest = max((v.seal.last_ts_us for v in later if v.seal is not None), default=0)
-        if now_us() <= newest:
-            raise RepairRefused(
-                f"this machine's clock is behind the write timestamps of the batches to be "
-                f"written again (up to {newest} µs): their re-run would be written below them, "
-                f"and the old cells would win",
-                "set the clock right, then run the repair again (nothing was changed)")
     log_flushed = log.flushed_through() if log else -1
     committed = log.committed_through() if log else -1
     lowest = from_batch - 1
@@ -263,26 +343,30 @@ def plan_repair(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: in
                fmt.FLUSHED_THROUGH_FILE: [wal.read_flushed_through(),
                                           min(wal.read_flushed_through(), lowest)]}
     warnings = tuple(
-        f"batch {v.batch} (before {from_batch}) cannot be written either ({v.detail}): the "
-        f"sink stays blocked there; repair from batch {v.batch} instead"
+        f"{wal.root}: batch {v.batch} (before {from_batch}) cannot be written either "
+        f"({v.detail}): the sink stays blocked there; repair from batch {v.batch} instead"
         for v in views if v.batch < from_batch and v.action == catalog.BROKEN)
     batches = tuple({"batch": v.batch, "state": v.state, "rows": v.rows,
                      "committed": v.committed, "written": v.batch in written,
                      "detail": v.detail} for v in later)
-    return RepairPlan(wal=wal.root, checkpoint=checkpoint, from_batch=from_batch,
-                      highest_offset=highest, batches=batches, written=written_runs,
-                      wal_files=tuple(wal_files(wal, from_batch)),
-                      checkpoint_files=tuple(checkpoint_files(checkpoint, from_batch)),
-                      markers=markers, warnings=warnings)
+    newest = max((v.seal.last_ts_us for v in later if v.seal is not None), default=0)
+    return _Planned(WalPlan(wal=wal.root, kept_as=kept_as, batches=batches,
+                            written=ranges(written), wal_files=tuple(wal_files(wal, from_batch)),
+                            markers=markers, warnings=warnings), newest)
+
+
+def _on_a_store(where: str) -> RepairRefused:
+    return RepairRefused(
+        f"{where} is on a store (HDFS, S3): repair is not supported on a store yet",
+        "copy the WAL and the checkpoint to local folders, repair there and copy them back, "
+        "or re-deliver the rows with a batch write (nothing was changed)")
 
 
 def _check_where(wal: WalDir, checkpoint: str) -> None:
-    if wal.remote is not None or not ckpt.is_local(checkpoint):
-        raise RepairRefused(
-            f"{wal.location if wal.remote else checkpoint} is on a store (HDFS, S3): repair is "
-            f"not supported on a store yet",
-            "copy the WAL and the checkpoint to local folders, repair there and copy them "
-            "back, or re-deliver the rows with a batch write (nothing was changed)")
+    if wal.remote is not None:
+        raise _on_a_store(wal.location)
+    if not ckpt.is_local(checkpoint):
+        raise _on_a_store(checkpoint)
     if not os.path.isdir(checkpoint) or not ckpt.written_by_spark(checkpoint):
         raise RepairRefused(f"{checkpoint} is not a Spark checkpoint (no metadata, offsets/ or "
                             f"commits/)", "pass the query's checkpointLocation with "
@@ -292,6 +376,9 @@ def _check_where(wal: WalDir, checkpoint: str) -> None:
     except WalBoundElsewhere as exc:
         raise RepairRefused(str(exc), "pass the checkpoint of the query that wrote this WAL "
                             "(nothing was changed)", usage=True) from None
+
+
+def _check_checkpoint(checkpoint: str) -> None:
     state = os.path.join(checkpoint, STATE)
     if os.path.isdir(state) and os.listdir(state):
         raise RepairRefused(
@@ -300,15 +387,6 @@ def _check_where(wal: WalDir, checkpoint: str) -> None:
             f"Spark re-runs",
             "re-deliver the rows with a batch write instead, or run the query again on a new "
             "checkpoint (nothing was changed)")
-    here = os.path.realpath(wal.root)
-    others = [w for w in pointed_wals(checkpoint)
-              if not ckpt.is_local(w) or os.path.realpath(ckpt.local_path(w)) != here]
-    if others:
-        raise RepairRefused(
-            f"{checkpoint} is shared with {len(others)} other WAL(s) ({', '.join(others)}): "
-            f"a foreachBatch function writing several tables, whose batches Spark would re-run "
-            f"for every table; repair is not supported for such a query yet",
-            "re-deliver the lost rows with a batch write of them (nothing was changed)")
 
 
 def _check_offsets(checkpoint: str, offsets: list[int], from_batch: int) -> None:
@@ -347,17 +425,20 @@ def default_keep(wal: WalDir) -> str:
 
 def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = False,
            keep: str | None = None) -> RepairReport:
-    """Repair ``wal`` and the local Spark checkpoint ``checkpoint`` from batch ``from_batch``
-    (the module docstring), keeping what it removes in ``keep`` (default
-    :func:`default_keep`). Takes the WAL's writer lock (``WalLocked`` if a sink holds it);
-    :class:`RepairRefused` changes nothing. A repair that began and did not finish (the log
-    is fenced) is finished, with the kept copy it began."""
+    """Repair ``wal``, every other WAL the local Spark checkpoint ``checkpoint`` names, and the
+    checkpoint, from batch ``from_batch`` (the module docstring), keeping what it removes in
+    ``keep`` (default :func:`default_keep`). Takes each WAL's writer lock (``WalLocked`` if a
+    sink holds one); :class:`RepairRefused` changes nothing. A repair that began and did not
+    finish (a log is fenced) is finished, with the kept copy it began."""
     checkpoint = os.path.abspath(checkpoint)
-    log = WalLog.open_writer(wal, repairing=True)
+    wals = checkpoint_wals(wal, checkpoint) if ckpt.is_local(checkpoint) else [wal]
+    logs: list[WalLog] = []
     try:
-        under_way = log.repair_under_way()
-        resumed = under_way is not None
-        if resumed:
+        for each in wals:
+            logs.append(WalLog.open_writer(each, repairing=True))
+        under_way = next((f for f in (log.repair_under_way() for log in logs) if f), None)
+        pairs = list(zip(wals, logs))
+        if under_way is not None:
             if int(under_way["from"]) != from_batch or under_way["checkpoint"] != checkpoint:
                 raise RepairRefused(
                     f"a repair from batch {under_way['from']} with the checkpoint "
@@ -365,42 +446,56 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
                     f"run it again as it began: --from {under_way['from']} --checkpoint "
                     f"{under_way['checkpoint']}")
             keep = under_way["keep"]
-            plan = plan_repair(wal, log, checkpoint, from_batch, rewrite, check=False)
+            plan = plan_repair(pairs, checkpoint, from_batch, rewrite, check=False)
         else:
-            plan = plan_repair(wal, log, checkpoint, from_batch, rewrite)
+            plan = plan_repair(pairs, checkpoint, from_batch, rewrite)
             keep = os.path.abspath(keep) if keep else default_keep(wal)
             if os.path.exists(keep) and os.listdir(keep):
                 raise RepairRefused(f"--keep {keep} is not empty",
                                     "name a new folder (nothing was changed)", usage=True)
-            log.begin_repair({"from": from_batch, "checkpoint": checkpoint, "keep": keep,
-                              "started_at_us": now_us()})
-        _write_manifest(keep, plan, log, rewrite)
-        for relative in plan.wal_files:
-            _move(wal.root, relative, os.path.join(keep, KEPT_WAL))
-        _remove_empty_batch_folders(wal, from_batch)
+            fence = {"from": from_batch, "checkpoint": checkpoint, "keep": keep,
+                     "started_at_us": now_us()}
+            for log in logs:
+                log.begin_repair(fence)
+        kept_as = _write_manifest(keep, plan, pairs, rewrite)
+        for each, wal_plan in zip(wals, plan.wals):
+            where = os.path.join(keep, kept_as.get(each.root, wal_plan.kept_as))
+            for relative in wal_plan.wal_files:
+                _move(each.root, relative, where)
+            _remove_empty_batch_folders(each, from_batch)
         for relative in plan.checkpoint_files:
             _move(checkpoint, relative, os.path.join(keep, KEPT_CHECKPOINT))
-        if wal.read_flushed_through() >= from_batch:
-            path = os.path.join(wal.root, fmt.FLUSHED_THROUGH_FILE)
-            if from_batch > 0:
-                atomic_write(path, b"%d\n" % (from_batch - 1))
+        unblocked = True
+        for each, log in pairs:
+            _lower_flushed_through(each, from_batch)
+            log.rewind(from_batch)          # the last step that matters: lifts the fence
+            if any(v.action == catalog.BROKEN for v in catalog.describe(each, log, checkpoint)):
+                unblocked = False
             else:
-                os.unlink(path)
-                fsync_dir(wal.root)
-        log.rewind(from_batch)          # the last step that matters: lifts the fence
-        broken = [v for v in catalog.describe(wal, log, checkpoint)
-                  if v.action == catalog.BROKEN]
-        if not broken:
-            wal.write_blocked(None)
+                each.write_blocked(None)
         _finish_manifest(keep)
-        return RepairReport(plan, keep, resumed, unblocked=not broken)
+        return RepairReport(plan, keep, under_way is not None, unblocked)
     finally:
-        log.close()
+        for log in logs:
+            log.close()
 
 
-def _write_manifest(keep: str, plan: RepairPlan, log: WalLog, rewrite: bool) -> None:
-    """``repair.json`` in the kept copy, before anything moves (a run finishing an earlier
-    one adds the time it resumed)."""
+def _lower_flushed_through(wal: WalDir, from_batch: int) -> None:
+    if wal.read_flushed_through() < from_batch:
+        return
+    path = os.path.join(wal.root, fmt.FLUSHED_THROUGH_FILE)
+    if from_batch > 0:
+        atomic_write(path, b"%d\n" % (from_batch - 1))
+    else:
+        os.unlink(path)
+        fsync_dir(wal.root)
+
+
+def _write_manifest(keep: str, plan: RepairPlan, wals: list[tuple[WalDir, WalLog]],
+                    rewrite: bool) -> dict[str, str]:
+    """``repair.json`` in the kept copy, before anything moves; returns where each WAL's
+    files go in it (a run finishing an earlier one keeps the first run's places, and adds the
+    time it resumed)."""
     make_private_dirs(keep)
     path = os.path.join(keep, fmt.REPAIR_FILE)
     try:
@@ -408,11 +503,12 @@ def _write_manifest(keep: str, plan: RepairPlan, log: WalLog, rewrite: bool) -> 
             manifest = json.loads(f.read())
         manifest.setdefault("resumed_at", []).append(time.time())
     except FileNotFoundError:
-        records = [json.loads(r.to_json()) for r in log.records()
-                   if r.batch >= plan.from_batch]
+        records = {w.root: [json.loads(r.to_json()) for r in log.records()
+                            if r.batch >= plan.from_batch] for w, log in wals}
         manifest = {"status": "started", "started_at": time.time(), "rewrite": rewrite,
                     "plan": plan.to_dict(), "log_records": records}
     atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")
+    return {p["wal"]: p["kept_as"] for p in manifest["plan"]["wals"]}
 
 
 def _finish_manifest(keep: str) -> None:

@@ -208,8 +208,9 @@ def test_a_committed_batch_lost_for_good_is_run_again_from_the_source_after_repa
                              "--json")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     report = json.loads(repaired.stdout)
-    assert report["plan"]["markers"]["m/committed_through"] == [2, 0], report
-    assert [b["batch"] for b in report["plan"]["batches"]] == [1, 2], report
+    [wal_plan] = report["plan"]["wals"]
+    assert wal_plan["markers"]["m/committed_through"] == [2, 0], report
+    assert [b["batch"] for b in wal_plan["batches"]] == [1, 2], report
     assert sorted(os.listdir(cp / "offsets")) == [".0.crc", "0"]
     assert sorted(os.listdir(Path(report["keep"]) / "checkpoint" / "offsets")) == \
         [".1.crc", ".2.crc", "1", "2"]

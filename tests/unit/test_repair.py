@@ -182,7 +182,7 @@ def test_repair_keeps_what_it_removes_lowers_the_markers_and_unblocks(tmp_path):
     moved = {p: h for p, h in wal_before.items()
              if p.startswith(("seals/", "segments/", "entered/"))
              and int(p.split("/")[1][:20]) >= 1}
-    assert {p for p in moved} == set(report.plan.wal_files) and len(moved) == 4 + 4 * 2
+    assert {p for p in moved} == set(report.plan.wals[0].wal_files) and len(moved) == 4 + 4 * 2
     kept = tree(keep / "wal")
     assert kept == moved, "the kept copy differs from what was removed"
     assert not any(p in tree(Path(f.root)) for p in moved)
@@ -205,8 +205,8 @@ def test_repair_keeps_what_it_removes_lowers_the_markers_and_unblocks(tmp_path):
 
     manifest = json.loads((keep / fmt.REPAIR_FILE).read_text())
     assert manifest["status"] == "done" and manifest["plan"]["from_batch"] == 1
-    assert [r["batch"] for r in manifest["log_records"]] == [1]
-    assert manifest["plan"]["markers"]["m/committed_through"] == [3, 0]
+    assert [r["batch"] for r in manifest["log_records"][f.root]] == [1]
+    assert manifest["plan"]["wals"][0]["markers"]["m/committed_through"] == [3, 0]
     assert os.stat(keep).st_mode & 0o777 == 0o700
 
 
@@ -217,7 +217,7 @@ def test_lowering_the_flushed_markers_takes_rewrite_and_then_lowers_them(tmp_pat
     assert "batches 1..2" in refused.value.reason and "--rewrite" in refused.value.hint
     assert not refused.value.usage
     report = repair(f.wal, str(cp), 1, rewrite=True)
-    assert report.plan.written == ((1, 2),)
+    assert report.plan.wals[0].written == ((1, 2),)
     with WalLog.open_writer(f.wal) as log:
         assert log.flushed_through() == 0 and log.committed_through() == 0
     assert f.wal.read_flushed_through() == 0
@@ -259,9 +259,80 @@ def test_a_batch_a_foreach_batch_function_lost_is_repaired(tmp_path):
     f.close()
     assert views(f, query_running=False)[2].detail == catalog.ENTERED_NOT_SEALED
     report = repair(f.wal, str(cp), 2)
-    assert report.plan.wal_files == ("entered/00000000000000000002.json",)
+    assert report.plan.wals[0].wal_files == ("entered/00000000000000000002.json",)
     assert (Path(report.keep) / "wal" / "entered" / "00000000000000000002.json").exists()
     assert all(v.action == catalog.NOTHING for v in views(f, query_running=False).values())
+
+
+def two_tables(tmp_path: Path) -> tuple[WalFactory, WalFactory, Path]:
+    """A function writing two tables: one WAL each, one checkpoint. Table a's writer lost
+    batch 2 (entered, nothing sealed, committed); table b wrote it."""
+    cp = tmp_path / "cp"
+    (cp / fmt.POINTERS_DIR).mkdir(parents=True)
+    (cp / "metadata").write_text('{"id":"q-1"}\n')
+    a = WalFactory(tmp_path / "cp" / "cassandra_wal.ks.a", checkpoint=cp)
+    b = WalFactory(tmp_path / "cp" / "cassandra_wal.ks.b", checkpoint=cp)
+    for f, table in ((a, "a"), (b, "b")):
+        (cp / fmt.POINTERS_DIR / f"ks.{table}.json").write_text(
+            json.dumps({"wal_path": f.root}))
+    for batch in range(3):
+        spark_planned(cp, batch)
+        for f in (a, b):
+            f.entered(batch)
+            if batch < 2 or f is b:
+                f.flushed(batch)
+        spark_committed(a, batch)
+    a.close(), b.close()
+    return a, b, cp
+
+
+def test_every_wal_of_a_foreach_batch_functions_checkpoint_is_repaired(tmp_path):
+    """Spark re-runs batch 2 for both tables, so b's batch 2 is written again (--rewrite)
+    and both WALs are made ready for the re-run."""
+    a, b, cp = two_tables(tmp_path)
+    assert views(a, query_running=False)[2].detail == catalog.ENTERED_NOT_SEALED
+    b.wal.write_blocked("stale")
+
+    with pytest.raises(RepairRefused, match=f"batch 2 of {b.root}"):
+        repair(a.wal, str(cp), 2)
+    report = repair(a.wal, str(cp), 2, rewrite=True)
+    assert [p.wal for p in report.plan.wals] == [a.root, b.root]
+    keep = Path(report.keep)
+    assert (keep / "wal" / "entered" / "00000000000000000002.json").exists()
+    kept_b = keep / "wals" / "cassandra_wal.ks.b"
+    assert sorted(os.listdir(kept_b / "seals")) == ["00000000000000000002.seal"]
+    for f in (a, b):
+        assert f.wal.read_flushed_through() == 1 and f.wal.read_blocked() is None
+        with WalLog.open_writer(f.wal) as log:
+            assert log.flushed_through() == 1 and log.committed_through() <= 1
+            assert [r.batch for r in log.records()] == [0, 1]
+    spark_reruns(b, cp, 2)
+    assert views(b)[2].action == catalog.WAIT
+
+
+def test_a_repair_of_two_wals_cut_short_between_them_is_finished_from_either(
+        tmp_path, monkeypatch):
+    a, b, cp = two_tables(tmp_path)
+    real_rewind, calls = WalLog.rewind, []
+
+    def crash_at_the_second(self, batch):
+        calls.append(self.wal.root)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("the machine went down")
+        return real_rewind(self, batch)
+
+    monkeypatch.setattr(WalLog, "rewind", crash_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        repair(a.wal, str(cp), 2, rewrite=True)
+    monkeypatch.setattr(WalLog, "rewind", real_rewind)
+    WalLog.open_writer(a.wal).close()               # a is done: its fence is lifted
+    with pytest.raises(WalRepairing):
+        WalLog.open_writer(b.wal)
+    report = repair(a.wal, str(cp), 2, rewrite=True)
+    assert report.resumed
+    with WalLog.open_writer(b.wal) as log:
+        assert log.flushed_through() == 1 and [r.batch for r in log.records()] == [0, 1]
+    assert json.loads((Path(report.keep) / fmt.REPAIR_FILE).read_text())["status"] == "done"
 
 
 def test_a_broken_batch_before_k_is_said_and_keeps_the_block(tmp_path):
@@ -296,8 +367,9 @@ def test_every_refusal_changes_nothing(tmp_path):
     refused(2, "stateful")
     shutil.rmtree(cp / "state")
     (cp / fmt.POINTERS_DIR).mkdir()
-    (cp / fmt.POINTERS_DIR / "ks.other.json").write_text(json.dumps({"wal_path": "/x/other"}))
-    refused(2, "shared with 1 other WAL")
+    (cp / fmt.POINTERS_DIR / "ks.other.json").write_text(json.dumps(
+        {"wal_path": "s3a://bucket/other"}))
+    refused(2, "is on a store")
     shutil.rmtree(cp / fmt.POINTERS_DIR)
     empty = tmp_path / "not-a-checkpoint"
     empty.mkdir()
@@ -367,14 +439,14 @@ def test_cli_dry_run_prints_the_plan_and_changes_nothing(capsys, tmp_path):
     code, out, err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1, "--dry-run")
     assert code == 0, err
     assert "repair of " in out and "from batch 1" in out and "dry run: nothing was changed" in out
-    for needle in ("BATCH", "m/committed_through 3 -> 0", "WAL files to move: 12",
+    for needle in ("BATCH", "m/committed_through 3 -> 0", "files to move: 12",
                    "checkpoint files to move: 14", "would keep in: "):
         assert needle in out, out
     code, out, _ = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1, "--dry-run",
                        "--json")
     doc = json.loads(out)
     assert code == 0 and doc["dry_run"] is True and doc["plan"]["from_batch"] == 1
-    assert [b["batch"] for b in doc["plan"]["batches"]] == [1, 2, 3, 4]
+    assert [b["batch"] for b in doc["plan"]["wals"][0]["batches"]] == [1, 2, 3, 4]
     assert "end offsets of batch 0" in doc["plan"]["rerun"]
     assert everything(f, cp) == before
 
