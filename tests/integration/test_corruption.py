@@ -199,7 +199,7 @@ def restart_until_settled(spark, node, cql, keyspace: str, src: Path, cp: Path, 
 
 def test_a_committed_batch_lost_for_good_is_run_again_from_the_source_after_repair(
         spark, cassandra_node, cql, keyspace, tmp_path):
-    """docs/runbook.md, "A corrupted WAL", step 4: ``cassandra-wal repair --from 1``, a new
+    """docs/runbook.md, "A corrupted WAL", step 3: ``cassandra-wal repair --from 1``, a new
     input file, a restart. Spark plans batch 1 again from where batch 0 ended, and every row of
     every file is in Cassandra, staged once; nothing is left pending."""
     src, cp = tmp_path / "src", tmp_path / "cp"
