@@ -9,7 +9,7 @@ import argparse
 import json
 import textwrap
 
-from cli import UsageError, CliError, note, warn
+from cli import CliError, UsageError, note, warn
 from cli.location import shown
 from cli.render import table, yes_no
 from recovery.target import RecordedTarget

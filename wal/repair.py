@@ -238,7 +238,7 @@ def _remove_empty_batch_folders(wal: WalDir, from_batch: int) -> None:
             try:
                 os.rmdir(wal.batch_segments(batch))
             except OSError:
-                continue    # not empty: something new (cannot be: the log is fenced)
+                continue    # not empty: a task of a query still running wrote into it
             fsync_dir(wal.segments)
 
 
@@ -414,7 +414,7 @@ def _check_offsets(checkpoint: str, offsets: list[int], from_batch: int) -> None
 # ------------------------------------------------------------------------------- repair
 def default_keep(wal: WalDir) -> str:
     """``<WAL_DIR>/repair-<UTC time>`` (``-2``, ``-3``... if taken)."""
-    base = os.path.join(wal.root, fmt.REPAIR_DIR_PREFIX
+    base = os.path.join(os.path.abspath(wal.root), fmt.REPAIR_DIR_PREFIX
                         + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     path, n = base, 1
     while os.path.exists(path):

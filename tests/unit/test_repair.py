@@ -29,7 +29,7 @@ from wal import format as fmt
 from wal import repair as repair_mod
 from wal.errors import RepairRefused, WalLocked, WalRepairing
 from wal.log import WalLog
-from wal.repair import plan_repair, repair
+from wal.repair import repair
 
 pytestmark = pytest.mark.unit
 
