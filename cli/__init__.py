@@ -1,7 +1,8 @@
 """Top floor, beside :mod:`sinks`: ``cassandra-wal``, the offline tool for a WAL directory,
 without Spark.
 
-One module per subcommand (``inspect_cmd``, ``status_cmd``, ``dump_cmd``, ``verify_cmd``, ``recover_cmd``),
+One module per subcommand (``inspect_cmd``, ``status_cmd``, ``dump_cmd``, ``verify_cmd``, ``recover_cmd``,
+``repair_cmd``),
 argument parsing, dispatch and the error -> exit code mapping in ``main``, tables and typed
 JSON in ``render``. This module holds what the subcommands share: exit codes, the usage error,
 and the guards that turn a damaged RocksDB log into :class:`~wal.errors.WalCorrupted` instead
@@ -11,7 +12,8 @@ of a traceback.
 the log as a RocksDB secondary whose own files live in a private temp folder
 (``WalLog.open_reader``), so they run beside a live sink and on a copy taken from a crashed
 machine alike. ``recover`` takes the WAL's writer lock and writes to Cassandra
-(:mod:`recovery.recover`).
+(:mod:`recovery.recover`); ``repair`` takes it too and changes the WAL and Spark's checkpoint
+(:mod:`wal.repair`).
 """
 
 from __future__ import annotations

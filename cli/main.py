@@ -6,7 +6,8 @@ exit code (see :data:`EPILOG`), never a traceback. ``--version`` prints the inst
 distribution's version (:func:`version`).
 
 ``inspect``, ``status``, ``dump`` and ``verify`` read the WAL only (floor ``wal``); ``recover`` writes to
-Cassandra through :mod:`recovery.recover`.
+Cassandra through :mod:`recovery.recover`; ``repair`` changes the WAL and Spark's checkpoint
+(:mod:`wal.repair`).
 """
 
 from __future__ import annotations
@@ -29,17 +30,19 @@ from cli import (
     dump_cmd,
     inspect_cmd,
     recover_cmd,
+    repair_cmd,
     status_cmd,
     verify_cmd,
 )
 from wal.errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
 
-COMMANDS = (inspect_cmd, status_cmd, dump_cmd, verify_cmd, recover_cmd)
+COMMANDS = (inspect_cmd, status_cmd, dump_cmd, verify_cmd, recover_cmd, repair_cmd)
 
 DESCRIPTION = """\
 Offline tools for a cassandra-wal write-ahead log (the WAL_DIR of a Spark -> Cassandra sink).
 inspect, status, dump and verify are read-only: they never take the WAL's lock, never write under
-WAL_DIR, and run beside a live sink or on a copy of a WAL taken from a crashed machine."""
+WAL_DIR, and run beside a live sink or on a copy of a WAL taken from a crashed machine.
+recover and repair change things and take the WAL's lock: stop the query first."""
 
 EPILOG = """\
 exit codes:
@@ -58,6 +61,7 @@ Examples:
   cassandra-wal dump /data/wal --batch 42 --limit 10
   cassandra-wal verify /data/wal || echo "corrupted"
   cassandra-wal recover /data/wal --dry-run
+  cassandra-wal repair /data/wal --checkpoint /data/checkpoints/q1 --from 42 --dry-run
   cassandra-wal --version
 
 Run 'cassandra-wal COMMAND --help' for a command's options and examples."""

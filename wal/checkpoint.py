@@ -1,5 +1,7 @@
 """What Spark's checkpoint says: batch N is committed exactly when ``<checkpoint>/commits/N``
-exists (see ``../docs/guarantees.md``). Read-only: the WAL never writes into the checkpoint.
+exists (see ``../docs/guarantees.md``). Read-only: the WAL never writes into the checkpoint,
+but for ``cassandra-wal repair`` (:mod:`wal.repair`), which moves Spark's ``offsets/K..`` and
+``commits/K..`` out of a local one.
 
 Where a checkpoint is: Spark qualifies a ``checkpointLocation`` as Hadoop does any path
 (``Path.makeQualified``): a location without a scheme is on the session's default filesystem

@@ -160,3 +160,32 @@ class WalBoundElsewhere(WalError):
                 f"in the checkpoint). If the other query is gone for good, check with "
                 f"'cassandra-wal inspect {self.path}' that nothing is pending, then delete "
                 f"{self.path}")
+
+
+class WalRepairing(WalError):
+    """A ``cassandra-wal repair`` of the WAL began and did not finish (``wal/repair.py``): its
+    log is fenced (``m/repair``), so no flusher or recovery opens it before the repair is run
+    again to its end; half a repair would let the query skip or misplace batches."""
+
+    def __init__(self, path: str, from_batch: int, keep: str):
+        super().__init__(path, from_batch, keep)
+        self.path, self.from_batch, self.keep = path, from_batch, keep
+
+    def __str__(self) -> str:
+        return (f"{self.path}: a repair from batch {self.from_batch} (cassandra-wal repair) "
+                f"began and did not finish: run 'cassandra-wal repair {self.path} --from "
+                f"{self.from_batch}' again to finish it before the query or a recovery may use "
+                f"the WAL (what it removed so far is kept in {self.keep})")
+
+
+class RepairRefused(WalError):
+    """``cassandra-wal repair`` refused to change anything: ``reason`` says why, ``hint`` what
+    to do instead; ``usage``: the arguments were wrong (a batch Spark never planned, say)
+    rather than the WAL or the checkpoint being in a state the repair cannot handle."""
+
+    def __init__(self, reason: str, hint: str = "", usage: bool = False):
+        super().__init__(reason, hint, usage)
+        self.reason, self.hint, self.usage = reason, hint, usage
+
+    def __str__(self) -> str:
+        return self.reason

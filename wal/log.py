@@ -29,6 +29,7 @@ from .errors import (
     WalCorrupted,
     WalError,
     WalLocked,
+    WalRepairing,
     WalStorageError,
 )
 from .files import DIR_MODE, make_private_dirs
@@ -153,7 +154,10 @@ class WalLog:
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
-    def open_writer(cls, wal: WalDir) -> "WalLog":
+    def open_writer(cls, wal: WalDir, repairing: bool = False) -> "WalLog":
+        """The log, for writing (RocksDB's lock: one process). A log a repair began and did
+        not finish is fenced (``m/repair``): :class:`WalRepairing`, unless ``repairing`` (the
+        repair itself, :mod:`wal.repair`, running again to finish it)."""
         wal.create().check()
         _private_log_dir(wal.log)
         opts = Options(raw_mode=True)
@@ -171,6 +175,11 @@ class WalLog:
         elif found != str(fmt.FORMAT_VERSION).encode():
             db.close()
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
+        under_way = log.repair_under_way()
+        if under_way is not None and not repairing:
+            db.close()
+            raise WalRepairing(wal.root, int(under_way.get("from", -1)),
+                               str(under_way.get("keep", "")))
         return log
 
     @classmethod
@@ -260,6 +269,17 @@ class WalLog:
         """Highest batch id the log has seen Spark commit (-1 if none): see :meth:`note_committed`."""
         raw = self.db.get(fmt.KEY_COMMITTED_THROUGH)
         return int(raw) if raw is not None else -1
+
+    def repair_under_way(self) -> dict | None:
+        """What a repair that began and has not finished recorded (:meth:`begin_repair`):
+        ``{"from", "keep", "checkpoint", "started_at_us"}``; None: no repair under way."""
+        raw = self.db.get(fmt.KEY_REPAIR)
+        if raw is None:
+            return None
+        try:
+            return dict(json.loads(raw))
+        except (ValueError, TypeError) as exc:
+            raise WalCorrupted(self.wal.log, f"malformed {fmt.KEY_REPAIR!r}: {exc}") from None
 
     def chunks(self, batch: int, segment: int = 0, chunk: int = 0) -> Iterator[LogChunk]:
         """Sealed rows of ``batch`` in flush order, from (segment, chunk) on, verified."""
@@ -377,6 +397,33 @@ class WalLog:
         :mod:`wal.entries`). No record of the batch is kept. Synced, as a mark."""
         if batch > self.flushed_through():
             self.db.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode(), self._sync)
+
+    @_storage_errors
+    def begin_repair(self, record: dict) -> None:
+        """Fence the log for a repair (:mod:`wal.repair`) before it changes anything: until
+        :meth:`rewind` ends it, every :meth:`open_writer` but the repair's raises
+        :class:`WalRepairing`. Synced."""
+        self.db.put(fmt.KEY_REPAIR, json.dumps(record, sort_keys=True).encode(), self._sync)
+
+    @_storage_errors
+    def rewind(self, batch: int) -> None:
+        """Forget every batch from ``batch`` on (records and rows), lower ``m/flushed_through``
+        and ``m/committed_through`` to ``batch - 1`` where higher, and lift a repair's fence:
+        one synced write, so a crash leaves the log as it was or rewound. Only a repair calls
+        this, once Spark's checkpoint no longer holds those batches (:mod:`wal.repair`): a
+        committed batch is otherwise never thrown away."""
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(fmt.batch_key(batch), fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
+        wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.KEY_ROWS_PREFIX))
+        for key, current in ((fmt.KEY_FLUSHED_THROUGH, self.flushed_through()),
+                             (fmt.KEY_COMMITTED_THROUGH, self.committed_through())):
+            if current >= batch:
+                if batch > 0:
+                    wb.put(key, str(batch - 1).encode())
+                else:
+                    wb.delete(key)
+        wb.delete(fmt.KEY_REPAIR)
+        self.db.write(wb, self._sync)
 
     @_storage_errors
     def begin_flush(self, batch: int) -> BatchRecord:

@@ -729,7 +729,8 @@ def test_help_has_examples(capsys, command):
         assert '{"$base64": ' in result.out        # the binary rendering is documented
 
 
-@pytest.mark.parametrize("command", [[], ["inspect"], ["dump"], ["verify"], ["recover"]])
+@pytest.mark.parametrize("command", [[], ["inspect"], ["dump"], ["verify"], ["recover"],
+                                     ["repair"]])
 def test_help_is_plain_text(capsys, command):
     """What --help prints is for a terminal: no reST markup from the modules' docstrings
     (``recover --help`` once showed ``:class:`~recovery.replay.Replayer```)."""
