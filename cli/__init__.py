@@ -2,7 +2,7 @@
 without Spark.
 
 One module per subcommand (``inspect_cmd``, ``status_cmd``, ``dump_cmd``, ``verify_cmd``, ``recover_cmd``,
-``repair_cmd``),
+``repair_cmd``, ``amend_cmd``),
 argument parsing, dispatch and the error -> exit code mapping in ``main``, tables and typed
 JSON in ``render``. This module holds what the subcommands share: exit codes, the usage error,
 and the guards that turn a damaged RocksDB log into :class:`~wal.errors.WalCorrupted` instead
@@ -13,7 +13,8 @@ the log as a RocksDB secondary whose own files live in a private temp folder
 (``WalLog.open_reader``), so they run beside a live sink and on a copy taken from a crashed
 machine alike. ``recover`` takes the WAL's writer lock and writes to Cassandra
 (:mod:`recovery.recover`); ``repair`` takes it too and changes the WAL and Spark's checkpoint
-(:mod:`wal.repair`).
+(:mod:`wal.repair`); ``amend`` records an operator's amendment of sealed batches
+(:mod:`wal.amendments`), beside a running query too.
 """
 
 from __future__ import annotations

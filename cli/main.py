@@ -26,6 +26,7 @@ from cli import (
     PROG,
     CliError,
     UsageError,
+    amend_cmd,
     clean,
     dump_cmd,
     inspect_cmd,
@@ -36,13 +37,14 @@ from cli import (
 )
 from wal.errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
 
-COMMANDS = (inspect_cmd, status_cmd, dump_cmd, verify_cmd, recover_cmd, repair_cmd)
+COMMANDS = (inspect_cmd, status_cmd, dump_cmd, verify_cmd, recover_cmd, repair_cmd, amend_cmd)
 
 DESCRIPTION = """\
 Offline tools for a cassandra-wal write-ahead log (the WAL_DIR of a Spark -> Cassandra sink).
 inspect, status, dump and verify are read-only: they never take the WAL's lock, never write under
 WAL_DIR, and run beside a live sink or on a copy of a WAL taken from a crashed machine.
-recover and repair change things and take the WAL's lock: stop the query first."""
+recover and repair change things and take the WAL's lock: stop the query first. amend records
+an operator's choice for batches a dropped column would hide, beside a running query too."""
 
 EPILOG = """\
 exit codes:
@@ -62,6 +64,7 @@ Examples:
   cassandra-wal verify /data/wal || echo "corrupted"
   cassandra-wal recover /data/wal --dry-run
   cassandra-wal repair /data/wal --checkpoint /data/checkpoints/q1 --from 42 --dry-run
+  cassandra-wal amend /data/wal --pending --without-column notes --dry-run
   cassandra-wal --version
 
 Run 'cassandra-wal COMMAND --help' for a command's options and examples."""

@@ -131,3 +131,68 @@ def test_a_restart_with_another_table_writes_pending_batches_to_their_own_table(
     ids = {t: sorted(r["id"] for r in read_table(cql, keyspace, t, "id")) for t in ("t1", "t2")}
     assert ids["t1"] == sorted(r["id"] for k in range(3) for r in _rows(k))
     assert ids["t2"] == sorted(r["id"] for k in (3, 4) for r in _rows(k))
+
+
+def test_a_column_dropped_while_batches_are_pending_blocks_until_an_operator_chooses(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """Issue 31, item 3. Run 1 seals two batches Cassandra has not received (wal.flush=false);
+    then the column `note` is dropped and added again (the runbook's old remedy, 'ALTER TABLE
+    back') and the UDT gets a field and a field renamed; run 2 writes without `note`. Before:
+    run 2 re-read the table, so the pending batches failed for good on the UDT (a SchemaError no
+    revert cured), and had they gone through, every `note` written before the drop would have
+    stayed hidden, silently. Now the pending batches keep their sealed schema, the flusher
+    blocks on batch 0 naming `note` and the two choices, and `cassandra-wal amend` with one of
+    them lets every row land."""
+    import json
+
+    import sinks
+    from sinkutil import cassandra_wal, running, sink_options, stream_wal, wait_query_done
+
+    cql.execute(f"CREATE TYPE {keyspace}.addr (street text, zip text)")
+    cql.execute(f"CREATE TABLE {keyspace}.people (id int PRIMARY KEY, file int, name text, "
+                f"note text, home frozen<addr>)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+
+    def rows(k):
+        return [dict(r, note=f"note {r['id']}", home={"street": f"s{r['id']}", "zip": "75001"})
+                for r in _rows(k, 5)]
+
+    def run(schema: str, columns: list[str], **options):
+        sinks.register(spark)
+        frame = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(src))
+                 .select(*columns))
+        query = (frame.writeStream.format("cassandra_wal")
+                 .options(**sink_options(cassandra_node, keyspace, "people", cp, **options))
+                 .trigger(availableNow=True).start())
+        with running(query):
+            wait_query_done(spark, query)
+
+    full = "id INT, file INT, name STRING, note STRING, home STRUCT<street: STRING, zip: STRING>"
+    write_json_files(src, [rows(0), rows(1)])
+    run(full, ["id", "file", "name", "note", "home"], **{"wal.flush": "false"})
+    assert committed_batches(cp) == [0, 1]
+    for ddl in ("ALTER TABLE {ks}.people DROP note", "ALTER TYPE {ks}.addr ADD city text",
+                "ALTER TYPE {ks}.addr RENAME zip TO postcode",
+                "ALTER TABLE {ks}.people ADD note text"):
+        cql.execute(ddl.format(ks=keyspace))
+    write_json_files(src, [rows(2)], first_index=2)
+    run("id INT, file INT, name STRING, "
+        "home STRUCT<street: STRING, postcode: STRING, city: STRING>",
+        ["id", "file", "name", "home"])
+    wal = stream_wal(cp)
+    reason = wait_for(wal.read_blocked, 60, what="the flusher to block on batch 0")
+    assert "batch 0 writes note, dropped after the batch was sealed" in reason, reason
+    assert "--without-column note" in reason and "--restamp" in reason
+    assert read_table(cql, keyspace, "people") == []
+
+    amend = cassandra_wal("amend", wal.root, "--pending", "--without-column", "note", "--json")
+    assert amend.returncode == 0, amend.stderr
+    assert [a["batch"] for a in json.loads(amend.stdout)["amendments"]] == [0, 1]
+    recover = cassandra_wal("recover", wal.root, "--checkpoint", str(cp))
+    assert recover.returncode == 0, recover.stderr
+    got = {r["id"]: r for r in read_table(cql, keyspace, "people")}
+    assert sorted(got) == sorted(r["id"] for k in range(3) for r in _rows(k, 5))
+    assert all(r["note"] is None for r in got.values())        # dropped: lost, as chosen
+    home = got[1]["home"]                                      # sealed before the UDT changed
+    assert (home.street, home.postcode, home.city) == ("s1", "75001", None)
+    assert wal.read_blocked() is None

@@ -1,0 +1,182 @@
+"""``cassandra-wal amend``: an operator's choice for sealed batches a column dropped since their
+seal would hide (:mod:`wal.amendments`): write them without those columns, or at timestamps
+above the drop. Its arguments, the plan it prints (``--dry-run`` changes nothing), its
+refusals with a hint, and exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from cli import EXIT_OK, CliError, UsageError
+from cli.location import WAL_DIR_HELP, shown, working_wal
+from cli.render import table
+from cql import credentials
+from cql.credentials import ENV_PASSWORD, ENV_USERNAME
+from recovery.output import CassandraOutput
+from recovery.target import RecordedTarget, Target
+from wal import catalog
+from wal import checkpoint as ckpt
+from wal.amendments import Amendment, amended, read_amendment, write_amendment
+from wal.layout import WalDir
+from wal.seal import Seal
+
+NAME = "amend"
+
+DESCRIPTION = """\
+Write sealed batches otherwise than sealed, as an operator decides, when a column they write
+was dropped after they were sealed. Cassandra hides every cell of a dropped column written at
+or before the drop, even once a column of that name is added again, so such a batch cannot
+land as sealed and the sink blocks on it (the reason names the batch and this command). Both
+ways out lose something; choose one:
+
+  --without-column C   write the batches without C: C's values in them are lost;
+  --restamp            write them at timestamps just above the drop (in batch order): their
+                       rows then win over whatever was written to their keys since (asks the
+                       cluster for the drop time; not for batches with their own writetime).
+
+The choice is recorded in WAL_DIR/amended/<batch>.json before the flusher writes the batch
+again, so every later write of it (a crash, a restart) makes the same cells. It may run beside
+the running query: the flusher tries the blocked batch again every few seconds."""
+
+EPILOG = f"""\
+Credentials for --restamp as for recover: --username, the password in ${ENV_PASSWORD} (or
+the variable --password-env names); connection settings as target.json recorded them.
+
+exit codes: 0 amended (or plan printed), 1 refused (why and what to do on stderr), 2 usage,
+            3 the WAL cannot be read
+
+Examples:
+  cassandra-wal amend /data/wal --pending --without-column notes --dry-run
+  cassandra-wal amend /data/wal --batch 42 --without-column notes
+  cassandra-wal amend /data/wal --pending --restamp --json"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help="write batches a dropped column would hide without it, or "
+                                  "above the drop (an operator's choice)",
+                       description=DESCRIPTION, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("wal_dir", metavar="WAL_DIR", help=WAL_DIR_HELP)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--batch", type=int, metavar="N", help="the batch to amend")
+    which.add_argument("--pending", action="store_true",
+                       help="every batch Spark committed that is not written yet and that the "
+                            "choice concerns")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--without-column", action="append", metavar="C", dest="without",
+                     help="a DataFrame column to leave out (repeatable)")
+    how.add_argument("--restamp", action="store_true",
+                     help="write at timestamps above the drop of the columns that hide them")
+    p.add_argument("--checkpoint", metavar="CP",
+                   help="the query's Spark checkpoint (default: target.json's)")
+    p.add_argument("--username", help=f"user name (default: ${ENV_USERNAME})")
+    p.add_argument("--password-env", default=ENV_PASSWORD, metavar="VAR",
+                   help=f"environment variable holding the password (default {ENV_PASSWORD})")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    p.add_argument("--json", action="store_true", help="print the plan/result as JSON")
+    p.set_defaults(run=run)
+    return p
+
+
+def _pending(wal: WalDir, checkpoint: str | None) -> dict[int, catalog.BatchView]:
+    """Batches Spark committed that are not fully written yet, by id."""
+    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
+    return {v.batch: v for v in views if v.action == catalog.REPLAY}
+
+
+def _target(wal: WalDir, args) -> Target:
+    recorded = RecordedTarget.read(wal)
+    if recorded is None or not recorded.target_fields:
+        raise UsageError(f"{wal.root} records no target (target.json)",
+                         "is this the WAL of a cassandra_wal sink?")
+    given = {"username": args.username, "password": os.environ.get(args.password_env)}
+    return recorded.target.with_credentials(credentials.layered(given))
+
+
+def plan(wal: WalDir, views: dict[int, catalog.BatchView], args,
+         output: CassandraOutput | None) -> list[Amendment]:
+    """The amendments the command would record, in batch order (``output``: to ask the
+    cluster for drop times, with ``--restamp``)."""
+    batches = [args.batch] if args.batch is not None else sorted(views)
+    out: list[Amendment] = []
+    next_base = None
+    for batch in batches:
+        view = views.get(batch)
+        if view is None:
+            raise CliError(f"batch {batch} is not waiting to be written (Spark has not "
+                           f"committed it, or it is written already)",
+                           "cassandra-wal inspect lists the batches and what they wait for")
+        seal: Seal = view.seal or view.record.seal
+        current = amended(wal, seal)
+        if args.without:
+            columns = (current.write or {}).get("columns", ())
+            gone = tuple(c for c in args.without if c in columns)
+            if not gone:
+                if args.batch is not None:
+                    raise CliError(f"batch {batch} does not write {', '.join(args.without)}",
+                                   f"it writes: {', '.join(columns)}")
+                continue
+            earlier = read_amendment(wal, batch)
+            out.append(Amendment(batch, tuple(sorted(set(gone) | set(
+                earlier.without_columns if earlier else ()))),
+                earlier.base_ts_us if earlier else None,
+                f"written without {', '.join(gone)}: dropped after the batch was sealed"))
+            continue
+        hidden = output.dropped_after_seal(current)
+        if not hidden:
+            if args.batch is not None:
+                raise CliError(f"batch {batch} writes no column dropped after its seal: it "
+                               f"lands as sealed", "nothing to amend")
+            continue
+        write = output.current_target().as_sealed(current.write).config.write
+        if write.writetime_column or write.writetime_micros is not None:
+            raise CliError(f"batch {batch} carries the user's own write timestamps "
+                           f"(writetime): re-stamping them is not the sink's to decide",
+                           f"use --without-column {' --without-column '.join(c for c, _ in hidden)}")
+        if view.flushed_rows:
+            raise CliError(f"batch {batch} is partly written ({view.flushed_rows} rows at its "
+                           f"sealed timestamps): re-stamping the rest would split it",
+                           "use --without-column for it")
+        base = max([t for _, t in hidden] + ([next_base - 1] if next_base else [])) + 1
+        next_base = base + seal.rows
+        earlier = read_amendment(wal, batch)
+        out.append(Amendment(batch, earlier.without_columns if earlier else (), base,
+                             f"re-stamped above the drop of {', '.join(c for c, _ in hidden)}"))
+    return out
+
+
+def run(args) -> int:
+    wal = working_wal(args.wal_dir)
+    given = args.checkpoint or (RecordedTarget.read(wal) or RecordedTarget(None)).checkpoint_location
+    checkpoint = ckpt.normal_location(given) if given else None
+    views = _pending(wal, checkpoint)
+    output = CassandraOutput(_target(wal, args)) if args.restamp else None
+    try:
+        amendments = plan(wal, views, args, output)
+    finally:
+        if output is not None:
+            output.close()
+    if not args.dry_run:
+        for amendment in amendments:
+            write_amendment(wal, amendment)
+    rows = [(a.batch, ", ".join(a.without_columns) or "-",
+             a.base_ts_us if a.base_ts_us is not None else "as sealed", a.reason)
+            for a in amendments]
+    if args.json:
+        print(json.dumps({"wal": shown(wal), "dry_run": args.dry_run,
+                          "amendments": [dict(batch=a.batch, without_columns=list(a.without_columns),
+                                              base_ts_us=a.base_ts_us, reason=a.reason)
+                                         for a in amendments]}, indent=2))
+    elif rows:
+        print(table(("BATCH", "WITHOUT", "BASE_TS_US", "WHY"), rows))
+    else:
+        print("nothing to amend")
+    if amendments and not args.dry_run:
+        print("recorded: the flusher writes these batches so at its next try (every few "
+              "seconds while it runs; or restart the query, or cassandra-wal recover)",
+              file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,143 @@
+"""A column dropped after a batch was sealed (issue 31, item 3): the flusher's check
+(``CassandraOutput.dropped_after_seal``), the operator's amendments (``wal/amendments.py``) and
+``cassandra-wal amend``. No Cassandra: a session answering the dropped-columns query."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from cli.main import main
+from recovery import output as output_module
+from recovery.errors import ColumnDroppedAfterSeal, is_transient
+from recovery.output import CassandraOutput
+from recovery.replay import Replayer
+from tests.helpers.walfactory import WalFactory
+from tests.unit.test_distributed_flush import WRITES, RecordingUpserter, target
+from wal.amendments import Amendment, amended, read_amendment, write_amendment
+from wal.seal import Seal
+
+pytestmark = pytest.mark.unit
+
+SEALED_AT = 1_800_000_000_000_000
+
+
+class Dropped:
+    """A session whose system_schema.dropped_columns holds ``columns`` (name -> drop µs)."""
+
+    def __init__(self, **columns: int):
+        self.columns, self.asked = columns, []
+
+    def execute(self, cql, parameters=None):
+        self.asked.append(parameters)
+        return [SimpleNamespace(column_name=name, dropped_time=dt.datetime.fromtimestamp(
+            us / 1e6, dt.timezone.utc)) for name, us in self.columns.items()]
+
+
+def output_with(monkeypatch, session, **write) -> CassandraOutput:
+    monkeypatch.setattr(output_module, "connect", lambda conn: (
+        SimpleNamespace(shutdown=lambda: None), session))
+    t = target()
+    t = dataclasses.replace(t, config=dataclasses.replace(
+        t.config, write=dataclasses.replace(t.config.write, **write)))
+    return CassandraOutput(t)
+
+
+def seal_of(output: CassandraOutput, base_ts_us: int = SEALED_AT, rows: int = 3) -> Seal:
+    from wal.segment import SegmentRef
+
+    ref = SegmentRef(name="x", partition=0, attempt=0, rows=rows, chunks=1, bytes=10, crc32=0)
+    return Seal(batch=4, segments=(ref,), base_ts_us=base_ts_us, sealed_at_us=SEALED_AT,
+                write=output.target.write_record())
+
+
+def test_a_column_dropped_after_the_seal_blocks_naming_it_and_the_two_ways_out(monkeypatch):
+    session = Dropped(id=SEALED_AT + 5_000_000)       # dropped five seconds after the seal
+    out = output_with(monkeypatch, session)
+    hidden = out.dropped_after_seal(seal_of(out))
+    assert [c for c, _ in hidden] == ["id"] and hidden[0][1] >= SEALED_AT + 5_000_000
+    assert session.asked == [("ks", "t")]
+    with pytest.raises(ColumnDroppedAfterSeal) as info:
+        out.check_not_dropped(seal_of(out), "/data/wal")
+    text = str(info.value)
+    assert "batch 4 writes id, dropped after the batch was sealed" in text
+    assert "cassandra-wal amend /data/wal --batch 4 --without-column id" in text
+    assert "--restamp" in text and "added again" in text
+    assert not is_transient(info.value)
+
+
+def test_a_drop_before_the_batchs_timestamps_hides_nothing(monkeypatch):
+    out = output_with(monkeypatch, Dropped(id=SEALED_AT - 2_000))   # 2 ms before
+    assert out.dropped_after_seal(seal_of(out)) == []
+
+
+def test_the_drop_time_counts_to_the_end_of_its_millisecond(monkeypatch):
+    """system_schema keeps the drop time to the millisecond; Cassandra hides to the µs. A
+    batch written within the drop's millisecond is hidden all the same."""
+    out = output_with(monkeypatch, Dropped(id=SEALED_AT // 1000 * 1000))
+    assert out.dropped_after_seal(seal_of(out, base_ts_us=SEALED_AT // 1000 * 1000 + 999))
+
+
+def test_with_the_users_own_timestamps_a_drop_after_the_seal_counts(monkeypatch):
+    out = output_with(monkeypatch, Dropped(id=SEALED_AT + 1), writetime_column="wt")
+    with pytest.raises(ColumnDroppedAfterSeal) as info:
+        out.check_not_dropped(seal_of(out, base_ts_us=1), "/w")
+    assert "--restamp" not in str(info.value)       # not the sink's to re-stamp
+
+
+def test_an_amendment_is_applied_to_every_later_write_of_the_batch(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})
+        write_amendment(f.wal, Amendment(0, ("name",), SEALED_AT + 9))
+        seal = amended(f.wal, built.seal)
+        assert seal.write["columns"] == ["id", "value"] and seal.base_ts_us == SEALED_AT + 9
+        assert seal.segments == built.seal.segments and seal.rows == 3
+        WRITES.clear()
+        Replayer(f.wal, f.log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
+        assert [first for _, first, _ in WRITES] == [SEALED_AT + 9]
+        assert read_amendment(f.wal, 0) is None     # gone with the batch's files
+
+
+def _wal_with_pending(tmp_path, monkeypatch):
+    import recovery.target as target_module
+
+    f = WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
+                   target={"fingerprint": "f", "target": target().to_dict(),
+                           "checkpoint_location": str(tmp_path / "cp")})
+    record = target().write_record()
+    for batch in (0, 1):
+        f.sealed(batch, rows=(3,), write=record)
+    f.close()
+    session = Dropped(id=4_000_000_000_000_000)       # long after both seals (2096)
+    monkeypatch.setattr(output_module, "connect", lambda conn: (
+        SimpleNamespace(shutdown=lambda: None), session))
+    return f, target_module
+
+
+def test_amend_without_a_column_records_each_pending_batch_that_writes_it(
+        tmp_path, monkeypatch, capsys):
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+    assert main(["amend", f.root, "--pending", "--without-column", "id", "--dry-run",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [a["batch"] for a in plan["amendments"]] == [0, 1] and plan["dry_run"]
+    assert read_amendment(f.wal, 0) is None            # a dry run changes nothing
+    assert main(["amend", f.root, "--pending", "--without-column", "id"]) == 0
+    assert read_amendment(f.wal, 1).without_columns == ("id",)
+    assert main(["amend", f.root, "--batch", "0", "--without-column", "nope"]) == 1
+    assert "does not write nope" in capsys.readouterr().err
+
+
+def test_amend_restamp_puts_each_batch_above_the_drop_in_batch_order(
+        tmp_path, monkeypatch, capsys):
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+    assert main(["amend", f.root, "--pending", "--restamp", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["amendments"]
+    first, second = got
+    assert first["base_ts_us"] > 4_000_000_000_000_000
+    assert second["base_ts_us"] == first["base_ts_us"] + 3      # after batch 0's three rows
+    assert read_amendment(f.wal, 1).base_ts_us == second["base_ts_us"]
