@@ -434,13 +434,16 @@ class QueryFlusher:
         return (self.wal.remote is not None and self.last_error is None
                 and self._blocked_reason is None)
 
-    def stop(self, finish_within_s: float = 0.0, exiting: bool = False) -> None:
+    def stop(self, finish_within_s: float = 0.0, exiting: bool = False,
+             final_drain: bool = True) -> None:
         """Stop the thread, drain what Spark committed, close. A final drain that fails
         transiently is retried every ``retry_interval_s`` for up to ``finish_within_s``
         (0: one attempt), or until :meth:`hand_over`; what is left stays in the WAL for the
         next start of the query. ``exiting``: the interpreter exits (``atexit``): a failure
-        then is no verdict on a batch and never blocks the WAL. Idempotent: a second call
-        waits for the first."""
+        then is no verdict on a batch and never blocks the WAL. ``final_drain`` False: the
+        query's WAL moved away from this one, which has nothing left to write
+        (:mod:`wal.move`), while Spark commits batches it will never hold. Idempotent: a
+        second call waits for the first."""
         with self._stop_lock:
             if self.stopped.is_set():
                 return
@@ -449,7 +452,8 @@ class QueryFlusher:
             self._wake.set()
             if self._thread is not None:
                 self._thread.join(timeout=60)
-            self._finish(finish_within_s)
+            if final_drain:
+                self._finish(finish_within_s)
             self._close_executors()
             self.output.close()
             self.log.close()

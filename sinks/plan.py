@@ -30,12 +30,13 @@ from recovery.target import RecordedTarget, Target
 from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.crashpoints import crash_point
-from wal.errors import WalBoundElsewhere, WalError, WalFull
+from wal.errors import WalBoundElsewhere, WalError, WalFull, WalMoveRefused
 from wal.files import others_can_write, tree_size
 from wal.format import SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
-from wal.pointer import pointed_wals, table_slug, write_pointer
+from wal.move import follow_move
+from wal.pointer import pointed_wals, read_slot, table_slug, write_pointer
 from wal.remote import is_remote, spool_dir
 from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
@@ -236,11 +237,25 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
     if checkpoint is not None:
-        write_pointer(checkpoint, wal.location,
-                      (config.keyspace, config.table) if wal_per_table else None)
+        slot = (config.keyspace, config.table) if wal_per_table else None
+        _follow_a_move(wal, checkpoint, slot)
+        write_pointer(checkpoint, wal.location, slot)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra,
                      wal.remote.uri if wal.remote else None, filesystems.access, checkpoint)
+
+
+def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None) -> None:
+    """``wal`` is where the stream's WAL (for ``slot``) is now; if the pointer names another,
+    the WAL moved: refused while the old one has committed batches to write, else the new one
+    starts where the old one ended (:func:`wal.move.follow_move`)."""
+    previous = read_slot(checkpoint, slot)
+    if previous is None or previous == wal.location:
+        return
+    try:
+        follow_move(WalDir.at(previous), wal, checkpoint)
+    except WalMoveRefused as exc:
+        raise OptionError("wal.path", wal.location, str(exc)) from None
 
 
 def _check_bound(wal: WalDir, checkpoint: str) -> None:

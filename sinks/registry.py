@@ -29,7 +29,7 @@ from wal.checkpoint import Filesystems, is_local
 from wal.stores import use_access
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
-from wal.pointer import read_pointers
+from wal.pointer import pointed_wals
 
 from . import metrics_endpoint
 from .metrics_endpoint import ServedQuery
@@ -83,7 +83,6 @@ class FlushRegistry:
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
         self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
         self.newest: dict[str, list[QueryFlusher]] = {}   # query id -> its newest run's flushers
-        self._pointers: dict[str, dict[str, str]] = {}    # run id -> pointers read (name -> WAL)
         self._lock = threading.Lock()
         self._making = threading.Lock()      # one flusher made and started per run
         self._looking: dict[str, threading.Event] = {}    # run id -> set: stop looking
@@ -99,18 +98,26 @@ class FlushRegistry:
     def _new_flushers(self, run_id: str) -> list[QueryFlusher]:
         """Flushers made now for the run's WALs that have none yet (callers hold
         ``_making``): the pointers are read again, since a foreachBatch function may write a
-        table for the first time in any batch."""
+        table for the first time in any batch, and the run's first batch may have moved its
+        WAL (``wal.path`` changed: :mod:`wal.move`), whose old one's flusher then stops."""
         with self._lock:
             if run_id not in self.runs:
                 return []     # a run that ended (a late event), or not one we saw start
             checkpoint = self.runs[run_id][1]
-            known = dict(self._pointers.get(run_id, {}))
-            have = set(self.flushers.get(run_id, {}))
-        pointers = read_pointers(checkpoint, known)
-        with self._lock:
-            self._pointers[run_id] = pointers
+            have = dict(self.flushers.get(run_id, {}))
+        pointed = pointed_wals(checkpoint)
+        for wal_root in set(have) - set(pointed):    # moved away from, with nothing to write
+            with self._lock:
+                flusher = self.flushers.get(run_id, {}).pop(wal_root, None)
+                query_id = self.runs.get(run_id, ("", ""))[0]
+                if flusher is not None and flusher in self.newest.get(query_id, []):
+                    self.newest[query_id].remove(flusher)
+            if flusher is not None:
+                log.info("cassandra_wal: %s: the query's WAL moved away from it: its flusher "
+                         "stops", wal_root)
+                flusher.stop(final_drain=False)
         made = []
-        for wal_root in dict.fromkeys(pointers.values()):
+        for wal_root in pointed:
             if wal_root in have:
                 continue
             flusher = self._make_flusher(wal_root, checkpoint)
@@ -170,7 +177,7 @@ class FlushRegistry:
 
         def watch() -> None:
             try:
-                while not read_pointers(checkpoint):
+                while not pointed_wals(checkpoint):
                     if stop.wait(interval):
                         return
                 if not stop.is_set():
@@ -228,7 +235,6 @@ class FlushRegistry:
             with self._lock:
                 flushers = self.flushers.pop(run, {})
                 self.runs.pop(run, None)
-                self._pointers.pop(run, None)
             for flusher in flushers.values():
                 flusher.stop()
         for flushers in finishing:   # ended: their last drains stop retrying, recovery goes on
@@ -242,7 +248,7 @@ class FlushRegistry:
             self.runs[run_id] = (query_id, checkpoint)
             self.checkpoints[query_id] = checkpoint
             self.names[query_id] = name
-        if not read_pointers(checkpoint):    # a new query: its first batch names the WAL
+        if not pointed_wals(checkpoint):    # a new query: its first batch names the WAL
             self._await_pointer(run_id, checkpoint)
             return
         with self._making:
@@ -276,7 +282,6 @@ class FlushRegistry:
         with self._lock:
             flushers = list(self.flushers.pop(run_id, {}).values())
             self.runs.pop(run_id, None)
-            self._pointers.pop(run_id, None)
             if not flushers:
                 return
             self.stopping[run_id] = (query_id, flushers)
@@ -308,7 +313,6 @@ class FlushRegistry:
             running = [(r, list(fs.values())) for r, fs in self.flushers.items()]
             self.flushers.clear()
             self.runs.clear()
-            self._pointers.clear()
             finishing = [f for _, fs in self.stopping.values() for f in fs]
         for run_id, flushers in running:
             self._finish_run(run_id, flushers, within_s, exiting)

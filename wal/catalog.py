@@ -111,11 +111,15 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     entered_ids = set(entered_batch_ids(wal))
     since = entries_since(wal)
     ids = set(records) | sealed_ids | staged_ids | entered_ids
+    moved = wal.read_moved()
+    left_after = moved[1] if moved is not None else None
     if listed and (ids or since is not None):
         # A committed batch the WAL should hold but does not. Batches below the first one the
-        # WAL knows were written before this WAL existed (or by another sink): not ours.
+        # WAL knows were written before this WAL existed (or by another sink), and batches
+        # after the stream moved away from it went through another WAL: not ours.
         first = min(ids | ({since} if since is not None else set()))
-        ids |= {b for b in listed if b > flushed_through and b >= first}
+        ids |= {b for b in listed if b > flushed_through and b >= first
+                and (left_after is None or b <= left_after)}
     now = now_us()
     views = []
     for batch in sorted(ids):
@@ -139,7 +143,14 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
                     bytes=size, age_s=max(0.0, (now - born) / 1e6),
                     flushed_rows=record.flushed_rows if record else 0, committed=is_committed,
                     seal=seal, record=record)
-        if record is not None and record.state in (BatchState.FLUSHED, BatchState.DISCARDED):
+        if left_after is not None and batch > left_after and (
+                record is None or record.state is not BatchState.FLUSHED):
+            # The stream moved away from this WAL after batch left_after: anything of a later
+            # batch here (a seal of a run Spark never committed, whose id it committed later
+            # through the other WAL) was never committed through this one: never written.
+            views.append(BatchView(state="moved", action=NOTHING,
+                                   detail=f"the stream's WAL moved to {moved[0]}", **base))
+        elif record is not None and record.state in (BatchState.FLUSHED, BatchState.DISCARDED):
             views.append(BatchView(state=record.state.value, action=NOTHING,
                                    detail=record.reason, **base))
         elif record is not None:  # SEALED or FLUSHING in the log: committed and final

@@ -162,6 +162,28 @@ class WalBoundElsewhere(WalError):
                 f"{self.path}")
 
 
+class WalMoveRefused(WalError):
+    """A stream's WAL moved (``wal.path`` changed) while the old WAL (``which="old"``) still
+    holds committed batches not written to Cassandra, or the WAL moved to holds some of its
+    own (``"new"``): ``pending`` lists ``(batch, rows not written)`` (``wal/move.py``)."""
+
+    def __init__(self, old: str, new: str, which: str, pending: list):
+        super().__init__(old, new, which, pending)
+        self.old, self.new, self.which = old, new, which
+        self.pending = [tuple(p) for p in pending]
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"batch {b} ({rows} rows)" for b, rows in self.pending[:10])
+        more = f" and {len(self.pending) - 10} more" if len(self.pending) > 10 else ""
+        holder = self.old if self.which == "old" else self.new
+        return (f"the WAL moved from {self.old} to {self.new}, but {holder} still holds "
+                f"batches Spark committed that are not written to Cassandra yet: {shown}{more}. "
+                f"Moving now would leave them behind. Restart with wal.path={holder} (the "
+                f"sink writes them once Cassandra answers; 'cassandra-wal status {holder}' "
+                f"says when nothing is pending, or 'cassandra-wal recover {holder}' writes "
+                f"them with the query stopped), then move; nothing was staged")
+
+
 class WalRepairing(WalError):
     """A ``cassandra-wal repair`` of the WAL began and did not finish (``wal/repair.py``): its
     log is fenced (``m/repair``), so no flusher or recovery opens it before the repair is run

@@ -17,6 +17,7 @@ REPAIR_FILE = "repair.json"                # in a repair's kept copy: what it re
 REPAIR_DIR_PREFIX = "repair-"              # WAL_DIR/repair-<UTC time>/: a repair's kept copy
 BINDING_FILE = "query.json"                # the query a stream's WAL belongs to (wal/binding.py)
 BLOCKED_FILE = "blocked.json"              # the flusher cannot go on: why (WalDir.read_blocked)
+MOVED_FILE = "moved.json"                  # the stream's WAL moved away from this one (wal/move.py)
 POINTER_FILE = "cassandra_wal_sink.json"   # in a stream's checkpoint: its WAL (before POINTERS_DIR)
 SEGMENTS_DIR = "segments"
 SEALS_DIR = "seals"

@@ -193,6 +193,33 @@ class WalDir:
         if self.remote:
             self.remote.replace(fmt.BLOCKED_FILE, body)
 
+    def read_moved(self) -> tuple[str, int] | None:
+        """``(where the stream's WAL moved to, the last batch this WAL holds)``, if the stream
+        moved away from this WAL (:mod:`wal.move`); None while it is the stream's WAL."""
+        path = os.path.join(self.root, fmt.MOVED_FILE)
+        try:
+            with open(path, "rb") as f:
+                d = json.loads(f.read())
+            return str(d["to"]), int(d["after"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise WalCorrupted(path, f"unreadable {fmt.MOVED_FILE}: {exc}") from None
+
+    def write_moved(self, moved: tuple[str, int] | None) -> None:
+        """Record that the stream moved away from this WAL after batch ``moved[1]`` (None:
+        it is the stream's WAL again): on a store, there first."""
+        path = os.path.join(self.root, fmt.MOVED_FILE)
+        body = None if moved is None else \
+            json.dumps({"to": moved[0], "after": moved[1]}).encode() + b"\n"
+        if self.remote:
+            self.remote.replace(fmt.MOVED_FILE, body)
+        if body is None:
+            if os.path.exists(path):
+                os.unlink(path)
+        else:
+            atomic_write(path, body)
+
     def read_target(self) -> dict | None:
         try:
             with open(self.target_file, "rb") as f:

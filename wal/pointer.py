@@ -38,11 +38,23 @@ def table_slug(keyspace: str, table: str) -> str:
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_]{1,48}")
 
 
+def _slot(table: tuple[str, str] | None) -> str:
+    return POINTER_FILE if table is None else f"{POINTERS_DIR}/{table_slug(*table)}.json"
+
+
+def read_slot(cp: str, table: tuple[str, str] | None = None) -> str | None:
+    """Where the pointer of the data source's WAL (``table`` None), or of a foreachBatch
+    writer's WAL for ``table``, says the WAL is now (None: nowhere yet)."""
+    raw = ckpt.open_checkpoint(cp).store.read(_slot(table))
+    return json.loads(raw)["wal_path"] if raw is not None else None
+
+
 def write_pointer(cp: str, wal_location: str, table: tuple[str, str] | None = None) -> None:
     """Tell the driver's listener where a WAL of the query checkpointed at ``cp`` (a local
     folder or a store's URI, resolved) is: a local folder or a store's URI. ``table``
-    (keyspace, table): a foreachBatch writer's WAL for that table; None: the data source's."""
-    name = POINTER_FILE if table is None else f"{POINTERS_DIR}/{table_slug(*table)}.json"
+    (keyspace, table): a foreachBatch writer's WAL for that table; None: the data source's.
+    A WAL moved (``wal.path`` changed) is followed (:mod:`wal.move`) before this."""
+    name = _slot(table)
     body = json.dumps({"wal_path": wal_location}).encode()
     if not ckpt.is_local(cp):
         store = ckpt.open_checkpoint(cp).store
@@ -60,23 +72,18 @@ def write_pointer(cp: str, wal_location: str, table: tuple[str, str] | None = No
     atomic_write(path, body)
 
 
-def read_pointers(checkpoint: str, known: dict[str, str] | None = None) -> dict[str, str]:
+def read_pointers(checkpoint: str) -> dict[str, str]:
     """The pointer files of the query checkpointed at ``checkpoint`` (Spark's resolved URI):
     file name -> WAL location, the data source's first; empty if the query does not write
     through this sink (or its checkpoint is on a filesystem the sink cannot reach, which
-    ``prepare_write`` refuses before a batch is staged). ``known``: files read before, not read
-    again (a pointer changes only when a restarted query moves its ``wal.path``); only the
-    folder is listed (on a store, one request)."""
-    known = known or {}
+    ``prepare_write`` refuses before a batch is staged). On a store: a listing and a read a
+    file."""
     try:
         store = ckpt.open_checkpoint(checkpoint).store
     except ValueError:          # no store for the scheme: never this sink's
         return {}
     found: dict[str, str] = {}
     for name in [POINTER_FILE] + [k for k in store.list(POINTERS_DIR) if k.endswith(".json")]:
-        if name in known:
-            found[name] = known[name]
-            continue
         raw = store.read(name)
         if raw is not None:
             found[name] = json.loads(raw)["wal_path"]

@@ -225,8 +225,8 @@ class RemoteWal:
             self.store.read(fmt.MARKER_FILE) is None
 
     def pull_state(self, root: str) -> None:
-        """``WAL_FORMAT``, ``query.json``, the newest ``target.json``, ``blocked.json`` and
-        the highest flushed batch into the working copy at ``root``."""
+        """``WAL_FORMAT``, ``query.json``, the newest ``target.json``, ``blocked.json``,
+        ``moved.json`` and the highest flushed batch into the working copy at ``root``."""
         for name in (fmt.MARKER_FILE, fmt.BINDING_FILE):
             path = os.path.join(root, name)
             if not os.path.exists(path):
@@ -236,12 +236,13 @@ class RemoteWal:
         target = self.latest_version(TARGET_VERSIONS)
         if target is not None:
             _write_if_changed(os.path.join(root, fmt.TARGET_FILE), target)
-        blocked = self.store.read(fmt.BLOCKED_FILE)
-        blocked_path = os.path.join(root, fmt.BLOCKED_FILE)
-        if blocked is not None:
-            _write_if_changed(blocked_path, blocked)
-        elif os.path.exists(blocked_path):
-            os.unlink(blocked_path)
+        for name in (fmt.BLOCKED_FILE, fmt.MOVED_FILE):
+            data = self.store.read(name)
+            path = os.path.join(root, name)
+            if data is not None:
+                _write_if_changed(path, data)
+            elif os.path.exists(path):
+                os.unlink(path)
         flushed = self.flushed_through()
         local = os.path.join(root, fmt.FLUSHED_THROUGH_FILE)
         if flushed > _read_int(local):

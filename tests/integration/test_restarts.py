@@ -196,3 +196,66 @@ def test_a_column_dropped_while_batches_are_pending_blocks_until_an_operator_cho
     home = got[1]["home"]                                      # sealed before the UDT changed
     assert (home.street, home.postcode, home.city) == ("s1", "75001", None)
     assert wal.read_blocked() is None
+
+
+def test_moving_wal_path_follows_the_move_refuses_it_while_the_old_wal_has_rows_to_write(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """Issue 31, item 2. Run 1 writes through WAL x; run 2 moves to y, and its flusher, made
+    from the pointer at the run's start, never read it again: y's batches waited for the next
+    run. A move while y holds committed batches not written is refused; a move back to x
+    finds the batches y wrote committed and missing from x (blocked) unless x skips them, and
+    starts its timestamps above y's."""
+    import sinks
+    from sinkutil import error_text, running, sink_options, stream_wal, wait_query_done
+
+    cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    x, y = str(tmp_path / "wal-x"), str(tmp_path / "wal-y")
+
+    def ids():
+        return sorted(r["id"] for r in read_table(cql, keyspace, "events", "id"))
+
+    def expected(files):
+        return sorted(r["id"] for k in files for r in _rows(k))
+
+    def run(wal_path, files, **options):
+        write_json_files(src, [_rows(k) for k in files], first_index=files[0])
+        query = _file_stream(spark, cassandra_node, keyspace, "events", src, cp,
+                             **{"wal.path": wal_path, **options})
+        with running(query):
+            try:
+                query.awaitTermination(180)
+            except Exception:  # noqa: BLE001 - a refused run: its error is read below
+                pass
+        if query.exception() is None and options.get("wal.flush") != "false":
+            sinks.wait_flushed(query, timeout=60)
+        return query
+
+    run(x, [0, 1])
+    # Run 2 moves to y and keeps running: y's batch is written while it runs.
+    write_json_files(src, [_rows(2)], first_index=2)
+    sinks.register(spark)
+    query = (spark.readStream.schema("id INT, file INT, name STRING")
+             .option("maxFilesPerTrigger", 1).json(str(src)).writeStream.format("cassandra_wal")
+             .options(**sink_options(cassandra_node, keyspace, "events", cp, **{"wal.path": y}))
+             .trigger(processingTime="500 milliseconds").start())
+    with running(query):
+        wait_for(lambda: 2 in committed_batches(cp), 120, what="batch 2 committed")
+        wait_for(lambda: ids() == expected([0, 1, 2]), 30,
+                 what="batch 2 written by the run that moved the WAL")
+    run(y, [3], **{"wal.flush": "false"})               # y holds batch 3, not written
+    refused = run(x, [4])
+    failure = error_text(refused.exception())
+    assert "the WAL moved from" in failure and f"wal.path={y}" in failure, failure
+    assert committed_batches(cp) == [0, 1, 2, 3]
+    run(y, [4])                                          # back to y: it drains 3, writes 4
+    assert ids() == expected(range(5))
+    last_y = max(r["wt"] for r in read_table(cql, keyspace, "events",
+                                             "id, writetime(name) AS wt"))
+    run(x, [5])                                          # a move back to x
+    assert ids() == expected(range(6))
+    stamps = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
+                                                    "id, writetime(name) AS wt")}
+    assert min(stamps[r["id"]] for r in _rows(5)) > last_y
+    wal_x = stream_wal(cp)
+    assert wal_x.root == x and wal_x.read_blocked() is None

@@ -41,7 +41,7 @@ class FakeFlusher:
     def kick(self):
         self.calls.append("kick")
 
-    def stop(self, finish_within_s=0.0, exiting=False):
+    def stop(self, finish_within_s=0.0, exiting=False, final_drain=True):
         self.calls.append("stop")
         self.finish_within.append(finish_within_s)
         self.release.wait(10)
@@ -69,11 +69,11 @@ class FakeSpark:
 
 
 def pointing(wal_of):
-    """``read_pointers`` of checkpoints whose only WAL is ``wal_of(checkpoint)`` (None: none)."""
-    def read_pointers(checkpoint, known=None):
+    """``pointed_wals`` of checkpoints whose only WAL is ``wal_of(checkpoint)`` (None: none)."""
+    def pointed_wals(checkpoint):
         wal = wal_of(checkpoint)
-        return {} if wal is None else {"cassandra_wal_sink.json": wal}
-    return read_pointers
+        return [] if wal is None else [wal]
+    return pointed_wals
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def registry(monkeypatch):
     FakeFlusher.made = []
     monkeypatch.setattr(driver, "registries", [])     # no exit hook for these fakes
     monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: checkpoint + "/cassandra_wal"))
     return driver.FlushRegistry(FakeSpark(), {})
 
@@ -120,7 +120,7 @@ def test_the_endpoint_keeps_showing_a_query_that_ended_until_its_next_run(regist
     """A query the sink blocked fails at its next commit: its WAL (blocked.json) must stay on
     the endpoint, or `cassandra_wal_blocked == 1` lasts one trigger interval. Before, only
     running flushers were served."""
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: str(tmp_path / "wal")))
     (tmp_path / "wal").mkdir()
     registry.started("q", "run-1")
@@ -155,7 +155,7 @@ def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(r
 def test_a_new_query_gets_its_flusher_at_its_first_progress_at_the_latest(
         registry, monkeypatch):
     pointers = {}
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: pointers.get(checkpoint)))
     monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 60.0, False: 60.0})  # no watcher
     registry.started("q", "run-1")
@@ -175,7 +175,7 @@ def test_a_new_query_gets_its_flusher_as_soon_as_its_first_batch_names_the_wal(
     import time as time_
 
     pointers = {}
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: pointers.get(checkpoint)))
     monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
     registry.started("q", "run-1")
@@ -203,7 +203,7 @@ def test_a_query_of_another_sink_is_looked_at_only_until_its_first_event(registr
     import time as time_
 
     looks = []
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: looks.append(1)))
     monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
     registry.started("kafka", "run-k")
@@ -222,13 +222,7 @@ def test_a_function_writing_two_tables_gets_a_flusher_for_each_wal(registry, mon
     in a later batch gets its flusher at that batch's progress event. All stop with the run."""
     pointers = {"cassandra_wal_sinks/ks.a.json": "/cp/q/cassandra_wal.ks.a",
                 "cassandra_wal_sinks/ks.b.json": "/cp/q/cassandra_wal.ks.b"}
-    reads = []
-
-    def read_pointers(checkpoint, known=None):
-        reads.append(dict(known or {}))
-        return dict(pointers)
-
-    monkeypatch.setattr(driver, "read_pointers", read_pointers)
+    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: list(pointers.values()))
     registry.started("q", "run-1")
     a, b = FakeFlusher.made
     assert (a.wal_root, b.wal_root) == ("/cp/q/cassandra_wal.ks.a", "/cp/q/cassandra_wal.ks.b")
@@ -238,8 +232,6 @@ def test_a_function_writing_two_tables_gets_a_flusher_for_each_wal(registry, mon
     c = FakeFlusher.made[2]
     assert c.wal_root == "/cp/q/cassandra_wal.ks.c" and c.calls == ["start", "kick"]
     assert a.calls == b.calls == ["recover", "start", "kick"]
-    assert reads[-1] == {k: v for k, v in pointers.items() if "ks.c" not in k}, \
-        "pointers read before are handed over as known (a store lists, and reads only new ones)"
     registry.progressed("q", "run-1")
     assert len(FakeFlusher.made) == 3
     assert sorted(registry.flushers_of("run-1"), key=id) == sorted([a, b, c], key=id)
@@ -248,9 +240,25 @@ def test_a_function_writing_two_tables_gets_a_flusher_for_each_wal(registry, mon
     assert all(f.stopped.wait(5) for f in (a, b, c))
 
 
+def test_a_wal_the_run_moved_away_from_gets_its_flusher_stopped(registry, monkeypatch):
+    """Issue 31, item 2: the flusher was made from the pointer at the run's start and the
+    pointer was not read again within the run: after the run's first batch moved the WAL
+    (wal.path changed), the new WAL's batches waited for the next run."""
+    where = {"wal": "/old"}
+    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: [where["wal"]])
+    registry.started("q", "run-1")
+    (old,) = FakeFlusher.made
+    where["wal"] = "/new"                      # the run's first batch moved the WAL
+    registry.progressed("q", "run-1")
+    new = FakeFlusher.made[1]
+    assert new.wal_root == "/new" and new.calls == ["start", "kick"]
+    assert old.calls[-1] == "stop" and registry.flushers_of("run-1") == [new]
+    assert [q.flusher for q in registry.served()] == [new]
+
+
 def test_a_restart_stops_every_flusher_of_the_old_run(registry, monkeypatch):
-    monkeypatch.setattr(driver, "read_pointers", lambda checkpoint, known=None: {
-        "p1": checkpoint + "/w1", "p2": checkpoint + "/w2"})
+    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: [
+        checkpoint + "/w1", checkpoint + "/w2"])
     registry.started("q", "run-1")
     old = list(FakeFlusher.made)
     registry.started("q", "run-2")
@@ -320,7 +328,7 @@ def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: wal.root))
     monkeypatch.setattr(driver, "QueryFlusher",
                         failing_flusher(SinkError(f"{wal.root} has no target.json")))
@@ -340,7 +348,7 @@ def test_a_flusher_that_cannot_start_yet_is_tried_again_without_blocking(
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    monkeypatch.setattr(driver, "read_pointers",
+    monkeypatch.setattr(driver, "pointed_wals",
                         pointing(lambda checkpoint: wal.root))
     monkeypatch.setattr(driver, "QueryFlusher", failing_flusher(WalLocked(wal.log, "held")))
     registry.started("q", "run-1")

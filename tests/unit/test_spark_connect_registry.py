@@ -101,8 +101,7 @@ class FakeFlusher:
 @pytest.fixture
 def connect_registry(monkeypatch):
     monkeypatch.setattr(registry, "QueryFlusher", FakeFlusher)
-    monkeypatch.setattr(registry, "read_pointers",
-                        lambda checkpoint, known=None: {"pointer": checkpoint + "/wal"})
+    monkeypatch.setattr(registry, "pointed_wals", lambda checkpoint: [checkpoint + "/wal"])
     made = registry.ConnectFlushRegistry(object(), {}, ckpt.LOCAL)
     yield made
     registry.registries.remove(made)

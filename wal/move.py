@@ -1,0 +1,79 @@
+"""A stream's WAL moved between runs (``wal.path`` changed, set or unset): the old WAL is left
+only once it has nothing left to write, and the new one starts where the old one ended.
+
+A WAL decides by batch id, and batch ids are the query's: after a move, the batches the old WAL
+wrote are committed in the checkpoint but absent from the new one, and a move back finds the
+batches the other WAL wrote missing. Three things make a move safe:
+
+* **Refused while the old WAL holds committed batches not written yet** (an outage, a block):
+  the new WAL would go on without them, the old one no longer flushed. The user restarts with
+  the old ``wal.path`` until it is drained.
+* **The old WAL is told** (``moved.json``: where to, after which batch): a flusher of it still
+  running until the registry sees the move takes no later batch for one of its own.
+* **The new WAL skips what came before**: its ``flushed_through`` is raised to the highest
+  batch Spark committed, so batches written through the old WAL, or leftovers of its own from
+  before a move back (seals of executions Spark never committed, whose ids it committed later
+  through the other WAL), are never taken for its own to write. A move back is refused only
+  for what the WAL was left holding when it was current (its ``m/committed_through``).
+* **Timestamps go on rising**: a seal of no segment at that batch, its base above the old
+  WAL's last write timestamp, is the floor the new WAL's next seal starts above
+  (:func:`wal.seal.next_base_timestamp`), whatever the clock does.
+"""
+
+from __future__ import annotations
+
+from . import catalog
+from .errors import WalMoveRefused
+from .layout import WalDir
+from .log import WalLog
+from .seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, write_seal
+
+
+def follow_move(old: WalDir, new: WalDir, checkpoint: str) -> None:
+    """Make ``new`` the stream's WAL in place of ``old`` (both this query's), or raise
+    :class:`~wal.errors.WalMoveRefused` naming what ``old`` (or ``new``) still has to write.
+    Run before the first batch goes through ``new``."""
+    for wal, which in ((old, "old"), (new, "new")):
+        if wal.remote:      # what the store holds, as the flusher would see it
+            wal.remote.pull(wal.root, segments=False)
+        pending = [v for v in catalog.describe_read_only(wal, checkpoint, query_running=True)
+                   if v.action in (catalog.REPLAY, catalog.BROKEN)
+                   and (wal is old or v.batch <= _last_batch_while_current(wal))]
+        if pending:
+            raise WalMoveRefused(old.location, new.location, which,
+                                 [(v.batch, v.rows - v.flushed_rows) for v in pending])
+    highest, _ = catalog.committed_through(None, checkpoint)
+    # The old WAL holds nothing after this batch: a flusher of it still running until the
+    # registry sees the move must take no later batch, which Spark commits through the new
+    # WAL, for one of its own (missing, or a leftover seal to replay).
+    old.write_moved((new.location, highest))
+    new.write_moved(None)                  # a move back: the stream's WAL again
+    if highest < 0 or new.read_flushed_through() >= highest:
+        return
+    newest = max((b for b in old.sealed_batch_ids() if b <= highest), default=None)
+    last = read_seal(old, newest) if newest is not None else None
+    if last is not None:
+        # The floor: a seal of no rows at the last batch Spark committed, at the old WAL's
+        # last write timestamp (it writes nothing): the next seal starts above it. Written
+        # over a leftover of a move back: a seal of an execution Spark never committed.
+        write_seal(new, Seal(batch=highest, segments=(), base_ts_us=last.last_ts_us,
+                             query_id=last.query_id, commit_point=COMMIT_POINT_CHECKPOINT))
+    new.write_flushed_through(highest)
+
+
+def _last_batch_while_current(wal: WalDir) -> int:
+    """The last batch Spark committed while ``wal`` was the stream's WAL: when the stream
+    moved away from it (``moved.json``), or else (a move an earlier release followed) as its
+    flusher recorded it (``m/committed_through``). A WAL moved back to may hold a seal of a
+    batch Spark never committed then, whose id Spark committed later through another WAL:
+    that seal is a leftover, never its to write."""
+    moved = wal.read_moved()
+    if moved is not None:
+        return moved[1]
+    reader = WalLog.open_reader(wal)
+    if reader is None:
+        return -1
+    try:
+        return reader.committed_through()
+    finally:
+        reader.close()
