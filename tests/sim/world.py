@@ -22,7 +22,7 @@ from . import cassandra
 from .invariants import check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .oracle import KEYSPACE, TABLES, WRITETIME_COLUMN, Execution, Oracle, RunOptions
-from .patches import SimCrash
+from .patches import SimCrash, has_module
 from .spark import (
     Attempt,
     Checkpoint,
@@ -44,14 +44,9 @@ TS_FLOOR_WT = 1_700_000_000_000_000       # user-chosen write timestamps (writet
 
 
 def stores_on() -> bool:
-    """Store worlds are drawn: switched on, and the code under test has stores."""
-    if os.environ.get(ENV_STORES, "all") == "0":
-        return False
-    try:
-        import wal.remote  # noqa: F401 - older code has no stores
-    except ImportError:
-        return False
-    return True
+    """Store worlds are drawn: switched on, and the code under test has stores (older code
+    has no ``wal/remote.py``)."""
+    return os.environ.get(ENV_STORES, "all") != "0" and has_module("wal.remote")
 
 
 def store_uri(path: str) -> str:
