@@ -34,7 +34,7 @@ from pyspark import TaskContext
 from cql.errors import SinkError
 from wal.checkpoint import Filesystems
 from wal.entries import Entry, record_entry
-from wal.seal import COMMIT_POINT_CHECKPOINT
+from wal.seal import COMMIT_POINT_CHECKPOINT, Seal
 
 from .plan import StageMessage, WritePlan, commit_batch, prepare_write, stage_partition
 
@@ -105,6 +105,44 @@ class _Claims:
 _claims = _Claims()
 
 
+class WriterCall:
+    """One call of a writer for batch ``batch_id``, once its ``prepare_write`` returned: made,
+    it claims the batch's WAL for ``table`` (refused: a :class:`~cql.errors.SinkError`, nothing
+    staged) and records the entry; then the caller stages the batch (``__call__`` through
+    ``mapInArrow``; the protocol simulation, ``tests/sim``, task by task through
+    ``stage_partition``), then :meth:`seal`, or :meth:`failed` if anything failed meanwhile."""
+
+    def __init__(self, plan: WritePlan, batch_id: int, run: str, table: str):
+        self.plan, self.batch_id, self.run, self.table = plan, batch_id, run, table
+        self.wal = plan.wal.location
+        _claims.claim(self.wal, run, batch_id, table)
+        try:
+            record_entry(plan.wal, Entry(batch_id, run, table))
+        except BaseException as exc:
+            self.failed(exc)
+            raise
+
+    def seal(self, messages: list[StageMessage]) -> Seal:
+        """Seal the staged batch (before the function returns: Spark commits after)."""
+        try:
+            return commit_batch(self.plan, messages, self.batch_id,
+                                commit_point=COMMIT_POINT_CHECKPOINT)
+        except BaseException as exc:
+            self.failed(exc)
+            raise
+
+    def failed(self, exc: BaseException) -> None:
+        """The call ends without a seal: its claim is given back (the function may try again)
+        and the error logged (a function that catches it and goes on lets Spark commit a batch
+        whose rows for this table were never staged, which blocks this table's WAL)."""
+        if isinstance(exc, Exception):
+            log.error("cassandra_wal: batch %d of %s was not staged (%s: %s): if the "
+                      "foreachBatch function goes on, Spark commits the batch without its rows "
+                      "for this table and the WAL at %s blocks", self.batch_id, self.table,
+                      type(exc).__name__, exc, self.wal)
+        _claims.release(self.wal, self.run, self.batch_id)
+
+
 class CassandraWalWriter:
     """Callable for ``foreachBatch(df, batch_id)``: writes one table. ``checkpoint_location``
     must be the query's own (it is how the sink knows when Spark committed a batch). Several
@@ -118,32 +156,21 @@ class CassandraWalWriter:
 
     def __call__(self, df, batch_id: int) -> None:
         """Record the call, stage batch ``batch_id`` on the executors (``mapInArrow``), then
-        seal it before returning; Spark writes ``commits/N`` after, and the listener's
-        flusher writes it. An error is logged here too: a function that catches it and goes
-        on lets Spark commit a batch whose rows for this table were never staged, which
-        blocks this table's WAL when Spark commits it.
+        seal it before returning (:class:`WriterCall`); Spark writes ``commits/N`` after, and
+        the listener's flusher writes it. An error is logged here too: a function that catches
+        it and goes on lets Spark commit a batch whose rows for this table were never staged,
+        which blocks this table's WAL when Spark commits it.
 
         Runs: in the driver process, on the query's thread, once per micro-batch."""
         spark = df.sparkSession
-        run = _run_id(spark)
         # Spark resolves the checkpoint against the session's default filesystem: so must we.
         plan = prepare_write(self.options, _session_conf(spark), df.schema, streaming=True,
                              filesystems=Filesystems.of_session(spark), wal_per_table=True)
-        wal = plan.wal.location
-        _claims.claim(wal, run, batch_id, self.table)
-        sealed = False
+        call = WriterCall(plan, batch_id, _run_id(spark), self.table)
         try:
-            record_entry(plan.wal, Entry(batch_id, run, self.table))
             rows = df.mapInArrow(_StageTask(plan, batch_id), "segment string").collect()
             messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
-            commit_batch(plan, messages, batch_id, commit_point=COMMIT_POINT_CHECKPOINT)
-            sealed = True
-        except Exception as exc:
-            log.error("cassandra_wal: batch %d of %s was not staged (%s: %s): if the "
-                      "foreachBatch function goes on, Spark commits the batch without its rows "
-                      "for this table and the WAL at %s blocks", batch_id, self.table,
-                      type(exc).__name__, exc, wal)
+        except BaseException as exc:
+            call.failed(exc)
             raise
-        finally:
-            if not sealed:
-                _claims.release(wal, run, batch_id)
+        call.seal(messages)

@@ -22,6 +22,7 @@ write applied or not: the client cannot tell which).
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -146,6 +147,7 @@ class SimCassandra:
     prepared: dict = field(default_factory=dict)      # query id -> PreparedStatement
     sessions_opened: int = 0
     cell_ids: int = 0                                 # the last list element's cell id
+    dropped: dict = field(default_factory=dict)       # (table, column) -> drop time (µs)
 
     # -- the driver's entry points ----------------------------------------------------------
     def connect(self, _connection=None):
@@ -175,6 +177,17 @@ class SimCassandra:
                                       None, None)
         self.prepared[query_id] = statement
         return statement
+
+    def dropped_columns(self, table: str) -> list:
+        """``system_schema.dropped_columns`` of ``table`` (what ``session.execute`` of that
+        query answers): rows of ``column_name`` and ``dropped_time`` (a datetime to the ms).
+        Down: the request fails, as any does. Draws nothing from the seed."""
+        if self.mode == DOWN:
+            self.faults += 1
+            raise NoHostAvailable("simulated node down", {"sim-node": "down"})
+        return [SchemaRow(column, datetime.datetime.fromtimestamp(us // 1000 / 1000,
+                                                                  datetime.timezone.utc))
+                for (t, column), us in sorted(self.dropped.items()) if t == table]
 
     def execute(self, statement) -> Exception | None:
         """Run one request; the error the client sees, or None."""
@@ -283,6 +296,12 @@ def parse_insert(cql: str) -> tuple[str, list[str], bool]:
     return table, names, "TTL" in cql
 
 
+@dataclass(frozen=True)
+class SchemaRow:
+    column_name: str
+    dropped_time: object
+
+
 class SimMetadata:
     """What the sink reads of the driver's cluster metadata: the cluster's name."""
 
@@ -306,6 +325,12 @@ class SimSession:
 
     def prepare(self, cql: str) -> PreparedStatement:
         return self.node.prepare(cql)
+
+    def execute(self, cql: str, parameters=None):
+        """The one query the sink makes other than its writes: the table's dropped columns
+        (``cql.table.dropped_columns``)."""
+        assert "system_schema.dropped_columns" in cql, cql
+        return self.node.dropped_columns(parameters[1])
 
     def execute_async(self, statement, parameters=None, execution_profile=None, **_):
         assert parameters is None, "requests are bound already"

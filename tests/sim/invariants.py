@@ -4,7 +4,9 @@
   timestamp and TTL its seal gives it: nothing of an uncommitted batch is ever written, a
   replay writes identical cells, pending batches keep the options they were sealed with.
 * The sink never blocks (``blocked.json``) where a retry could proceed: the simulation injects
-  no corruption, so any block is wrong.
+  no corruption, so any block is wrong, but one: a foreachBatch function that caught its
+  writer's error lost that batch's rows for the table, and that table's WAL blocks there
+  (and writes nothing after it).
 * The staged segments and the seal of a batch still being executed are never removed under
   it (by another job's flush, by retention, by another query's recovery).
 * A drain or recovery that met no fault, with the node up, leaves every batch Spark committed
@@ -47,6 +49,12 @@ def absorb_writes(world) -> None:
             world.writes_seen = i + 1
             raise Violation("every write is a committed batch's row, as sealed",
                             f"{why}: Cassandra got {fmt(w)} at {w.at_s:.3f}s")
+        if world.after_loss(oracle.judged):
+            world.writes_seen = i + 1
+            raise Violation("a WAL that lost a batch writes nothing after it",
+                            f"{oracle.judged.label} comes after a batch its WAL lost (the "
+                            f"function caught its writer's error): Cassandra got {fmt(w)} at "
+                            f"{w.at_s:.3f}s")
         oracle.first.setdefault((w.table, w.key, w.ts), w)
         oracle.applied.add(expected)
     world.writes_seen = len(writes)
@@ -91,13 +99,14 @@ def check_step(world) -> None:
         if os.path.exists(path):
             with open(path) as f:
                 reason = f.read()
-            raise Violation("the sink never blocks where a retry could proceed",
-                            f"{path}: {reason}")
+            if not world.block_allowed(root, reason):
+                raise Violation("the sink never blocks where a retry could proceed",
+                                f"{path}: {reason}")
     store = getattr(world, "store", None)
     if store is not None:
         for location in sorted(world.store_wals):
             reason = store.raw(location).read(BLOCKED_FILE)
-            if reason is not None:
+            if reason is not None and not world.block_allowed(location, reason.decode()):
                 raise Violation("the sink never blocks where a retry could proceed",
                                 f"{location}/{BLOCKED_FILE} on the store: {reason.decode()}")
     for owner, inflight in _live(world):
@@ -171,6 +180,9 @@ def _live(world):
     for q in world.queries:
         if q.run is not None and q.run.inflight is not None:
             yield q.owner, q.run.inflight
+        if q.run is not None and q.run.call is not None:
+            for c in q.run.call.live():
+                yield c.owner, c.inflight
     for job in world.jobs:
         yield job.name, job.inflight
 
@@ -183,7 +195,7 @@ def _wal_of(plan):
 def exempt_owners(world) -> set[str]:
     """Streams refused with a clear error (an invalid WAL reuse): what Spark committed for
     them before the error cannot be expected in Cassandra."""
-    return {q.owner for q in world.queries if q.refused is not None}
+    return {o for q in world.queries if q.refused is not None for o in q.owners | {q.owner}}
 
 
 def _unwritten(world, owners=None) -> list[tuple]:
@@ -194,30 +206,43 @@ def _unwritten(world, owners=None) -> list[tuple]:
     for e in world.oracle.executions:
         if not e.committed or e.owner in exempt or (owners is not None and e.owner not in owners):
             continue
+        if world.after_loss(e):       # its WAL blocks at a batch before it, rightly
+            continue
         missing = world.oracle.missing(e, now_s)
         if missing:
             out.append((e, missing))
     return out
 
 
-def check_live(world, q, what: str) -> None:
-    """After a fault-free drain/recovery of ``q`` with the node up."""
-    unwritten = _unwritten(world, {q.owner})
+def check_live(world, q, what: str, flusher=None) -> None:
+    """After a fault-free drain/recovery of ``q``'s ``flusher`` with the node up: the batches
+    of its WAL (a data source's stream's, or a foreachBatch writer's table's)."""
+    owners = {q.owner} if q.writers is None else \
+        world.wal_owners.get(flusher.wal.location, set())
+    unwritten = _unwritten(world, owners)
     if unwritten:
         e, missing = unwritten[0]
         raise Violation("a drain with Cassandra up writes every batch Spark committed",
                         f"after {q.owner}'s {what}, {e.label} is committed but "
                         f"{len(missing)} of {len(e.expected)} rows never reached Cassandra "
                         f"(e.g. {fmt(missing[0])})")
-    check_health(q, what)
+    check_health(world, q, what, flusher)
 
 
-def check_health(q, what: str) -> None:
+def check_health(world, q, what: str, flusher=None) -> None:
     """What an operator is shown (``sinks.status``, the endpoint, ``cassandra-wal status``:
     ``recovery/health.py``) after a drain that wrote every committed batch: nothing pending,
-    and not blocked (no corruption is injected: a block would page someone for nothing)."""
-    flusher = q.run.flusher if q.run is not None else None
+    and not blocked (no corruption is injected: a block would page someone for nothing).
+    A WAL that lost a batch (a foreachBatch function caught its writer's error): once it
+    blocked, it says blocked."""
     if flusher is None or not hasattr(flusher, "health"):      # older code: no figures
+        return
+    if world.expects_block(flusher):
+        if os.path.exists(os.path.join(flusher.wal.root, BLOCKED_FILE)) and \
+                flusher.health().state != "blocked":
+            raise Violation("the figures shown say what the sink does",
+                            f"after {q.owner}'s {what}, the WAL at {flusher.wal.location} is "
+                            f"blocked (blocked.json) but the status does not say so")
         return
     health = flusher.health()
     if health.state == "blocked":

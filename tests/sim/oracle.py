@@ -141,6 +141,11 @@ class Execution:
     committed: bool = False
     expected: tuple[Expected, ...] = ()
     segments: dict[str, int] = field(default_factory=dict)   # winning segment name -> partition
+    # A foreachBatch writer's call that failed without a seal, its error caught by the user's
+    # function (which went on, so Spark commits the batch): its rows for the table are lost.
+    # ``entered``: the call had recorded its entry (wal/entries.py) when it failed.
+    lost: bool = False
+    entered: bool = False
 
     @property
     def label(self) -> str:
@@ -186,6 +191,7 @@ class Oracle:
         self.by_stamp: dict[tuple, list[tuple[Execution, Expected]]] = {}
         self.applied: set[Expected] = set()
         self.first: dict[tuple, object] = {}        # (table, key, ts) -> the first write seen
+        self.judged: Execution | None = None        # the execution of the last legal write
 
     def add(self, execution: Execution) -> Execution:
         self.executions.append(execution)
@@ -207,7 +213,8 @@ class Oracle:
         return out
 
     def judge(self, write) -> tuple[str | None, Expected | None]:
-        """(why ``write`` is illegal, None) or (None, the committed row it writes)."""
+        """(why ``write`` is illegal, None) or (None, the committed row it writes); the
+        execution of that row is :attr:`judged`."""
         stamp = (write.table, write.key, write.ts)
         candidates = self.by_stamp.get(stamp, [])
         exact = [(x, e) for x, e in candidates if e.cells == write.cells and ttl_fits(write.ttl, e.ttl)]
@@ -219,6 +226,7 @@ class Oracle:
                 return (f"a replay of the row of {committed[0][0].label} expires at another "
                         f"time than its first write (first {fmt(first)} written at "
                         f"{first.at_s:.3f}s)"), None
+            self.judged = committed[0][0]
             return None, committed[0][1]
         if exact:
             return (f"a row of {exact[0][0].label}, which Spark never committed, reached "

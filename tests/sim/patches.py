@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 import time as real_time
 
@@ -23,6 +24,18 @@ MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoin
            "recovery.flusher", "recovery.executors", "recovery.jobs", "recovery.recover",
            "sinks.plan", "sinks.source", "sinks.batch_jobs", "sinks.registry", "sinks.wait",
            "cli.recover_cmd")
+
+
+def has_module(name: str) -> bool:
+    """The code under test has module ``name`` (``wal.remote``) in its own tree. Not an
+    import: under an editable install of another checkout (a venv's), a module the code
+    under test lacks would be imported from that checkout instead."""
+    package, _, leaf = name.rpartition(".")
+    try:
+        folder = os.path.dirname(importlib.import_module(package).__file__)
+    except ImportError:
+        return False
+    return os.path.exists(os.path.join(folder, leaf + ".py"))
 
 
 class SimCrash(BaseException):

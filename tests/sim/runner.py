@@ -55,7 +55,9 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
                 add(0.4, w.reset_checkpoint, q)
             continue
         inflight = q.run.inflight
-        if inflight is None:
+        if q.writers is not None:
+            _function_actions(w, q, add)
+        elif inflight is None:
             add(4.0, w.begin_batch, q)
         else:
             if inflight.pending:
@@ -65,7 +67,7 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
             else:
                 add(5.0, w.spark_commit, q)
             add(1.5, _whole_batch, w, q)
-        if q.run.flusher is not None:
+        if q.run.flushers:
             add(1.2, w.drain, q)
         elif q.run.awaiting_pointer:
             add(1.0, w.pointer_found, q)
@@ -98,6 +100,50 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
             add(1.0, _zombie_commit, w)
     add(0.6, _clock_jump, w)
     return out
+
+
+def _function_actions(w: World, q, add) -> None:
+    """A foreachBatch query's next steps (tests/sim/foreach.py): Spark starts a batch; the
+    function calls its next writer; that writer's tasks; its seal (or its job failing);
+    Spark's commit once the function returned."""
+    call = q.run.call
+    if call is None:
+        add(4.0, w.begin_batch, q)
+        return
+    current = call.current
+    if current is not None and current.inflight.pending:
+        add(5.0, _writer_task, w, q)
+    elif current is not None:
+        add(5.0, w.foreach_seal, q)
+    elif call.index < len(call.calls):
+        add(5.0, w.foreach_call, q)
+    else:
+        add(5.0, w.spark_commit, q)
+    add(1.5, _whole_function, w, q)
+
+
+def _writer_task(w: World, q):
+    inflight = q.run.call.current.inflight
+    return w.task(f"{q.owner}/{q.run.call.current.writer.table}", inflight,
+                  w.rng.randrange(len(inflight.pending)))
+
+
+def _whole_function(w: World, q):
+    """The rest of the function's call and Spark's commit, nothing else happening meanwhile."""
+    while q.run is not None and q.run.call is not None:
+        call = q.run.call
+        current = call.current
+        if current is not None and current.inflight.pending:
+            if _writer_task(w, q) == "store failed":
+                break
+        elif current is not None:
+            w.foreach_seal(q)
+        elif call.index < len(call.calls):
+            w.foreach_call(q)
+        else:
+            w.spark_commit(q)
+            break
+    return "batch"
 
 
 def _query_task(w: World, q):
@@ -217,9 +263,9 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
 def _close(w: World) -> None:
     """Release every RocksDB log still open (a schedule that failed mid-way)."""
     for q in w.queries:
-        if q.run is not None and q.run.flusher is not None:
+        for flusher in q.run.flushers.values() if q.run is not None else ():
             try:
-                q.run.flusher.log.close()
+                flusher.log.close()
             except Exception:   # noqa: BLE001 - best effort on the way out
                 pass
 

@@ -29,13 +29,21 @@ from .spark import Checkpoint, InFlight, plan_attempts
 
 @dataclass
 class Run:
-    """One run of a stream: a driver process with its flusher and the batch in flight."""
+    """One run of a stream: a driver process with its flushers (one per WAL: a data source's
+    stream has one, a foreachBatch function one per table) and the batch in flight."""
 
     number: int
-    flusher: object | None = None
+    flushers: dict[str, object] = field(default_factory=dict)    # WAL location -> flusher
     inflight: InFlight | None = None
     last_drain_us: int = 0
     awaiting_pointer: bool = False     # started without a WAL: the registry looks for it
+    run_id: str = ""                   # Spark's runId (a foreachBatch writer's claims, entries)
+    call: object | None = None         # a foreachBatch function's call in flight (foreach.py)
+
+    @property
+    def flusher(self):
+        """The run's flusher (a data source's stream has one WAL), or None."""
+        return next(iter(self.flushers.values()), None)
 
 
 @dataclass
@@ -52,10 +60,27 @@ class Query:
     host: str = "host-a"              # where its driver runs (a WAL on a store: the working copy)
     wal_uris: set[str] = field(default_factory=set)    # its WALs on the store
     lists_refused: bool = False       # its last batch was refused for its list column
+    writers: list | None = None       # a foreachBatch function's writers (foreach.py); None: a
+                                      # data source's stream
+    fixed: bool = False               # the user fixed a function that wrote a table twice
 
     @property
     def owner(self) -> str:
         return self.name if self.generation == 0 else f"{self.name}~{self.generation}"
+
+    def owner_of(self, table: str) -> str:
+        """The owner of a foreachBatch writer's executions: one per (query, table)."""
+        return f"{self.owner}/{table}"
+
+    @property
+    def owners(self) -> set[str]:
+        """Whose executions this query's are now (a writer's of each table, or the stream's)."""
+        if self.writers is None:
+            return {self.owner}
+        return {self.owner_of(w.table) for w in self.writers}
+
+    def owns(self, owner: str) -> bool:
+        return owner == self.owner or owner.startswith(self.owner + "/")
 
 
 @dataclass
@@ -79,6 +104,8 @@ class Streams:
             q.options, q.lists_refused = self.fixed_lists(q.options), False
         elif q.runs and self.rng.random() < 0.35:
             q.options = self.draw_options(q.options.wal_path)
+            if q.writers is not None:
+                self.redraw_writers(q)
         if not q.checkpoint.available():
             return self.say(f"{q.owner}: start failed: its checkpoint's store is down")
         if self.store is not None and q.runs and q.wal_uris and self.srng.random() < 0.3:
@@ -87,8 +114,10 @@ class Streams:
             q.checkpoint.create(q.query_id)
         q.runs += 1
         q.run = Run(q.runs, last_drain_us=self.clock_us)
-        self.say(f"{q.owner}: start run {q.runs} ({q.options.describe()})"
+        self.say(f"{q.owner}: start run {q.runs} ({self.describe_query(q)})"
                  + (f" on {q.host}" if self.store is not None else ""))
+        if q.writers is not None:
+            return self.foreach_started(q)
         if self._pointer(q) is not None:   # onQueryStarted, as FlushRegistry
             self._open_flusher(q)
             if q.run is not None and q.run.flusher is not None:
@@ -101,6 +130,8 @@ class Streams:
         """A run that started without a WAL (a new query) looks for the pointer its first
         batch's ``prepare_write`` writes, at any moment (FlushRegistry's watcher): found, its
         flusher is made, started and kicked, whatever the batch in flight is doing."""
+        if q.writers is not None:
+            return self.foreach_pointer_found(q)
         if self._pointer(q) is None:
             return self.say(f"{q.owner}: registry: no pointer yet")
         q.run.awaiting_pointer = False
@@ -151,18 +182,21 @@ class Streams:
             self.say(f"{q.owner}: the driver restarts on {q.host} (with what working copy "
                      f"it kept there)")
 
-    def _open_flusher(self, q: Query) -> None:
+    def _open_flusher(self, q: Query, wal_root: str | None = None) -> None:
+        """The run's flusher of the WAL at ``wal_root`` (default: the one the pointer names)."""
         from cql.errors import ConnectionFailed, SinkError
         from recovery.flusher import QueryFlusher
         from wal.errors import WalError
 
-        wal_root = self._pointer(q)
+        wal_root = wal_root or self._pointer(q)
         if wal_root is None:
             return
         self.on_host(q)
         try:
-            q.run.flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
-            self.wal_roots.add(q.run.flusher.wal.root)
+            flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
+            q.run.flushers[wal_root] = flusher
+            self.wal_roots.add(flusher.wal.root)
+            self.wal_opened(wal_root, flusher.wal.root)
         except ConnectionFailed as exc:
             self.say(f"{q.owner}: flusher not started: {exc}")
         except SinkError as exc:
@@ -182,6 +216,8 @@ class Streams:
         from cql.errors import ConnectionFailed, SinkError
         from sinks.plan import prepare_write
 
+        if q.writers is not None:
+            return self.foreach_begin(q)
         if not q.checkpoint.available():
             self.say(f"{q.owner}: Spark cannot write offsets: the store is down, query fails")
             self.kill(q, graceful=True)
@@ -285,6 +321,8 @@ class Streams:
                         f"{seal.base_ts_us})")
 
     def spark_commit(self, q: Query) -> str:
+        if q.writers is not None:
+            return self.foreach_spark_commit(q)
         e = q.run.inflight.execution
         if not q.checkpoint.available():
             self.say(f"{q.owner}: Spark cannot write commits/{e.batch}: the store is down, "
@@ -311,19 +349,28 @@ class Streams:
         drained = False
         for q in self.queries:
             run = q.run
-            if run is not None and run.flusher is not None and \
+            if run is not None and run.flushers and \
                     self.clock_us - run.last_drain_us >= run.flusher.retry_interval_s * 1e6:
                 self._drain(q, periodic=True)
                 drained = True
         return drained
 
     def _drain(self, q: Query, recover: bool = False, periodic: bool = False) -> str:
-        flusher = q.run.flusher
+        """Each of the run's flushers drains (a kick wakes them all; a foreachBatch function's
+        run has one per table), or recovers (at the run's start, as the registry does)."""
+        what = "recover" if recover else "periodic drain" if periodic else "drain"
         q.run.last_drain_us = self.clock_us
+        for location in list(q.run.flushers):
+            if self._drain_one(q, location, what) == "crashed":
+                return "crashed"
+        return what
+
+    def _drain_one(self, q: Query, location: str, what: str) -> str:
+        flusher = q.run.flushers[location]
+        recover = what == "recover"
         faults, healthy = self.node.faults, self.node.mode == cassandra.UP
         store_faults = self.store_faults()
         self.arm(("flush.", "recover."), 0.12)
-        what = "recover" if recover else "periodic drain" if periodic else "drain"
         crashed = None
         try:
             flusher.recover() if recover else flusher.drain(query_running=True)
@@ -337,10 +384,11 @@ class Streams:
             self.kill(q)
             return "crashed"
         error = getattr(flusher, "last_error", None)
-        self.say(f"{q.owner}: {what}" + (f" ({type(error).__name__})" if error else ""))
+        of = f" of {self.table_of_wal(flusher)}" if q.writers is not None else ""
+        self.say(f"{q.owner}: {what}{of}" + (f" ({type(error).__name__})" if error else ""))
         if healthy and self.node.faults == faults and self.node.mode == cassandra.UP and \
                 self.store_calm_since(store_faults):
-            check_live(self, q, what)
+            check_live(self, q, what, flusher)
         return what
 
     def kill(self, q: Query, graceful: bool = False) -> None:
@@ -349,6 +397,8 @@ class Streams:
         run, q.run = q.run, None
         if run is None:
             return
+        if run.call is not None:
+            self.foreach_killed(run)
         if run.inflight is not None:
             for attempt in run.inflight.pending:   # executors outliving their driver, briefly
                 if self.rng.random() < 0.3:
@@ -362,16 +412,18 @@ class Streams:
                     q.owner, run.number, q.host, inflight.plan,
                     [inflight.winners[p] for p in sorted(inflight.winners)],
                     inflight.execution))
-        flusher, run.flusher = run.flusher, None
-        if flusher is None:
+        flushers = list(run.flushers.values())
+        run.flushers.clear()
+        if not flushers:
             return
-        if graceful:
-            flusher.stop()
-        else:
-            flusher.log.close()                    # a killed process releases its lock
+        for flusher in flushers:
+            if graceful:
+                flusher.stop()
+            else:
+                flusher.log.close()                # a killed process releases its lock
         # The process is gone, and with it whatever still referenced its RocksDB handle (an
         # iterator in a kept exception's traceback would otherwise hold the lock until a GC).
-        del flusher, run
+        del flusher, flushers, run
         gc.collect()
 
     def zombie_commit(self, index: int) -> str:
@@ -422,5 +474,5 @@ class Streams:
                 "://" in q.checkpoint.path:
             return False       # held back: README.md, "Stores: what it finds", item B
         return (q.run is None and q.refused is None and q.runs > 0
-                and all(not self.oracle.missing(e) for e in self.oracle.executions
-                        if e.owner == q.owner and e.committed))
+                and all(not self.oracle.missing(e) and not e.lost
+                        for e in self.oracle.executions if q.owns(e.owner) and e.committed))

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from cql.table import TableSchema
 
 from . import cassandra
+from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .oracle import (KEYSPACE, LISTS_OPTION, TABLES, WRITETIME_COLUMN, Execution, Oracle,
                      RunOptions)
-from .patches import SimCrash
+from .patches import SimCrash, has_module
 from .spark import (
     Attempt,
     Checkpoint,
@@ -54,14 +55,9 @@ TS_FLOOR_WT = 1_700_000_000_000_000       # user-chosen write timestamps (writet
 
 
 def stores_on() -> bool:
-    """Store worlds are drawn: switched on, and the code under test has stores."""
-    if os.environ.get(ENV_STORES, "all") == "0":
-        return False
-    try:
-        import wal.remote  # noqa: F401 - older code has no stores
-    except ImportError:
-        return False
-    return True
+    """Store worlds are drawn: switched on, and the code under test has stores (older code
+    has no ``wal/remote.py``)."""
+    return os.environ.get(ENV_STORES, "all") != "0" and has_module("wal.remote")
 
 
 def knows_lists_option() -> bool:
@@ -89,7 +85,7 @@ def is_store(location: str | None) -> bool:
 
 
 @dataclass
-class World(Streams, BatchJobs):
+class World(Streams, BatchJobs, ForeachBatch):
     seed: int
     root: str
     rng: random.Random = None
@@ -140,6 +136,19 @@ class World(Streams, BatchJobs):
 
             self.store = StoreState(os.path.join(self.root, "store"), self.srng,
                                     known_failures=os.environ.get(ENV_STORES, "all") == "all")
+        # A foreachBatch query (tests/sim/foreach.py) is drawn, like the store, from an RNG of
+        # its own: a world without one draws from self.rng what it drew before.
+        self.frng = random.Random(f"foreach:{self.seed}")
+        self.foreach = None              # the adapter's shape, in a foreachBatch world
+        self.wal_owners: dict[str, set[str]] = {}     # WAL location -> writers' owners
+        self.owner_wal: dict[str, str] = {}           # a writer's owner -> its WAL location
+        self.root_location: dict[str, str] = {}       # a WAL folder or working copy -> location
+        self.final_blocked: dict[str, bool] = {}      # WAL location -> blocked at the end
+        self.function_rows: dict[tuple[str, int], dict] = {}   # the function's DataFrame
+        shape = foreach_shape()
+        if shape is not None and self.frng.randrange(int(os.environ.get(ENV_FOREACH_SHARE,
+                                                                          "4"))) == 0:
+            self.foreach = shape
         self._setup()
 
     # -- the schedule's cast ------------------------------------------------------------------
@@ -160,8 +169,10 @@ class World(Streams, BatchJobs):
         if len(with_shared) > 1:
             for q in with_shared:
                 q.invalid = "two queries share one wal.path"
+        if self.foreach is not None:
+            self.make_foreach()
         self.say(f"world: table {self.table}, minBatchesToRetain={self.min_retain}, "
-                 f"queries: " + "; ".join(f"{q.name} ({q.options.describe()}"
+                 f"queries: " + "; ".join(f"{q.name} ({self.describe_query(q)}"
                                           f"{', checkpoint ' + q.checkpoint.path if is_store(q.checkpoint.path) else ''})"
                                           for q in self.queries)
                  + (", batch jobs" if self.jobs_on else "")
@@ -175,20 +186,22 @@ class World(Streams, BatchJobs):
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128)))
 
-    def draw_options(self, wal_path: str | None, valid: bool = False) -> RunOptions:
-        """A run's options; in a list world, whether it writes the lists and accepts
-        at-least-once for "l" (``valid``: never a write the sink refuses)."""
+    def draw_options(self, wal_path: str | None, valid: bool = False,
+                     table: str | None = None) -> RunOptions:
+        """A run's options (of ``table``: a foreachBatch writer's); in a list world, whether it
+        writes the lists and accepts at-least-once for "l" (``valid``: never a write the sink
+        refuses)."""
         rng = self.rng
         options = RunOptions(
-            table=self.table, with_w=rng.random() < 0.8,
+            table=table or self.table, with_w=rng.random() < 0.8,
             ttl=rng.choice((None, None, None, 30, 86400)),
             writetime=rng.random() < 0.2, ignore_nulls=rng.random() < 0.3,
             retention_batches=rng.choice((0, 0, 1, 2, 3, 10)),
             retention_seconds=rng.choice((None, None, 0.5, 5.0, 60.0)),
             group_rows=rng.choice((1, 2, 3, 30000)), retry_count=rng.choice((0, 0, 1, 2)),
             grouping=rng.choice(("partition", "none")), wal_path=wal_path)
-        if not self.lists:
-            return options
+        if not self.lists or "l" not in dict(TABLES[options.table][0]):
+            return options         # no list world, or a table without lists (a writer's)
         return dataclasses.replace(
             options, with_lists=self.lrng.random() < 0.8,
             lists_opt_in=self.refuses_lists and (valid or self.lrng.random() < 0.6))
@@ -390,11 +403,11 @@ class World(Streams, BatchJobs):
     # -- the end ----------------------------------------------------------------------------
     def finish(self) -> None:
         """Every driver gone, the node up for good, then recovery as a user would run it: each
-        stream restarted once (recovery, then a clean stop), and one more batch job on the
-        batch WAL, which completes batch jobs that failed after their seal."""
+        stream restarted once (recovery of every WAL its checkpoint's pointers name, then a
+        clean stop), and one more batch job on the batch WAL, which completes batch jobs that
+        failed after their seal."""
         from cql.errors import SinkError
         from recovery.flusher import QueryFlusher
-        from wal.pointer import read_pointer
 
         self.step += 1
         self.doing = "final recovery"
@@ -409,33 +422,40 @@ class World(Streams, BatchJobs):
         self.zombies.clear()
         self.zombie_commits.clear()
         for q in self.queries:
-            wal_root = read_pointer(q.checkpoint.path) if q.refused is None else None
-            if wal_root is None:
-                continue
-            if self.store is not None:
-                if is_store(wal_root) and self.srng.random() < 0.3:
-                    self.move_host(q, wal_root)
-                self.on_host(q)
-            try:
-                flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
-            except SinkError as exc:
-                self.refuse(q, "the flusher's start (final recovery)", exc)
-                continue
-            try:
-                flusher.recover()
-            finally:
-                flusher.stop()
-                del flusher
-                gc.collect()
-            self.say(f"{q.owner}: recovered")
+            for wal_root in self.wals_at_end(q) if q.refused is None else ():
+                if q.refused is not None:
+                    break
+                self._final_recovery(q, wal_root, QueryFlusher, SinkError)
         if any(e.owner.startswith("job") for e in self.oracle.executions):
             self._final_job()
         check_written(self)
+        self.check_foreach_end()
         if self.store is not None and self.store.known_failures:
             check_store_end(self)
         if not exempt_owners(self):
             self.clock_us += 2 * 86400 * 1_000_000     # past every TTL
             check_table(self)
+
+    def _final_recovery(self, q: Query, wal_root: str, QueryFlusher, SinkError) -> None:
+        if self.store is not None:
+            if is_store(wal_root) and self.srng.random() < 0.3:
+                self.move_host(q, wal_root)
+            self.on_host(q)
+        try:
+            flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
+        except SinkError as exc:
+            self.refuse(q, "the flusher's start (final recovery)", exc)
+            return
+        self.wal_opened(wal_root, flusher.wal.root)
+        try:
+            flusher.recover()
+            self.final_blocked[wal_root] = blocked_now(flusher)
+        finally:
+            flusher.stop()
+            del flusher
+            gc.collect()
+        self.say(f"{q.owner}: recovered" + (f" {wal_root.rsplit('/', 1)[-1]}"
+                                            if q.writers is not None else ""))
 
     def _final_job(self) -> None:
         from sinks.source import CassandraWalDataSource
