@@ -3,7 +3,8 @@
 Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?`` when asked)
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
-still wins.
+still wins. A TTL counts from the seal, on the driver's measure of the batch's age
+(:mod:`cql.clock`).
 
 Building requests: values are serialized a whole column at a time (:mod:`cql.encode`, the
 driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
@@ -36,7 +37,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from . import clock
 from .batch_limits import BatchLimits, read_batch_limits
+from .clock import BatchAge
 from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
@@ -109,7 +112,8 @@ class Upserter:
                  consistency_level: int | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
-                 on_retry: Callable[[], None] | None = None):
+                 on_retry: Callable[[], None] | None = None,
+                 monotonic_ns: Callable[[], int] = clock.monotonic_ns):
         self.session, self.table, self.columns, self.write = session, table, list(columns), write
         self._on_retry = on_retry    # told before each retry of failed requests (the metrics)
         self.table_columns = [table.resolve_column(c) or c for c in self.columns]
@@ -141,7 +145,9 @@ class Upserter:
         self._batch_bytes = write.batch_size_bytes or self.limits.warn_bytes
         self._max_partitions = self.limits.partitions
         self._metadata = session.cluster.metadata if self._by_replicas else None
-        self._sleep, self._clock_us = sleep, clock_us
+        # clock_us: the wall clock of group_requests called without the second to build in
+        # (tests); write_chunks counts on the driver's measure (cql.clock), never on it.
+        self._sleep, self._clock_us, self._monotonic_ns = sleep, clock_us, monotonic_ns
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
 
     # -- building statements -------------------------------------------------------------
@@ -201,10 +207,11 @@ class Upserter:
 
         A row's TTL (its ``ttl`` column, else the ``ttl`` option) counts from when its batch was
         sealed: Cassandra expires a cell at the second it applies the write plus the TTL sent,
-        so every write sends the TTL less the whole seconds between the seal's second and now,
-        and every write of a row, the first and any replay, expires it at the same second (up
-        to the one a write may take to arrive, and the clocks' skew): a replay after a long
-        outage neither extends its life nor revives it. A row whose TTL has run out by now is
+        so every write sends the TTL less the whole seconds between the seal's second and
+        ``now_s`` (the second it is on the driver's measure, :mod:`cql.clock`), and every write
+        of a row, the first and any replay, expires it at the same second (up to the one a
+        write may take to arrive): a replay after a long outage neither extends its life nor
+        revives it. A row whose TTL has run out by now is
         not written (it would already have expired). ``0`` means no expiry, as in CQL. (A null
         in the column is sent unset: the table's ``default_time_to_live``, which Cassandra
         counts from each write.)
@@ -314,9 +321,13 @@ class Upserter:
         return batch.num_rows
 
     def write_chunks(self, chunks: Iterable[tuple[pa.RecordBatch, int, T]],
-                     batch_id: int, sealed_at_us: int | None = None) -> Iterator[T]:
+                     batch_id: int, age: BatchAge | None = None) -> Iterator[T]:
         """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
         Cassandra acknowledged every row of its chunk.
+
+        ``age``: how old the batch is, as the driver measured it (:mod:`cql.clock`), which its
+        rows' TTLs count from; counted on on this process's monotonic clock, never on its wall
+        clock (None: TTLs count from the first time a row is built, and on from there).
 
         Consecutive chunks are grouped up to ``wal.flush.groupRows`` rows (:meth:`_groups`) and
         each group's rows are grouped into requests together. Pipelined: the next group is
@@ -326,16 +337,23 @@ class Upserter:
         chunk, and every chunk before it, is acknowledged. Nothing is left in flight when this
         returns or raises."""
         flying: _InFlight | None = None
+        mono = self._monotonic_ns
+        if age is not None:
+            sealed_at_us = age.sealed_at_us
+            now_s = lambda: age.now_s(mono())      # noqa: E731 - the driver's measure, counted on
+        else:
+            sealed_at_us = None
+            now_s = lambda: mono() // 1_000_000_000   # noqa: E731
         try:
             for group in self._groups(chunks):
-                built_s = self._clock_us() // 1_000_000
+                built_s = now_s()
                 pending = self.group_requests([(batch, ts) for batch, ts, _ in group],
                                               sealed_at_us, built_s)
                 done = self._settle(flying, batch_id) if flying is not None else None
                 # Built while the group before was settled, maybe through back-offs: as of now.
-                pending, built_s = self._aged(pending, built_s)
+                pending, built_s = self._aged(pending, built_s, now_s())
                 flying = _InFlight(pending, self._launch(pending), [tag for _, _, tag in group],
-                                   sum(batch.nbytes for batch, _, _ in group), built_s)
+                                   sum(batch.nbytes for batch, _, _ in group), built_s, now_s)
                 if done is not None:
                     yield from done.tags
             if flying is not None:
@@ -386,7 +404,7 @@ class Upserter:
             for attempt in retrying:
                 with attempt:
                     if launched is None:   # a retry, seconds later: TTLs still count from the seal
-                        pending, built_s = self._aged(pending, built_s)
+                        pending, built_s = self._aged(pending, built_s, flight.now_s())
                     results = launched if launched is not None else self._launch(pending)
                     launched = None
                     try:
@@ -400,11 +418,11 @@ class Upserter:
         self._limiter.account(flight.nbytes)
         return flight
 
-    def _aged(self, pending: list[tuple], built_s: int) -> tuple[list[tuple], int]:
-        """``pending`` built at second ``built_s``, as built now: each row's TTL less the
-        seconds gone by since (so that a retried write, too, expires its row at the seal's
-        second plus its TTL), rows whose TTL has run out left out; and the second it is now."""
-        now_s = self._clock_us() // 1_000_000
+    def _aged(self, pending: list[tuple], built_s: int, now_s: int) -> tuple[list[tuple], int]:
+        """``pending`` built at second ``built_s``, as built at ``now_s`` (the same clock,
+        counted on the monotonic clock): each row's TTL less the seconds gone by since (so
+        that a retried write, too, expires its row at the seal's second plus its TTL), rows
+        whose TTL has run out left out; and ``now_s``."""
         if not self._ttl or now_s <= built_s:
             return pending, built_s
         shift, out = now_s - built_s, []
@@ -443,6 +461,7 @@ class _InFlight:
     tags: list
     nbytes: int
     built_s: int = 0        # the second its requests were built in (their TTLs' reference)
+    now_s: Callable[[], int] = lambda: 0    # the second it is now, on the same clock
 
 
 def _aged_row(values: Sequence, shift: int) -> tuple | None:

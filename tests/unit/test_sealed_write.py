@@ -7,6 +7,8 @@
   expire it at the same second, a replay never revives a row whose TTL ran out, and a null in
   the ``ttl`` column is sent unset, so the table's ``default_time_to_live`` applies (it was
   sent as 0: no expiry at all).
+* Issue 31, item 6: the batch's age is the driver's measure, counted on on a monotonic clock
+  (``cql.clock``), never the writing process's wall clock.
 
 No Cassandra: the Upserter's requests are read back from a session whose ``prepare`` gives the
 driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
@@ -22,6 +24,7 @@ import pytest
 
 from cassandra.query import UNSET_VALUE
 
+from cql.clock import BatchAge
 from recovery.target import SEALED_WRITE_OPTIONS, Target
 from cql.upsert import Upserter
 from cql.config import WriteConfig
@@ -30,6 +33,7 @@ from recovery.config import SinkConfig
 from wal.seal import Seal
 
 from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk
+from tests.unit.test_upsert_pipeline import ScriptedSession
 
 pytestmark = pytest.mark.unit
 
@@ -107,17 +111,20 @@ def ttl_rows(ttls) -> pa.RecordBatch:
     return rows.set_column(rows.schema.get_field_index("ttl"), "ttl", pa.array(ttls, pa.int32()))
 
 
-def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int | str]:
+def ttls_of(requests) -> dict[int, int | str]:
     """Row position (from its write timestamp) -> the TTL its request carries ("unset")."""
-    params = upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT)
     out = {}
-    for statement, _ in params:
+    for statement, _ in requests:
         for values in getattr(statement, "_statements_and_parameters", None) or [(None, None, statement.values)]:
             values = values[2]
             position = struct.unpack(">q", values[-2])[0]
             out[position] = ("unset" if values[-1] is UNSET_VALUE
                              else struct.unpack(">i", values[-1])[0])
     return out
+
+
+def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int | str]:
+    return ttls_of(upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT))
 
 
 def upserter_at(seconds_after_seal: float, sealed_at: int = SEALED_AT, **write) -> Upserter:
@@ -163,18 +170,22 @@ def test_a_constant_ttl_counts_from_the_seal_too():
 def test_a_retried_write_sends_the_ttl_left_when_it_is_retried():
     # A request that timed out is sent again after a back-off: its rows must still expire at
     # the seal's second plus their TTL, and a row whose TTL ran out meanwhile is left out.
-    clock = [SEALED_AT + 1 * SECOND]
-    upserter = Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"),
-                        clock_us=lambda: clock[0])
-    built_s = clock[0] // SECOND
+    upserter = Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"))
+    built_s = SEALED_AT // SECOND + 1
     pending = upserter.group_requests([(ttl_rows([100, 3, 0]), 0)], SEALED_AT, built_s)
-    clock[0] += 3 * SECOND                      # the back-off
-    aged, now_s = upserter._aged(pending, built_s)
+    aged, now_s = upserter._aged(pending, built_s, built_s + 3)   # after a 3 s back-off
     assert now_s == built_s + 3
-    ttls = {}
-    for statement, _ in aged:
-        rows = ([v for _, _, v in statement._statements_and_parameters]
-                if hasattr(statement, "_statements_and_parameters") else [statement.values])
-        for values in rows:
-            ttls[struct.unpack(">q", values[-2])[0]] = struct.unpack(">i", values[-1])[0]
-    assert ttls == {0: 96, 2: 0}                # 100 - 1 - 3; the 3 s row expired; 0 stays
+    assert ttls_of(aged) == {0: 96, 2: 0}       # 100 - 1 - 3; the 3 s row expired; 0 stays
+
+
+def test_write_chunks_counts_the_drivers_measure_on_its_monotonic_clock_not_its_wall_clock():
+    # Sealed 40 s before the driver measured it; the writing process's wall clock is two hours
+    # off, and 5 s pass on its monotonic clock before it writes: 100 - 45 = 55 s are left.
+    mono = [7_000 * 10**9]
+    age = BatchAge(SEALED_AT, 40 * SECOND, mono[0], "this machine")
+    mono[0] += 5 * 10**9
+    session = ScriptedSession()
+    upserter = Upserter(session, TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"),
+                        clock_us=lambda: SEALED_AT + 7200 * SECOND, monotonic_ns=lambda: mono[0])
+    assert list(upserter.write_chunks([(ttl_rows([100, 300]), 0, "tag")], 3, age=age)) == ["tag"]
+    assert ttls_of([(answer.statement, None) for answer in session.sent]) == {0: 55, 1: 255}
