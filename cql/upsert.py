@@ -4,7 +4,9 @@ Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
 still wins. A TTL counts from the seal, on the driver's measure of the batch's age
-(:mod:`cql.clock`).
+(:mod:`cql.clock`); a row whose TTL ran out while it was pending is written as what its
+expired cells would have left, a tombstone per written column at its sealed timestamp
+(``DELETE <columns> ... USING TIMESTAMP ?``).
 
 Building requests: values are serialized a whole column at a time (:mod:`cql.encode`, the
 driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
@@ -29,6 +31,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from cassandra import InvalidRequest
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 from tenacity import (
     Retrying,
@@ -53,6 +56,9 @@ _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 #: multi-partition batches (``docs/performance.md``): per row, per regular (non-key) column,
 #: and the weight of a non-frozen collection's bytes (each element is a cell of its own).
 ROW_OVERHEAD, CELL_OVERHEAD, MULTI_CELL_WEIGHT = 48, 24, 11
+#: The TTL of a row whose TTL ran out while it was pending: it is written as tombstones
+#: (:meth:`Upserter._tombstone`), not as cells.
+EXPIRED = type("Expired", (), {"__repr__": lambda self: "EXPIRED"})()
 _SCALAR_TYPES = frozenset({"ascii", "bigint", "blob", "boolean", "counter", "date", "decimal",
                            "double", "duration", "float", "inet", "int", "smallint", "text",
                            "time", "timestamp", "timeuuid", "tinyint", "uuid", "varchar",
@@ -149,6 +155,12 @@ class Upserter:
         # (tests); write_chunks counts on the driver's measure (cql.clock), never on it.
         self._sleep, self._clock_us, self._monotonic_ns = sleep, clock_us, monotonic_ns
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
+        # Rows whose TTL ran out while pending: a DELETE of the columns they write (the
+        # regular ones; with ignoreNulls, those set), prepared on first use.
+        self._regular = [i for i, c in enumerate(self.table_columns) if c not in table.primary_key]
+        self._deletes: dict[tuple[int, ...], tuple] = {}      # columns -> (prepared, key cells)
+        self._prepared = {self.statement.query_id: self.statement}
+        self._bind = self._bind_ttl if self._ttl else self.bound
 
     # -- building statements -------------------------------------------------------------
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
@@ -198,8 +210,27 @@ class Upserter:
         rows = list(zip(*columns))
         if alive is None:
             return rows, value_bytes
-        return ([row for row, keep in zip(rows, alive) if keep],
-                value_bytes[alive] if value_bytes is not None else None)
+        return self._expired(rows, alive, value_bytes)
+
+    def _expired(self, rows: list[tuple], alive: np.ndarray,
+                 value_bytes: np.ndarray | None) -> tuple[list[tuple], np.ndarray | None]:
+        """``rows`` with those not ``alive`` (their TTL ran out while they were pending) made
+        tombstone rows (:func:`_tombstone_row`); one with no regular cell to delete (only its
+        key, or only nulls left out with ignoreNulls) is left out: an expired row marker is all
+        it would have left."""
+        gone = []
+        for i in np.flatnonzero(~alive).tolist():
+            row = _tombstone_row(rows[i], self._regular)
+            if row is None:
+                gone.append(i)
+            else:
+                rows[i] = row
+        if not gone:
+            return rows, value_bytes
+        keep = np.ones(len(rows), dtype=bool)
+        keep[gone] = False
+        return ([row for row, k in zip(rows, keep) if k],
+                value_bytes[keep] if value_bytes is not None else None)
 
     def _expiring(self, batch: pa.RecordBatch, sealed_at_us: int | None,
                   now_s: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -211,10 +242,10 @@ class Upserter:
         ``now_s`` (the second it is on the driver's measure, :mod:`cql.clock`), and every write
         of a row, the first and any replay, expires it at the same second (up to the one a
         write may take to arrive): a replay after a long outage neither extends its life nor
-        revives it. A row whose TTL has run out by now is
-        not written (it would already have expired). ``0`` means no expiry, as in CQL. (A null
-        in the column is sent unset: the table's ``default_time_to_live``, which Cassandra
-        counts from each write.)
+        revives it. A row whose TTL has run out by now is written as the tombstones its expired
+        cells would be (:meth:`_expired`). ``0`` means no expiry, as in CQL. (A null in the
+        column is sent unset: the table's ``default_time_to_live``, which Cassandra counts from
+        each write.)
         """
         if self.write.ttl_column:
             ttls = batch.column(self.write.ttl_column).cast(pa.int64()).fill_null(0).to_numpy()
@@ -235,13 +266,55 @@ class Upserter:
         statement.values = values
         return statement
 
+    def _bind_ttl(self, values: tuple) -> BoundStatement:
+        """:meth:`bound`, or, for a row whose TTL ran out while pending, its tombstones."""
+        if values[-1] is EXPIRED:
+            return self._tombstone(values)
+        return self.bound(values)
+
+    def _tombstone(self, values: tuple) -> BoundStatement:
+        """What a row that expired while pending leaves, as Cassandra would have it once its
+        cells expired: a tombstone per column it writes (an expired cell is a tombstone at its
+        write timestamp), at its sealed timestamp; so an older cell of another writer in those
+        columns stays hidden, and its other columns are untouched (a row deletion would hide
+        them too). ``DELETE <columns> FROM ... USING TIMESTAMP ? WHERE <primary key>``: the
+        same request at every write, as idempotent as the INSERT it stands for."""
+        columns = tuple(i for i in self._regular if values[i] is not UNSET_VALUE)
+        delete = self._deletes.get(columns) or self._prepare_delete(columns)
+        prepared, keys = delete
+        statement = BoundStatement(prepared)
+        statement.values = [values[len(self.columns)]] + [values[i] for i in keys]
+        return statement
+
+    def _prepare_delete(self, columns: tuple[int, ...]) -> tuple:
+        """The DELETE of these columns (positions) and the key cells it is bound with. Static
+        columns alone are deleted by partition (Cassandra refuses a clustering key then: the
+        schema this sink records does not tell static columns, the node does)."""
+        names = ", ".join(quote(self.table_columns[i]) for i in columns)
+        head = (f"DELETE {names} FROM {quote(self.table.keyspace)}.{quote(self.table.table)} "
+                f"USING TIMESTAMP ? WHERE ")
+        key = self.table.primary_key
+        try:
+            prepared = self.session.prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
+        except InvalidRequest:
+            if not self.table.clustering_key:
+                raise
+            key = self.table.partition_key
+            prepared = self.session.prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
+        prepared.is_idempotent = True
+        if self.consistency_level is not None:
+            prepared.consistency_level = self.consistency_level
+        self._prepared[prepared.query_id] = prepared
+        self._deletes[columns] = (prepared, [self.table_columns.index(c) for c in key])
+        return self._deletes[columns]
+
     def statements(self, params: list[tuple], sizes: list[int] | None = None) -> list[tuple]:
         """(statement, None) pairs: one bound row, or an UNLOGGED batch whose rows all live on
         the same replicas (one partition with ``partition`` grouping; up to the node's limit of
         partitions of one replica set with ``replica_set``, :attr:`limits`).
         ``sizes``: each row's :meth:`batch_size` (computed here when not given)."""
         if not self._group:
-            return [(self.bound(p), None) for p in params]
+            return [(self._bind(p), None) for p in params]
         if sizes is None:
             sizes = [self.batch_size([p]) for p in params] if self._by_replicas else [0] * len(params)
         partitions: dict[tuple, list] = {}   # key cells -> [rows, their size]
@@ -305,12 +378,23 @@ class Upserter:
 
     def request(self, rows: list[tuple]) -> tuple:
         """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""
+        bind = self._bind
         if len(rows) == 1:
-            return (self.bound(rows[0]), None)
+            return (bind(rows[0]), None)
         batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency_level)
         batch.is_idempotent = True
         for row in rows:
-            batch.add(self.bound(row))
+            batch.add(bind(row))
+        return (batch, None)
+
+    def _request_of(self, statements: list[BoundStatement]) -> tuple:
+        """One request for these bound statements: the statement, or an UNLOGGED batch."""
+        if len(statements) == 1:
+            return (statements[0], None)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency_level)
+        batch.is_idempotent = True
+        for statement in statements:
+            batch.add(statement)
         return (batch, None)
 
     # -- executing -----------------------------------------------------------------------
@@ -422,19 +506,32 @@ class Upserter:
         """``pending`` built at second ``built_s``, as built at ``now_s`` (the same clock,
         counted on the monotonic clock): each row's TTL less the seconds gone by since (so
         that a retried write, too, expires its row at the seal's second plus its TTL), rows
-        whose TTL has run out left out; and ``now_s``."""
+        whose TTL has run out made tombstones; and ``now_s``."""
         if not self._ttl or now_s <= built_s:
             return pending, built_s
-        shift, out = now_s - built_s, []
+        shift, out, insert = now_s - built_s, [], self.statement.query_id
         for statement, _ in pending:
             if isinstance(statement, BatchStatement):
-                rows = [values for _, _, values in statement._statements_and_parameters]
+                rows = [(query_id, values)
+                        for _, query_id, values in statement._statements_and_parameters]
             else:
-                rows = [statement.values]
-            kept = [row for row in (_aged_row(row, shift) for row in rows) if row is not None]
+                rows = [(statement.prepared_statement.query_id, statement.values)]
+            kept = []
+            for query_id, values in rows:
+                if query_id != insert:          # tombstones: the same at any time
+                    kept.append(self._rebound(query_id, values))
+                    continue
+                row = _aged_row(values, shift, self._regular)
+                if row is not None:
+                    kept.append(self._bind_ttl(row))
             if kept:
-                out.append(self.request(kept))
+                out.append(self._request_of(kept))
         return out, now_s
+
+    def _rebound(self, query_id: bytes, values) -> BoundStatement:
+        statement = BoundStatement(self._prepared[query_id])
+        statement.values = values
+        return statement
 
     @staticmethod
     def _check(pending: list[tuple], results: Iterator, batch_id: int) -> None:
@@ -464,9 +561,19 @@ class _InFlight:
     now_s: Callable[[], int] = lambda: 0    # the second it is now, on the same clock
 
 
-def _aged_row(values: Sequence, shift: int) -> tuple | None:
+def _tombstone_row(values: Sequence, regular: Sequence[int]) -> tuple | None:
+    """The row whose bound values (the TTL last) are ``values``, its TTL run out: the same
+    values with :data:`EXPIRED` for a TTL (written as tombstones, :meth:`Upserter._tombstone`);
+    None if it sets no regular column (``regular``: their positions), so leaves nothing."""
+    if all(values[i] is UNSET_VALUE for i in regular):
+        return None
+    return tuple(values[:-1]) + (EXPIRED,)
+
+
+def _aged_row(values: Sequence, shift: int, regular: Sequence[int]) -> tuple | None:
     """A row's bound values (the TTL last) ``shift`` seconds later: its TTL less ``shift``;
-    None once it has run out. An unset TTL (the table's default) and 0 (none) stay."""
+    once it has run out, its tombstone row (:func:`_tombstone_row`). An unset TTL (the
+    table's default) and 0 (none) stay."""
     ttl = values[-1]
     if ttl is UNSET_VALUE or ttl is None:
         return tuple(values)
@@ -474,7 +581,7 @@ def _aged_row(values: Sequence, shift: int) -> tuple | None:
     if left == 0:
         return tuple(values)
     if left <= shift:
-        return None
+        return _tombstone_row(values, regular)
     return tuple(values[:-1]) + (_INT.pack(left - shift),)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 
 import pytest
 
@@ -29,7 +30,7 @@ from recovery.processes import ProcessPool
 from recovery.config import SinkConfig
 from recovery.replay import Acknowledged, DriverWriter, Replayer
 from recovery.target import Target
-from tests.helpers.recording_session import RecordingSession, skewed_clock
+from tests.helpers.recording_session import RecordingSession, skewed_clock, visible
 from tests.helpers.recording_session import read as read_requests
 from tests.helpers.walfactory import WalFactory
 from tests.unit.test_distributed_flush import LocalJob, target
@@ -306,3 +307,27 @@ def test_a_writer_whose_clock_is_off_sends_the_ttl_left_as_the_driver_measured_i
         ttls = {r["ttl"] for r in rows}
         assert min(ttls) >= HOUR - 10 and max(ttls) <= HOUR, ttls   # never longer than sealed
 
+
+def test_a_row_whose_ttl_ran_out_while_pending_is_written_as_a_tombstone_at_its_timestamp(
+        ttl_writer, tmp_path):
+    """Sealed three hours ago with a TTL of two: the rows expired while they were pending.
+    Cassandra would hold, of each, a tombstone per written cell at its write timestamp (an
+    expired cell is one): so the writer deletes the columns written (``name``) at the sealed
+    timestamp, not the row, and a replay writes the same tombstones. An older cell of another
+    writer is hidden in ``name`` and stays in ``value``, which the row never wrote. Before,
+    the rows were skipped: the other writer's older ``name`` stayed visible."""
+    with ttl_wal(tmp_path, sealed_ago_s=3 * HOUR) as f:
+        seal = f.built[BATCH].seal
+        write(ttl_writer, f)
+        first = sent(tmp_path)
+        assert sorted(r["key"][0] for r in first) == ALL_IDS
+        assert all(r["op"] == "delete" and r["columns"] == ["name"] and
+                   r["ts"] == seal.base_ts_us + r["key"][0] - BATCH * 1000 for r in first)
+        write(ttl_writer, f)                                   # a replay
+        again = sent(tmp_path)[len(first):]
+        strip = lambda rows: sorted(json.dumps({k: v for k, v in r.items() if k != "at_s"},  # noqa: E731
+                                               sort_keys=True) for r in rows)
+        assert strip(again) == strip(first)
+        older = [{"op": "insert", "key": [i], "ts": seal.base_ts_us - 1, "ttl": None,
+                  "cells": {"name": "older", "value": 1.5}, "at_s": time.time()} for i in ALL_IDS]
+        assert visible(older + first, time.time()) == {(i,): {"value": 1.5} for i in ALL_IDS}
