@@ -15,11 +15,13 @@ import gc
 import os
 import random
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cql.table import TableSchema
 
 from . import cassandra
+from .clocks import JOBS, Clocks
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .oracle import (KEYSPACE, LISTS_OPTION, TABLES, WRITETIME_COLUMN, Execution, Oracle,
@@ -106,6 +108,11 @@ class World(Streams, BatchJobs):
                        for name, (cols, pk, ck) in TABLES.items()}
         self.node = cassandra.SimCassandra(self.tables, self.rng, lambda: self.clock_us)
         self.oracle = Oracle()
+        # The machines' clocks, from an RNG of their own too (clocks.py): a world without
+        # clocks draws from self.rng what it drew before they were simulated.
+        self.clocks = Clocks(self.seed)
+        self.oracle.tombstones = self.clocks.tombstones
+        self.seal_clocks = self.oracle.seal_clocks       # filled by patches._spy_write_seal
         self.table = "tc" if self.rng.random() < 0.25 else "t"
         # Lists from an RNG of their own, as the store's: a world without lists draws from
         # self.rng exactly what it drew before they were simulated.
@@ -165,7 +172,8 @@ class World(Streams, BatchJobs):
                                           f"{', checkpoint ' + q.checkpoint.path if is_store(q.checkpoint.path) else ''})"
                                           for q in self.queries)
                  + (", batch jobs" if self.jobs_on else "")
-                 + (f"; a store ({self.store.describe()})" if self.store is not None else ""))
+                 + (f"; a store ({self.store.describe()})" if self.store is not None else "")
+                 + (f"; {self.clocks.describe()}" if self.clocks.on else ""))
 
     def _checkpoint(self, name: str) -> Checkpoint:
         if self.store is not None and self.srng.random() < 0.75:
@@ -187,6 +195,10 @@ class World(Streams, BatchJobs):
             retention_seconds=rng.choice((None, None, 0.5, 5.0, 60.0)),
             group_rows=rng.choice((1, 2, 3, 30000)), retry_count=rng.choice((0, 0, 1, 2)),
             grouping=rng.choice(("partition", "none")), wal_path=wal_path)
+        if self.clocks.on and self.store is None and self.clocks.rng.random() < 0.5:
+            # Flush tasks on the executors (clocks.py); never with a WAL on a store, which
+            # the sink refuses for this mode.
+            options = dataclasses.replace(options, flush_mode="executors")
         if not self.lists:
             return options
         return dataclasses.replace(
@@ -216,6 +228,29 @@ class World(Streams, BatchJobs):
                     rows[-1].update(l=self.lrng.choice(LISTS), fl=self.lrng.choice(LISTS))
             out[p] = rows
         return out
+
+    # -- processes, machines and clocks ----------------------------------------------------------
+    @contextmanager
+    def running(self, proc: str, machine: str | None, flushing: bool = False):
+        """What follows is the sink's process ``proc`` on ``machine``: it reads that machine's
+        clocks, and what it writes to Cassandra is its (``Write.proc``). ``flushing``: it takes
+        every sealed batch in hand now (its first drain, recovery or commit since the seal:
+        the instant whose clock a batch's age is measured on, ``Oracle.anchors``)."""
+        if flushing:
+            offset = self.clocks.wall_offset(machine)
+            for e in self.oracle.executions:
+                if e.seal is not None:
+                    self.oracle.anchors.setdefault((proc, id(e)), offset)
+        before = self.node.proc
+        self.node.proc = proc
+        try:
+            with self.clocks.on_machine(machine):
+                yield
+        finally:
+            self.node.proc = before
+
+    def flush_jobs(self, machine: str | None) -> "SimSparkJobs":
+        return SimSparkJobs(self, machine)
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def say(self, text: str) -> str:
@@ -416,18 +451,21 @@ class World(Streams, BatchJobs):
                 if is_store(wal_root) and self.srng.random() < 0.3:
                     self.move_host(q, wal_root)
                 self.on_host(q)
-            try:
-                flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
-            except SinkError as exc:
-                self.refuse(q, "the flusher's start (final recovery)", exc)
-                continue
-            try:
-                flusher.recover()
-            finally:
-                flusher.stop()
-                del flusher
-                gc.collect()
-            self.say(f"{q.owner}: recovered")
+            moved = self.clocks.restart(q.name)
+            with self.running(f"{q.owner}: final recovery", self.clocks.driver(q.name),
+                              flushing=True):
+                try:
+                    flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
+                except SinkError as exc:
+                    self.refuse(q, "the flusher's start (final recovery)", exc)
+                    continue
+                try:
+                    flusher.recover()
+                finally:
+                    flusher.stop()
+                    del flusher
+                    gc.collect()
+            self.say(f"{q.owner}: recovered{moved}")
         if any(e.owner.startswith("job") for e in self.oracle.executions):
             self._final_job()
         check_written(self)
@@ -441,7 +479,37 @@ class World(Streams, BatchJobs):
         from sinks.source import CassandraWalDataSource
 
         options = self.draw_options(None, valid=True)
-        source = CassandraWalDataSource(options.spark_options(None))
-        writer = source.writer(options.spark_schema(), False)
-        writer.commit([])
+        with self.running("final batch job", self.clocks.on and JOBS or None, flushing=True):
+            source = CassandraWalDataSource(options.spark_options(None))
+            writer = source.writer(options.spark_schema(), False)
+            writer.commit([])
         self.say("final batch job (no rows) committed")
+
+
+class SimSparkJobs:
+    """Spark running the flush jobs of ``wal.flush.mode=executors`` (``recovery.executors``):
+    the tasks one after the other, each on an executor or on the driver's machine
+    (:meth:`tests.sim.clocks.Clocks.executor`). A task on another machine than the driver's
+    counts the batch's age on from when it starts: how long it waited since the job began is
+    its writes' ``uncounted_s``."""
+
+    label = "simulated flush tasks"
+
+    def __init__(self, world: World, driver: str | None):
+        self.world, self.driver = world, driver
+
+    def active(self) -> bool:
+        return True
+
+    def __call__(self, batch: int, tasks: list, fn) -> list:
+        world, began, out = self.world, self.world.clock_us, []
+        for task in tasks:
+            machine = world.clocks.executor(self.driver)
+            world.node.uncounted_s = ((world.clock_us - began) / 1e6
+                                      if machine != self.driver else 0.0)
+            try:
+                with world.clocks.on_machine(machine):
+                    out += list(fn(iter([task])))
+            finally:
+                world.node.uncounted_s = 0.0
+        return out
