@@ -22,8 +22,8 @@ Who runs what:
   a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Its rows'
   TTLs count down from the batch's age as the driver measured it when it started the job
-  (:class:`~cql.clock.BatchAge`, in the closure), never from the executor's own wall clock. Errors are
-  returned, not raised: the Upserter already retries transient failures, and the driver
+  (:class:`~cql.clock.BatchAge`, in the closure), never from the executor's own wall clock.
+  Errors are returned, not raised: the Upserter already retries transient failures, and the driver
   retries the batch from its recorded progress, as in driver mode. An error that would not
   survive pickling unchanged travels as a :class:`~recovery.errors.FlushTaskError` that
   keeps its type's name, its text and whether it is transient

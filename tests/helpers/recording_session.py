@@ -77,7 +77,8 @@ class RecordingSession:
             kind = ("insert", names)
         elif delete:
             columns = _names(delete.group(1))
-            where = [part.split("=")[0].strip().strip('"') for part in delete.group(3).split(" AND ")]
+            where = [part.split("=")[0].strip().strip('"')
+                     for part in delete.group(3).split(" AND ")]
             bound = ["[timestamp]"] + where
             kind = ("delete", columns)
         else:
