@@ -181,15 +181,20 @@ class Upserter:
         second they are built in (default: the clock's)."""
         rows: list[tuple] = []
         sizes: list[int] | None = [] if self._by_replicas else None
+        expired = False
         for batch, first_ts in chunks:
-            chunk_rows, weighted_bytes = self._encoded(batch, first_ts, sealed_at_us, now_s)
+            chunk_rows, weighted_bytes, dead = self._encoded(batch, first_ts, sealed_at_us, now_s)
             rows.extend(chunk_rows)
+            expired = expired or dead
             if sizes is not None:   # only replica-set batches are sized
                 sizes.extend((weighted_bytes + self._row_overhead).tolist())
-        return self.statements(rows, sizes)
+        # Rows are bound as they always were unless some ran out (then as tombstones).
+        return self.statements(rows, sizes, self._bind_ttl if expired else self.bound)
 
     def _encoded(self, batch: pa.RecordBatch, first_ts: int, sealed_at_us: int | None = None,
-                 now_s: int | None = None) -> tuple[list[tuple], np.ndarray | None]:
+                 now_s: int | None = None) -> tuple[list[tuple], np.ndarray | None, bool]:
+        """The rows' bind values, their weighted bytes (replica-set grouping) and whether any
+        of them is a tombstone row (:meth:`_expired`)."""
         n = batch.num_rows
         weights = self._weights if self._by_replicas else None
         columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
@@ -201,7 +206,7 @@ class Upserter:
         else:
             columns.append(fixed_width(np.arange(first_ts, first_ts + n, dtype=np.int64), ">i8"))
         if not self._ttl:
-            return list(zip(*columns)), value_bytes
+            return list(zip(*columns)), value_bytes, False
         ttls, alive = self._expiring(batch, sealed_at_us, now_s)
         # A null TTL is sent unset, so that Cassandra applies the table's default.
         nulls_of = batch.column(self.write.ttl_column) if self.write.ttl_column else None
@@ -209,11 +214,11 @@ class Upserter:
                         for cell in fixed_width(ttls, ">i4", nulls_of)])
         rows = list(zip(*columns))
         if alive is None:
-            return rows, value_bytes
+            return rows, value_bytes, False
         return self._expired(rows, alive, value_bytes)
 
-    def _expired(self, rows: list[tuple], alive: np.ndarray,
-                 value_bytes: np.ndarray | None) -> tuple[list[tuple], np.ndarray | None]:
+    def _expired(self, rows: list[tuple], alive: np.ndarray, value_bytes: np.ndarray | None
+                 ) -> tuple[list[tuple], np.ndarray | None, bool]:
         """``rows`` with those not ``alive`` (their TTL ran out while they were pending) made
         tombstone rows (:func:`_tombstone_row`); one with no regular cell to delete (only its
         key, or only nulls left out with ignoreNulls) is left out: an expired row marker is all
@@ -225,12 +230,13 @@ class Upserter:
                 gone.append(i)
             else:
                 rows[i] = row
+        tombstones = len(gone) < len(alive) - int(alive.sum())
         if not gone:
-            return rows, value_bytes
+            return rows, value_bytes, tombstones
         keep = np.ones(len(rows), dtype=bool)
         keep[gone] = False
         return ([row for row, k in zip(rows, keep) if k],
-                value_bytes[keep] if value_bytes is not None else None)
+                value_bytes[keep] if value_bytes is not None else None, tombstones)
 
     def _expiring(self, batch: pa.RecordBatch, sealed_at_us: int | None,
                   now_s: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -308,13 +314,16 @@ class Upserter:
         self._deletes[columns] = (prepared, [self.table_columns.index(c) for c in key])
         return self._deletes[columns]
 
-    def statements(self, params: list[tuple], sizes: list[int] | None = None) -> list[tuple]:
+    def statements(self, params: list[tuple], sizes: list[int] | None = None,
+                   bind: Callable[[tuple], BoundStatement] | None = None) -> list[tuple]:
         """(statement, None) pairs: one bound row, or an UNLOGGED batch whose rows all live on
         the same replicas (one partition with ``partition`` grouping; up to the node's limit of
         partitions of one replica set with ``replica_set``, :attr:`limits`).
-        ``sizes``: each row's :meth:`batch_size` (computed here when not given)."""
+        ``sizes``: each row's :meth:`batch_size` (computed here when not given); ``bind``: how
+        a row is bound (default: :meth:`bound`, or tombstones for an expired one)."""
+        bind = bind or self._bind
         if not self._group:
-            return [(self._bind(p), None) for p in params]
+            return [(bind(p), None) for p in params]
         if sizes is None:
             sizes = [self.batch_size([p]) for p in params] if self._by_replicas else [0] * len(params)
         partitions: dict[tuple, list] = {}   # key cells -> [rows, their size]
@@ -330,7 +339,7 @@ class Upserter:
             for key, entry in partitions.items():
                 by_replicas.setdefault(self._replica_set(key), []).append(entry)
             units = list(by_replicas.values())
-        return [statement for unit in units for statement in self._pack(unit)]
+        return [statement for unit in units for statement in self._pack(unit, bind)]
 
     def _replica_set(self, key_cells: tuple) -> object:
         """The nodes owning this partition (the partition itself when the driver has no
@@ -342,7 +351,7 @@ class Upserter:
         replicas = self._metadata.get_replicas(self.table.keyspace, routing_key)
         return frozenset(replicas) if replicas else key_cells
 
-    def _pack(self, partitions: list[list]) -> list[tuple]:
+    def _pack(self, partitions: list[list], bind=None) -> list[tuple]:
         """Cut the partitions (``[rows, size]``) of one replica set into requests of at most
         ``batch.size.rows`` rows. A partition too large to share a batch goes alone (Cassandra
         does not size-check single-partition batches); smaller ones share batches of at most
@@ -353,18 +362,18 @@ class Upserter:
         parts = size = 0
         for rows, part_size in partitions:
             if len(rows) >= self._batch_rows or (self._by_replicas and part_size > self._batch_bytes):
-                out.extend(self.request(rows[i:i + self._batch_rows])
+                out.extend(self.request(rows[i:i + self._batch_rows], bind)
                            for i in range(0, len(rows), self._batch_rows))
                 continue
             if current and (parts == self._max_partitions or len(current) + len(rows) > self._batch_rows
                             or size + part_size > self._batch_bytes):
-                out.append(self.request(current))
+                out.append(self.request(current, bind))
                 current, parts, size = [], 0, 0
             current.extend(rows)
             parts += 1
             size += part_size
         if current:
-            out.append(self.request(current))
+            out.append(self.request(current, bind))
         return out
 
     def batch_size(self, rows: list[tuple]) -> int:
@@ -376,9 +385,10 @@ class Upserter:
         return sum(sum(int(w) * len(c) for w, c in zip(self._weights, row[:n]) if type(c) is bytes)
                    for row in rows) + len(rows) * self._row_overhead
 
-    def request(self, rows: list[tuple]) -> tuple:
-        """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""
-        bind = self._bind
+    def request(self, rows: list[tuple], bind=None) -> tuple:
+        """One request for ``rows``: a bound statement, or an UNLOGGED batch of them
+        (``bind``: as in :meth:`statements`)."""
+        bind = bind or self._bind
         if len(rows) == 1:
             return (bind(rows[0]), None)
         batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency_level)
@@ -391,7 +401,8 @@ class Upserter:
         """One request for these bound statements: the statement, or an UNLOGGED batch."""
         if len(statements) == 1:
             return (statements[0], None)
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency_level)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED,
+                               consistency_level=self.consistency_level)
         batch.is_idempotent = True
         for statement in statements:
             batch.add(statement)

@@ -288,7 +288,7 @@ def test_requests_size_rows_as_the_reference_does(write):
     upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], write)
     statement_prepared = upserter.statement
     rb = chunk(300).set_column(11, "photo", pa.array([b"q" * (i % 400) for i in range(300)]))
-    rows, value_bytes = upserter._encoded(rb, 1)
+    rows, value_bytes, _ = upserter._encoded(rb, 1)
     assert (value_bytes + upserter._row_overhead).tolist() == [upserter.batch_size([r]) for r in rows]
     fast = [[tuple(v) for _, _, v in s._statements_and_parameters] if isinstance(s, BatchStatement)
             else [tuple(s.values)] for s, _ in upserter.requests(rb, 1)]
