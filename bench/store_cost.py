@@ -304,7 +304,7 @@ def namenode_ops(webhdfs: str) -> dict:
 class NullUpserter:
     """Takes every chunk and writes it nowhere (the flusher's rows are not what is measured)."""
 
-    def write_chunks(self, chunks, batch_id: int, sealed_at_us: int | None = None):
+    def write_chunks(self, chunks, batch_id: int, age=None):
         for _rb, _first_ts, tag in chunks:
             yield tag
 

@@ -3,7 +3,10 @@
 Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?`` when asked)
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
-still wins.
+still wins. A TTL counts from the seal, on the driver's measure of the batch's age
+(:mod:`cql.clock`); a row whose TTL ran out while it was pending is written as what its
+expired cells would have left, a tombstone per written column at its sealed timestamp
+(``DELETE <columns> ... USING TIMESTAMP ?``).
 
 Building requests: values are serialized a whole column at a time (:mod:`cql.encode`, the
 driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
@@ -28,6 +31,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from cassandra import InvalidRequest
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 from tenacity import (
     Retrying,
@@ -36,7 +40,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from . import clock
 from .batch_limits import BatchLimits, read_batch_limits
+from .clock import BatchAge
 from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
@@ -50,6 +56,9 @@ _BIGINT, _INT = struct.Struct(">q"), struct.Struct(">i")
 #: multi-partition batches (``docs/performance.md``): per row, per regular (non-key) column,
 #: and the weight of a non-frozen collection's bytes (each element is a cell of its own).
 ROW_OVERHEAD, CELL_OVERHEAD, MULTI_CELL_WEIGHT = 48, 24, 11
+#: The TTL of a row whose TTL ran out while it was pending: it is written as tombstones
+#: (:meth:`Upserter._tombstone`), not as cells.
+EXPIRED = type("Expired", (), {"__repr__": lambda self: "EXPIRED"})()
 _SCALAR_TYPES = frozenset({"ascii", "bigint", "blob", "boolean", "counter", "date", "decimal",
                            "double", "duration", "float", "inet", "int", "smallint", "text",
                            "time", "timestamp", "timeuuid", "tinyint", "uuid", "varchar",
@@ -109,7 +118,8 @@ class Upserter:
                  consistency_level: int | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
-                 on_retry: Callable[[], None] | None = None):
+                 on_retry: Callable[[], None] | None = None,
+                 monotonic_ns: Callable[[], int] = clock.monotonic_ns):
         self.session, self.table, self.columns, self.write = session, table, list(columns), write
         self._on_retry = on_retry    # told before each retry of failed requests (the metrics)
         self.table_columns = [table.resolve_column(c) or c for c in self.columns]
@@ -141,8 +151,16 @@ class Upserter:
         self._batch_bytes = write.batch_size_bytes or self.limits.warn_bytes
         self._max_partitions = self.limits.partitions
         self._metadata = session.cluster.metadata if self._by_replicas else None
-        self._sleep, self._clock_us = sleep, clock_us
+        # clock_us: the wall clock of group_requests called without the second to build in
+        # (tests); write_chunks counts on the driver's measure (cql.clock), never on it.
+        self._sleep, self._clock_us, self._monotonic_ns = sleep, clock_us, monotonic_ns
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
+        # Rows whose TTL ran out while pending: a DELETE of the columns they write (the
+        # regular ones; with ignoreNulls, those set), prepared on first use.
+        self._regular = [i for i, c in enumerate(self.table_columns) if c not in table.primary_key]
+        self._deletes: dict[tuple[int, ...], tuple] = {}      # columns -> (prepared, key cells)
+        self._prepared = {self.statement.query_id: self.statement}
+        self._bind = self._bind_ttl if self._ttl else self.bound
 
     # -- building statements -------------------------------------------------------------
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
@@ -163,15 +181,20 @@ class Upserter:
         second they are built in (default: the clock's)."""
         rows: list[tuple] = []
         sizes: list[int] | None = [] if self._by_replicas else None
+        expired = False
         for batch, first_ts in chunks:
-            chunk_rows, weighted_bytes = self._encoded(batch, first_ts, sealed_at_us, now_s)
+            chunk_rows, weighted_bytes, dead = self._encoded(batch, first_ts, sealed_at_us, now_s)
             rows.extend(chunk_rows)
+            expired = expired or dead
             if sizes is not None:   # only replica-set batches are sized
                 sizes.extend((weighted_bytes + self._row_overhead).tolist())
-        return self.statements(rows, sizes)
+        # Rows are bound as they always were unless some ran out (then as tombstones).
+        return self.statements(rows, sizes, self._bind_ttl if expired else self.bound)
 
     def _encoded(self, batch: pa.RecordBatch, first_ts: int, sealed_at_us: int | None = None,
-                 now_s: int | None = None) -> tuple[list[tuple], np.ndarray | None]:
+                 now_s: int | None = None) -> tuple[list[tuple], np.ndarray | None, bool]:
+        """The rows' bind values, their weighted bytes (replica-set grouping) and whether any
+        of them is a tombstone row (:meth:`_expired`)."""
         n = batch.num_rows
         weights = self._weights if self._by_replicas else None
         columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
@@ -183,7 +206,7 @@ class Upserter:
         else:
             columns.append(fixed_width(np.arange(first_ts, first_ts + n, dtype=np.int64), ">i8"))
         if not self._ttl:
-            return list(zip(*columns)), value_bytes
+            return list(zip(*columns)), value_bytes, False
         ttls, alive = self._expiring(batch, sealed_at_us, now_s)
         # A null TTL is sent unset, so that Cassandra applies the table's default.
         nulls_of = batch.column(self.write.ttl_column) if self.write.ttl_column else None
@@ -191,9 +214,29 @@ class Upserter:
                         for cell in fixed_width(ttls, ">i4", nulls_of)])
         rows = list(zip(*columns))
         if alive is None:
-            return rows, value_bytes
-        return ([row for row, keep in zip(rows, alive) if keep],
-                value_bytes[alive] if value_bytes is not None else None)
+            return rows, value_bytes, False
+        return self._expired(rows, alive, value_bytes)
+
+    def _expired(self, rows: list[tuple], alive: np.ndarray, value_bytes: np.ndarray | None
+                 ) -> tuple[list[tuple], np.ndarray | None, bool]:
+        """``rows`` with those not ``alive`` (their TTL ran out while they were pending) made
+        tombstone rows (:func:`_tombstone_row`); one with no regular cell to delete (only its
+        key, or only nulls left out with ignoreNulls) is left out: an expired row marker is all
+        it would have left."""
+        gone = []
+        for i in np.flatnonzero(~alive).tolist():
+            row = _tombstone_row(rows[i], self._regular)
+            if row is None:
+                gone.append(i)
+            else:
+                rows[i] = row
+        tombstones = len(gone) < len(alive) - int(alive.sum())
+        if not gone:
+            return rows, value_bytes, tombstones
+        keep = np.ones(len(rows), dtype=bool)
+        keep[gone] = False
+        return ([row for row, k in zip(rows, keep) if k],
+                value_bytes[keep] if value_bytes is not None else None, tombstones)
 
     def _expiring(self, batch: pa.RecordBatch, sealed_at_us: int | None,
                   now_s: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -201,13 +244,14 @@ class Upserter:
 
         A row's TTL (its ``ttl`` column, else the ``ttl`` option) counts from when its batch was
         sealed: Cassandra expires a cell at the second it applies the write plus the TTL sent,
-        so every write sends the TTL less the whole seconds between the seal's second and now,
-        and every write of a row, the first and any replay, expires it at the same second (up
-        to the one a write may take to arrive, and the clocks' skew): a replay after a long
-        outage neither extends its life nor revives it. A row whose TTL has run out by now is
-        not written (it would already have expired). ``0`` means no expiry, as in CQL. (A null
-        in the column is sent unset: the table's ``default_time_to_live``, which Cassandra
-        counts from each write.)
+        so every write sends the TTL less the whole seconds between the seal's second and
+        ``now_s`` (the second it is on the driver's measure, :mod:`cql.clock`), and every write
+        of a row, the first and any replay, expires it at the same second (up to the one a
+        write may take to arrive): a replay after a long outage neither extends its life nor
+        revives it. A row whose TTL has run out by now is written as the tombstones its expired
+        cells would be (:meth:`_expired`). ``0`` means no expiry, as in CQL. (A null in the
+        column is sent unset: the table's ``default_time_to_live``, which Cassandra counts from
+        each write.)
         """
         if self.write.ttl_column:
             ttls = batch.column(self.write.ttl_column).cast(pa.int64()).fill_null(0).to_numpy()
@@ -228,13 +272,58 @@ class Upserter:
         statement.values = values
         return statement
 
-    def statements(self, params: list[tuple], sizes: list[int] | None = None) -> list[tuple]:
+    def _bind_ttl(self, values: tuple) -> BoundStatement:
+        """:meth:`bound`, or, for a row whose TTL ran out while pending, its tombstones."""
+        if values[-1] is EXPIRED:
+            return self._tombstone(values)
+        return self.bound(values)
+
+    def _tombstone(self, values: tuple) -> BoundStatement:
+        """What a row that expired while pending leaves, as Cassandra would have it once its
+        cells expired: a tombstone per column it writes (an expired cell is a tombstone at its
+        write timestamp), at its sealed timestamp; so an older cell of another writer in those
+        columns stays hidden, and its other columns are untouched (a row deletion would hide
+        them too). ``DELETE <columns> FROM ... USING TIMESTAMP ? WHERE <primary key>``: the
+        same request at every write, as idempotent as the INSERT it stands for."""
+        columns = tuple(i for i in self._regular if values[i] is not UNSET_VALUE)
+        delete = self._deletes.get(columns) or self._prepare_delete(columns)
+        prepared, keys = delete
+        statement = BoundStatement(prepared)
+        statement.values = [values[len(self.columns)]] + [values[i] for i in keys]
+        return statement
+
+    def _prepare_delete(self, columns: tuple[int, ...]) -> tuple:
+        """The DELETE of these columns (positions) and the key cells it is bound with. Static
+        columns alone are deleted by partition (Cassandra refuses a clustering key then: the
+        schema this sink records does not tell static columns, the node does)."""
+        names = ", ".join(quote(self.table_columns[i]) for i in columns)
+        head = (f"DELETE {names} FROM {quote(self.table.keyspace)}.{quote(self.table.table)} "
+                f"USING TIMESTAMP ? WHERE ")
+        key = self.table.primary_key
+        try:
+            prepared = self.session.prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
+        except InvalidRequest:
+            if not self.table.clustering_key:
+                raise
+            key = self.table.partition_key
+            prepared = self.session.prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
+        prepared.is_idempotent = True
+        if self.consistency_level is not None:
+            prepared.consistency_level = self.consistency_level
+        self._prepared[prepared.query_id] = prepared
+        self._deletes[columns] = (prepared, [self.table_columns.index(c) for c in key])
+        return self._deletes[columns]
+
+    def statements(self, params: list[tuple], sizes: list[int] | None = None,
+                   bind: Callable[[tuple], BoundStatement] | None = None) -> list[tuple]:
         """(statement, None) pairs: one bound row, or an UNLOGGED batch whose rows all live on
         the same replicas (one partition with ``partition`` grouping; up to the node's limit of
         partitions of one replica set with ``replica_set``, :attr:`limits`).
-        ``sizes``: each row's :meth:`batch_size` (computed here when not given)."""
+        ``sizes``: each row's :meth:`batch_size` (computed here when not given); ``bind``: how
+        a row is bound (default: :meth:`bound`, or tombstones for an expired one)."""
+        bind = bind or self._bind
         if not self._group:
-            return [(self.bound(p), None) for p in params]
+            return [(bind(p), None) for p in params]
         if sizes is None:
             sizes = [self.batch_size([p]) for p in params] if self._by_replicas else [0] * len(params)
         partitions: dict[tuple, list] = {}   # key cells -> [rows, their size]
@@ -250,7 +339,7 @@ class Upserter:
             for key, entry in partitions.items():
                 by_replicas.setdefault(self._replica_set(key), []).append(entry)
             units = list(by_replicas.values())
-        return [statement for unit in units for statement in self._pack(unit)]
+        return [statement for unit in units for statement in self._pack(unit, bind)]
 
     def _replica_set(self, key_cells: tuple) -> object:
         """The nodes owning this partition (the partition itself when the driver has no
@@ -262,7 +351,7 @@ class Upserter:
         replicas = self._metadata.get_replicas(self.table.keyspace, routing_key)
         return frozenset(replicas) if replicas else key_cells
 
-    def _pack(self, partitions: list[list]) -> list[tuple]:
+    def _pack(self, partitions: list[list], bind=None) -> list[tuple]:
         """Cut the partitions (``[rows, size]``) of one replica set into requests of at most
         ``batch.size.rows`` rows. A partition too large to share a batch goes alone (Cassandra
         does not size-check single-partition batches); smaller ones share batches of at most
@@ -273,18 +362,18 @@ class Upserter:
         parts = size = 0
         for rows, part_size in partitions:
             if len(rows) >= self._batch_rows or (self._by_replicas and part_size > self._batch_bytes):
-                out.extend(self.request(rows[i:i + self._batch_rows])
+                out.extend(self.request(rows[i:i + self._batch_rows], bind)
                            for i in range(0, len(rows), self._batch_rows))
                 continue
             if current and (parts == self._max_partitions or len(current) + len(rows) > self._batch_rows
                             or size + part_size > self._batch_bytes):
-                out.append(self.request(current))
+                out.append(self.request(current, bind))
                 current, parts, size = [], 0, 0
             current.extend(rows)
             parts += 1
             size += part_size
         if current:
-            out.append(self.request(current))
+            out.append(self.request(current, bind))
         return out
 
     def batch_size(self, rows: list[tuple]) -> int:
@@ -296,14 +385,27 @@ class Upserter:
         return sum(sum(int(w) * len(c) for w, c in zip(self._weights, row[:n]) if type(c) is bytes)
                    for row in rows) + len(rows) * self._row_overhead
 
-    def request(self, rows: list[tuple]) -> tuple:
-        """One request for ``rows``: a bound statement, or an UNLOGGED batch of them."""
+    def request(self, rows: list[tuple], bind=None) -> tuple:
+        """One request for ``rows``: a bound statement, or an UNLOGGED batch of them
+        (``bind``: as in :meth:`statements`)."""
+        bind = bind or self._bind
         if len(rows) == 1:
-            return (self.bound(rows[0]), None)
+            return (bind(rows[0]), None)
         batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=self.consistency_level)
         batch.is_idempotent = True
         for row in rows:
-            batch.add(self.bound(row))
+            batch.add(bind(row))
+        return (batch, None)
+
+    def _request_of(self, statements: list[BoundStatement]) -> tuple:
+        """One request for these bound statements: the statement, or an UNLOGGED batch."""
+        if len(statements) == 1:
+            return (statements[0], None)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED,
+                               consistency_level=self.consistency_level)
+        batch.is_idempotent = True
+        for statement in statements:
+            batch.add(statement)
         return (batch, None)
 
     # -- executing -----------------------------------------------------------------------
@@ -314,9 +416,13 @@ class Upserter:
         return batch.num_rows
 
     def write_chunks(self, chunks: Iterable[tuple[pa.RecordBatch, int, T]],
-                     batch_id: int, sealed_at_us: int | None = None) -> Iterator[T]:
+                     batch_id: int, age: BatchAge | None = None) -> Iterator[T]:
         """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
         Cassandra acknowledged every row of its chunk.
+
+        ``age``: how old the batch is, as the driver measured it (:mod:`cql.clock`), which its
+        rows' TTLs count from; counted on on this process's monotonic clock, never on its wall
+        clock (None: TTLs count from the first time a row is built, and on from there).
 
         Consecutive chunks are grouped up to ``wal.flush.groupRows`` rows (:meth:`_groups`) and
         each group's rows are grouped into requests together. Pipelined: the next group is
@@ -326,16 +432,23 @@ class Upserter:
         chunk, and every chunk before it, is acknowledged. Nothing is left in flight when this
         returns or raises."""
         flying: _InFlight | None = None
+        mono = self._monotonic_ns
+        if age is not None:
+            sealed_at_us = age.sealed_at_us
+            now_s = lambda: age.now_s(mono())      # noqa: E731 - the driver's measure, counted on
+        else:
+            sealed_at_us = None
+            now_s = lambda: mono() // 1_000_000_000   # noqa: E731
         try:
             for group in self._groups(chunks):
-                built_s = self._clock_us() // 1_000_000
+                built_s = now_s()
                 pending = self.group_requests([(batch, ts) for batch, ts, _ in group],
                                               sealed_at_us, built_s)
                 done = self._settle(flying, batch_id) if flying is not None else None
                 # Built while the group before was settled, maybe through back-offs: as of now.
-                pending, built_s = self._aged(pending, built_s)
+                pending, built_s = self._aged(pending, built_s, now_s())
                 flying = _InFlight(pending, self._launch(pending), [tag for _, _, tag in group],
-                                   sum(batch.nbytes for batch, _, _ in group), built_s)
+                                   sum(batch.nbytes for batch, _, _ in group), built_s, now_s)
                 if done is not None:
                     yield from done.tags
             if flying is not None:
@@ -386,7 +499,7 @@ class Upserter:
             for attempt in retrying:
                 with attempt:
                     if launched is None:   # a retry, seconds later: TTLs still count from the seal
-                        pending, built_s = self._aged(pending, built_s)
+                        pending, built_s = self._aged(pending, built_s, flight.now_s())
                     results = launched if launched is not None else self._launch(pending)
                     launched = None
                     try:
@@ -400,23 +513,36 @@ class Upserter:
         self._limiter.account(flight.nbytes)
         return flight
 
-    def _aged(self, pending: list[tuple], built_s: int) -> tuple[list[tuple], int]:
-        """``pending`` built at second ``built_s``, as built now: each row's TTL less the
-        seconds gone by since (so that a retried write, too, expires its row at the seal's
-        second plus its TTL), rows whose TTL has run out left out; and the second it is now."""
-        now_s = self._clock_us() // 1_000_000
+    def _aged(self, pending: list[tuple], built_s: int, now_s: int) -> tuple[list[tuple], int]:
+        """``pending`` built at second ``built_s``, as built at ``now_s`` (the same clock,
+        counted on the monotonic clock): each row's TTL less the seconds gone by since (so
+        that a retried write, too, expires its row at the seal's second plus its TTL), rows
+        whose TTL has run out made tombstones; and ``now_s``."""
         if not self._ttl or now_s <= built_s:
             return pending, built_s
-        shift, out = now_s - built_s, []
+        shift, out, insert = now_s - built_s, [], self.statement.query_id
         for statement, _ in pending:
             if isinstance(statement, BatchStatement):
-                rows = [values for _, _, values in statement._statements_and_parameters]
+                rows = [(query_id, values)
+                        for _, query_id, values in statement._statements_and_parameters]
             else:
-                rows = [statement.values]
-            kept = [row for row in (_aged_row(row, shift) for row in rows) if row is not None]
+                rows = [(statement.prepared_statement.query_id, statement.values)]
+            kept = []
+            for query_id, values in rows:
+                if query_id != insert:          # tombstones: the same at any time
+                    kept.append(self._rebound(query_id, values))
+                    continue
+                row = _aged_row(values, shift, self._regular)
+                if row is not None:
+                    kept.append(self._bind_ttl(row))
             if kept:
-                out.append(self.request(kept))
+                out.append(self._request_of(kept))
         return out, now_s
+
+    def _rebound(self, query_id: bytes, values) -> BoundStatement:
+        statement = BoundStatement(self._prepared[query_id])
+        statement.values = values
+        return statement
 
     @staticmethod
     def _check(pending: list[tuple], results: Iterator, batch_id: int) -> None:
@@ -445,11 +571,22 @@ class _InFlight:
     tags: list
     nbytes: int
     built_s: int = 0        # the second its requests were built in (their TTLs' reference)
+    now_s: Callable[[], int] = lambda: 0    # the second it is now, on the same clock
 
 
-def _aged_row(values: Sequence, shift: int) -> tuple | None:
+def _tombstone_row(values: Sequence, regular: Sequence[int]) -> tuple | None:
+    """The row whose bound values (the TTL last) are ``values``, its TTL run out: the same
+    values with :data:`EXPIRED` for a TTL (written as tombstones, :meth:`Upserter._tombstone`);
+    None if it sets no regular column (``regular``: their positions), so leaves nothing."""
+    if all(values[i] is UNSET_VALUE for i in regular):
+        return None
+    return tuple(values[:-1]) + (EXPIRED,)
+
+
+def _aged_row(values: Sequence, shift: int, regular: Sequence[int]) -> tuple | None:
     """A row's bound values (the TTL last) ``shift`` seconds later: its TTL less ``shift``;
-    None once it has run out. An unset TTL (the table's default) and 0 (none) stay."""
+    once it has run out, its tombstone row (:func:`_tombstone_row`). An unset TTL (the
+    table's default) and 0 (none) stay."""
     ttl = values[-1]
     if ttl is UNSET_VALUE or ttl is None:
         return tuple(values)
@@ -457,7 +594,7 @@ def _aged_row(values: Sequence, shift: int) -> tuple | None:
     if left == 0:
         return tuple(values)
     if left <= shift:
-        return None
+        return _tombstone_row(values, regular)
     return tuple(values[:-1]) + (_INT.pack(left - shift),)
 
 

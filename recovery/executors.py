@@ -20,8 +20,10 @@ Who runs what:
 * **executor task** (:func:`write_segments`): opens a session with the flusher's own target and
   credentials, verifies its whole segment against the seal (checksum and rows) *before* writing
   a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
-  timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Errors are
-  returned, not raised: the Upserter already retries transient failures, and the driver
+  timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Its rows'
+  TTLs count down from the batch's age as the driver measured it when it started the job
+  (:class:`~cql.clock.BatchAge`, in the closure), never from the executor's own wall clock.
+  Errors are returned, not raised: the Upserter already retries transient failures, and the driver
   retries the batch from its recorded progress, as in driver mode. An error that would not
   survive pickling unchanged travels as a :class:`~recovery.errors.FlushTaskError` that
   keeps its type's name, its text and whether it is transient
@@ -49,6 +51,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, ContextManager, Iterable, Iterator, Protocol
 
+from cql import clock
+from cql.clock import BatchAge
 from cql.errors import FlushFailed, SinkError
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
 from wal.errors import WalCorrupted
@@ -98,7 +102,8 @@ class SegmentJob:
     target: Target
     crash_env: tuple[tuple[str, str], ...] = ()
     open_upserter: Callable[[Target], ContextManager] | None = None
-    sealed_at_us: int | None = None   # when the batch was sealed: its rows' TTLs count from it
+    #: The batch's age when the driver started the job, which its rows' TTLs count from.
+    age: BatchAge | None = None
 
 
 def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[SegmentTask]:
@@ -119,8 +124,10 @@ def connected_upserter(target: Target):
         output.close()
 
 
-def write_segment(job: SegmentJob, task: SegmentTask, upserter) -> int:
-    """Verify one segment against its seal, then write its chunks from ``task.first_chunk``."""
+def write_segment(job: SegmentJob, task: SegmentTask, upserter,
+                  age: BatchAge | None = None) -> int:
+    """Verify one segment against its seal, then write its chunks from ``task.first_chunk``;
+    TTLs count down from ``age`` (the job's, as this process received it)."""
     path = WalDir(job.wal_root).segment_path(task.segment.name)
     if not os.path.exists(path):
         # The driver read it when it ingested the batch: this node does not see the WAL path.
@@ -139,11 +146,14 @@ def write_segment(job: SegmentJob, task: SegmentTask, upserter) -> int:
             first_row += chunk.rows
 
     # The next chunk is read and decoded while this one's rows are in flight.
-    return sum(upserter.write_chunks(unwritten(), job.batch, sealed_at_us=job.sealed_at_us))
+    return sum(upserter.write_chunks(unwritten(), job.batch, age=age or job.age))
 
 
 def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:
-    """The ``mapPartitions`` function: every task of this partition, one session for them."""
+    """The ``mapPartitions`` function: every task of this partition, one session for them.
+    The driver's measure of the batch's age is counted on from here (on another machine than
+    the driver's; on the driver's, from its own reading: :meth:`BatchAge.received`)."""
+    age = job.age.received() if job.age is not None else None
     tasks, host = list(tasks), socket.gethostname()
     if not tasks:
         return
@@ -156,7 +166,7 @@ def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[Se
             return
         for task in tasks:
             try:
-                rows = write_segment(job, task, upserter)
+                rows = write_segment(job, task, upserter, age)
             except Exception as exc:  # noqa: BLE001 - returned to the driver, which decides
                 yield SegmentResult(task.index, 0, portable_error(exc), host)
                 continue
@@ -233,14 +243,18 @@ class ExecutorsWriter:
         if close is not None:
             close()
 
-    def write(self, log_: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
+    def write(self, log_: WalLog, seal: Seal, record: BatchRecord,
+              age: BatchAge | None = None) -> Iterator[Acknowledged]:
         tasks = segment_tasks(seal, record.next_segment, record.next_chunk)
         if not tasks:
             return
+        # The batch's age as this driver measured it, read again as the job starts: what the
+        # tasks' TTLs count down from, whatever their hosts' clocks say.
+        age = (age or clock.measure(seal.sealed_at_us)).rebased(clock.monotonic_ns())
         # The target writing the way the batch was sealed (columns, TTL, write time, nulls).
         job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us,
                          self._target().as_sealed(seal.write),
-                         _crash_env(), self._open_upserter, seal.sealed_at_us)
+                         _crash_env(), self._open_upserter, age)
         if len(pickle.dumps(job)) > CLOSURE_LIMIT:
             raise SinkError(f"batch {seal.batch}: the flush job's closure is over "
                             f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "

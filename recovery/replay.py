@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
+from cql import clock
+from cql.clock import BatchAge
 from wal import catalog
 from wal.amendments import amended
 from wal.catalog import BatchView
@@ -117,10 +119,13 @@ class RowWriter(Protocol):
     longer prefix of the batch. It raises :class:`~wal.errors.WalCorrupted` before writing
     any row of a damaged chunk or segment, and :class:`~cql.errors.FlushFailed` (or a
     connection error) when rows were not acknowledged. It never touches the log's states:
-    recording progress and marking the batch are the Replayer's.
+    recording progress and marking the batch are the Replayer's. TTLs count down from
+    ``age``, the batch's age as this process measured it (:mod:`cql.clock`; None: measured
+    now), whatever process writes the rows and whatever its clock says.
     """
 
-    def write(self, log: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]: ...
+    def write(self, log: WalLog, seal: Seal, record: BatchRecord,
+              age: BatchAge | None = None) -> Iterator[Acknowledged]: ...
 
     def reset(self) -> None:
         """Forget any open session (it was closed after a failure)."""
@@ -138,7 +143,9 @@ class DriverWriter:
     def reset(self) -> None:
         """Nothing of its own to forget: the factory's owner closed the session."""
 
-    def write(self, log: WalLog, seal: Seal, record: BatchRecord) -> Iterator[Acknowledged]:
+    def write(self, log: WalLog, seal: Seal, record: BatchRecord,
+              age: BatchAge | None = None) -> Iterator[Acknowledged]:
+        age = age or clock.measure(seal.sealed_at_us)
         chunks = iter(log.chunks(seal.batch, record.next_segment, record.next_chunk))
         first = next(chunks, None)
         if first is None:
@@ -148,7 +155,7 @@ class DriverWriter:
                    Acknowledged(chunk.segment_index, chunk.chunk_index + 1, chunk.rows))
                   for chunk in itertools.chain([first], chunks))
         # The next chunk is read, checked and decoded while this one's rows are in flight.
-        yield from upserter.write_chunks(tagged, seal.batch, sealed_at_us=seal.sealed_at_us)
+        yield from upserter.write_chunks(tagged, seal.batch, age=age)
 
 
 class Replayer:
@@ -168,6 +175,9 @@ class Replayer:
         self.retention = retention
         self.on_progress = on_progress
         self._crash_prefix = crash_prefix
+        # The age of each sealed batch still to write, measured when this process first saw
+        # it and counted on on its monotonic clock (cql.clock): its rows' TTLs count from it.
+        self._ages: dict[tuple[int, str, int], BatchAge] = {}
 
     def plan(self, query_running: bool,
              committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
@@ -191,7 +201,9 @@ class Replayer:
             self.wal.remote.pull(self.wal.root)
         self.note_committed(committed)
         staged = set(self.wal.staged_batch_ids())
-        for view in self.plan(query_running, committed):
+        views = self.plan(query_running, committed)
+        self._take_in_hand(views)
+        for view in views:
             if view.action == catalog.NOTHING:
                 if view.state == catalog.SKIPPED:
                     # Nothing of it here, and every batch before it done: mark it done too, so
@@ -238,6 +250,27 @@ class Replayer:
         report.seconds = time.monotonic() - started
         return report
 
+    def _take_in_hand(self, views: list[BatchView]) -> None:
+        """Measure the age of every sealed batch to write or wait for that this process has not
+        measured yet (:func:`cql.clock.measure`): at once, so that a wall clock stepping while
+        the batches wait (an outage, the batches before them) does not move their rows'
+        expiry; and forget those no longer pending."""
+        ages: dict[tuple[int, str, int], BatchAge] = {}
+        for view in views:
+            seal = view.seal or (view.record.seal if view.record is not None else None)
+            if seal is None or view.action not in (catalog.REPLAY, catalog.WAIT):
+                continue
+            key = _age_key(seal)
+            ages[key] = self._ages.get(key) or clock.measure(seal.sealed_at_us)
+        self._ages = ages
+
+    def age_of(self, seal: Seal) -> BatchAge:
+        """The age of ``seal``'s batch as this process measured it (now, the first time)."""
+        key = _age_key(seal)
+        if key not in self._ages:
+            self._ages[key] = clock.measure(seal.sealed_at_us)
+        return self._ages[key]
+
     def note_committed(self, committed: tuple[int, list[int] | None] | None = None) -> None:
         """Record in the log the highest batch Spark's checkpoint shows committed, before Spark
         purges its ``commits/N`` (``catalog.committed_through``, or ``committed`` as read)."""
@@ -272,7 +305,7 @@ class Replayer:
         progress = Progress(batch, record.flushed_rows, seal.rows)
         written = 0
         try:
-            for ack in writer.write(self.log, seal, record):
+            for ack in writer.write(self.log, seal, record, self.age_of(seal)):
                 written += ack.rows
                 progress.rows_done += ack.rows
                 self.log.record_progress(batch, ack.next_segment, ack.next_chunk,
@@ -288,5 +321,10 @@ class Replayer:
         # Flushed rows stay in the log for retention; the staged files are no longer needed,
         # so the segments folder holds exactly the backlog that wal.maxBytes caps.
         remove_batch_files(self.wal, batch, keep_seal=True)
+        self._ages.pop(_age_key(seal), None)
         log.info("flushed batch %d: %d rows", batch, seal.rows)
         return written
+
+
+def _age_key(seal: Seal) -> tuple[int, str, int]:
+    return (seal.batch, seal.seal_id, seal.sealed_at_us)

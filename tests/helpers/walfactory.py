@@ -215,9 +215,11 @@ class WalFactory:
         return path
 
     def seal(self, batch: int, segments: Sequence[SegmentRef],
-             commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None) -> Seal:
+             commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
+             sealed_at_us: int | None = None) -> Seal:
         """Seal ``segments`` as batch ``batch`` (deterministic timestamps and id if asked);
-        ``write``: the seal's record of how its rows are written (``Target.write_record``)."""
+        ``write``: the seal's record of how its rows are written (``Target.write_record``);
+        ``sealed_at_us``: when it was sealed (default: now), which its rows' TTLs count from."""
         if not self.deterministic:
             return seal_batch(self.wal, batch, list(segments), "test-query", commit_point,
                               write=write)
@@ -225,7 +227,8 @@ class WalFactory:
         base = next_base_timestamp(self.wal, batch, clock_us=BASE_TS_US + batch * 1_000_000)
         seal = Seal(batch=batch, segments=ordered, base_ts_us=base, query_id="test-query",
                     commit_point=commit_point, seal_id=f"seal-{batch:04d}",
-                    sealed_at_us=now_us(), write=write)
+                    sealed_at_us=now_us() if sealed_at_us is None else sealed_at_us,
+                    write=write)
         write_seal(self.wal, seal)
         return seal
 
@@ -255,28 +258,34 @@ class WalFactory:
 
     def sealed(self, batch: int, rows: Iterable[Rows] = (3, 2), chunk_rows: int | None = None,
                committed: bool | None = True, commit_point: str = COMMIT_POINT_CHECKPOINT,
-               losing_attempts: int = 0, write: dict | None = None) -> BuiltBatch:
+               losing_attempts: int = 0, write: dict | None = None,
+               sealed_at_us: int | None = None) -> BuiltBatch:
         """Staged, then sealed (seal file). ``committed``: write ``commits/N`` (True), or not
-        (False / None: None also needs no checkpoint). ``write``: as in :meth:`seal`."""
+        (False / None: None also needs no checkpoint). ``write``, ``sealed_at_us``: as in
+        :meth:`seal`."""
         built = self.staged(batch, rows, chunk_rows, losing_attempts)
-        built.seal = self.seal(batch, built.segments, commit_point, write)
+        built.seal = self.seal(batch, built.segments, commit_point, write, sealed_at_us)
         if committed:
             self.commit(batch)
         return built
 
     def ingested(self, batch: int, rows: Iterable[Rows] = (3, 2),
-                 chunk_rows: int | None = None, losing_attempts: int = 0) -> BuiltBatch:
+                 chunk_rows: int | None = None, losing_attempts: int = 0,
+                 write: dict | None = None, sealed_at_us: int | None = None) -> BuiltBatch:
         """Sealed, committed by Spark, ingested: SEALED in the log, rows copied into it."""
         built = self.sealed(batch, rows, chunk_rows, committed=self.checkpoint is not None,
-                            losing_attempts=losing_attempts)
+                            losing_attempts=losing_attempts, write=write,
+                            sealed_at_us=sealed_at_us)
         built.record = self.log.ingest(built.seal)
         return built
 
     def flushing(self, batch: int, rows: Iterable[Rows] = (3, 2),
-                 chunk_rows: int | None = None, progress_rows: int | None = None) -> BuiltBatch:
+                 chunk_rows: int | None = None, progress_rows: int | None = None,
+                 write: dict | None = None, sealed_at_us: int | None = None) -> BuiltBatch:
         """Ingested, flush begun; ``progress_rows``: chunks covering at least that many rows
-        acknowledged (whole chunks, in flush order; None: no progress recorded)."""
-        built = self.ingested(batch, rows, chunk_rows)
+        acknowledged (whole chunks, in flush order; None: no progress recorded). ``write``,
+        ``sealed_at_us``: as in :meth:`seal`."""
+        built = self.ingested(batch, rows, chunk_rows, write=write, sealed_at_us=sealed_at_us)
         built.record = self.log.begin_flush(batch)
         if progress_rows is not None:
             next_segment, next_chunk, done = 0, 0, 0

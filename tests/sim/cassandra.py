@@ -14,6 +14,10 @@ cell per element, named by a time-based id the node picks, so a row written twic
 timestamp holds its elements twice (CASSANDRA-11368; measured on 5.0.8). A frozen list is one
 cell like any other.
 
+Besides the ``INSERT`` it applies the Upserter's ``DELETE <columns> ... USING TIMESTAMP ? WHERE
+<key>`` (a row whose TTL ran out while it was pending): a tombstone per column at that
+timestamp (a non-frozen list: a deletion of its cells up to it).
+
 Faults come from the world's seeded RNG, so a seed replays them exactly: ``down`` (every
 request, ``prepare`` and new connections fail: ``Unavailable``, ``NoHostAvailable``,
 ``ConnectionFailed``; nothing is applied) and ``flaky`` (each request may time out, with the
@@ -81,6 +85,10 @@ class ListCells:
     deleted_at: int = -(2**63)
     elements: list = field(default_factory=list)
 
+    def delete(self, ts: int) -> None:
+        """A ``DELETE`` of the column at ``ts``: every cell at or below it is gone."""
+        self.deleted_at = max(self.deleted_at, ts)
+
     def write(self, ts: int, values, local_deletion: float, next_id: Callable[[], int]) -> None:
         """An INSERT of the whole list at ``ts`` (None: a null): what is older goes, and each
         element is appended under a new cell id (Cassandra's ``Lists.Setter``)."""
@@ -113,6 +121,9 @@ class Write:
     cells: tuple                # ((column, decoded value or None for a tombstone), ...)
     step: int
     at_s: float                 # when it was applied (the simulated clock, seconds)
+    deleted: bool = False       # a DELETE of these columns (its cells: (column, None))
+    proc: str = ""              # the process that wrote it (whose measure of the batch's age)
+    uncounted_s: float = 0.0    # a flush task elsewhere: how long it waited after its job began
 
 
 class Answer:
@@ -148,6 +159,9 @@ class SimCassandra:
     sessions_opened: int = 0
     cell_ids: int = 0                                 # the last list element's cell id
     dropped: dict = field(default_factory=dict)       # (table, column) -> drop time (µs)
+    proc: str = ""                                    # the sink's process writing now
+    uncounted_s: float = 0.0                          # a flush task's wait (Write.uncounted_s)
+    deletes: dict = field(default_factory=dict)       # query id -> (table, columns deleted)
 
     # -- the driver's entry points ----------------------------------------------------------
     def connect(self, _connection=None):
@@ -164,15 +178,24 @@ class SimCassandra:
             self.faults += 1
             raise (NoHostAvailable("simulated node down", {"sim-node": "down"})
                    if self.mode == DOWN else OperationTimedOut(last_host="sim-node"))
-        table, names, ttl = parse_insert(cql)
-        schema = self.tables[table]
-        meta = [ColumnMetadata(schema.keyspace, table, n, DRIVER_TYPES[schema.column_type(n)])
-                for n in names]
-        meta.append(ColumnMetadata(schema.keyspace, table, "[timestamp]", cqltypes.LongType))
-        if ttl:
-            meta.append(ColumnMetadata(schema.keyspace, table, "[ttl]", cqltypes.Int32Type))
         query_id = hashlib.sha1(cql.encode()).digest()
-        keys = [names.index(k) for k in schema.partition_key]
+        if cql.startswith("DELETE"):
+            table, deleted, names = parse_delete(cql)
+            self.deletes[query_id] = (table, deleted)
+            schema = self.tables[table]
+            meta = [ColumnMetadata(schema.keyspace, table, "[timestamp]", cqltypes.LongType)]
+            meta += [ColumnMetadata(schema.keyspace, table, n, DRIVER_TYPES[schema.column_type(n)])
+                     for n in names]
+            keys = [1 + names.index(k) for k in schema.partition_key]
+        else:
+            table, names, ttl = parse_insert(cql)
+            schema = self.tables[table]
+            meta = [ColumnMetadata(schema.keyspace, table, n, DRIVER_TYPES[schema.column_type(n)])
+                    for n in names]
+            meta.append(ColumnMetadata(schema.keyspace, table, "[timestamp]", cqltypes.LongType))
+            if ttl:
+                meta.append(ColumnMetadata(schema.keyspace, table, "[ttl]", cqltypes.Int32Type))
+            keys = [names.index(k) for k in schema.partition_key]
         statement = PreparedStatement(meta, query_id, keys, cql, schema.keyspace, PROTOCOL,
                                       None, None)
         self.prepared[query_id] = statement
@@ -223,6 +246,9 @@ class SimCassandra:
             raise AssertionError(f"the sink sent a {type(statement).__name__}")
 
     def _apply_row(self, prepared: PreparedStatement, values) -> None:
+        if prepared.query_id in self.deletes:
+            self._apply_delete(prepared, values)
+            return
         meta = prepared.column_metadata
         table = meta[0].table_name
         schema = self.tables[table]
@@ -251,7 +277,26 @@ class SimCassandra:
             row[name] = resolve(row.get(name), cell)
         self.writes.append(Write(table, key, ts, ttl,
                                  tuple(sorted((n, v) for n, (_r, v) in decoded.items())),
-                                 self.step, now_s))
+                                 self.step, now_s, proc=self.proc,
+                                 uncounted_s=self.uncounted_s))
+
+    def _apply_delete(self, prepared: PreparedStatement, values) -> None:
+        table, columns = self.deletes[prepared.query_id]
+        schema = self.tables[table]
+        meta = prepared.column_metadata
+        ts = meta[0].type.deserialize(values[0], PROTOCOL)
+        key = tuple(m.type.deserialize(v, PROTOCOL) for m, v in zip(meta[1:], values[1:]))
+        assert len(key) == len(schema.primary_key), "a DELETE by partition: no static column here"
+        now_s = self.clock_us() // 1_000_000
+        row = self.rows.setdefault((table, key), {})
+        for name in columns:
+            if schema.column_type(name) in NON_FROZEN:
+                row.setdefault(name, ListCells()).delete(ts)
+            else:
+                row[name] = resolve(row.get(name), Cell(ts, None, None, now_s))
+        self.writes.append(Write(table, key, ts, None, tuple(sorted((c, None) for c in columns)),
+                                 self.step, now_s, deleted=True, proc=self.proc,
+                                 uncounted_s=self.uncounted_s))
 
     def _next_cell_id(self) -> int:
         self.cell_ids += 1
@@ -306,6 +351,14 @@ class SimMetadata:
     """What the sink reads of the driver's cluster metadata: the cluster's name."""
 
     cluster_name = "sim cluster"
+def parse_delete(cql: str) -> tuple[str, list[str], list[str]]:
+    """``DELETE "v", "w" FROM "ks"."t" USING TIMESTAMP ? WHERE "k" = ? AND "c" = ?`` ->
+    (table, columns deleted, key columns bound)."""
+    head, _, where = cql.partition(" WHERE ")
+    columns, _, rest = head[len("DELETE "):].partition(" FROM ")
+    table = rest.split(" ")[0].split(".")[-1].strip('"')
+    return (table, [c.strip().strip('"') for c in columns.split(",")],
+            [part.split("=")[0].strip().strip('"') for part in where.split(" AND ")])
 
 
 class SimCluster:

@@ -344,9 +344,10 @@ class ForeachBatch:
         per_table = self.foreach == PER_TABLE
         faults = self.store_faults()
         try:
-            plan = prepare_write(w.options.spark_options(q.checkpoint.path), {},
-                                 w.options.spark_schema(), streaming=True,
-                                 **({"wal_per_table": True} if per_table else {}))
+            with self.driver_process(q):
+                plan = prepare_write(w.options.spark_options(q.checkpoint.path), {},
+                                     w.options.spark_schema(), streaming=True,
+                                     **({"wal_per_table": True} if per_table else {}))
         except ConnectionFailed as exc:
             return self._call_failed(q, c, exc, "prepare_write")
         except SinkError as exc:
@@ -410,11 +411,12 @@ class ForeachBatch:
         crashed = failed = None
         faults = self.store_faults()
         try:
-            if c.handle is not None:
-                seal = c.handle.seal(messages)
-            else:
-                seal = commit_batch(c.inflight.plan, messages, fc.batch,
-                                    commit_point=COMMIT_POINT_CHECKPOINT)
+            with self.driver_process(q):      # foreachBatch seals in the driver process
+                if c.handle is not None:
+                    seal = c.handle.seal(messages)
+                else:
+                    seal = commit_batch(c.inflight.plan, messages, fc.batch,
+                                        commit_point=COMMIT_POINT_CHECKPOINT)
         except SimCrash as crash:
             crashed = str(crash)
         except SinkError as exc:

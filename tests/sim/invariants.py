@@ -2,7 +2,10 @@
 
 * Every write Cassandra received is exactly a row of a *committed* execution, with the cells,
   timestamp and TTL its seal gives it: nothing of an uncommitted batch is ever written, a
-  replay writes identical cells, pending batches keep the options they were sealed with.
+  replay writes identical cells, pending batches keep the options they were sealed with; a
+  row with a TTL expires at the instant of its seal plus its TTL, whatever the clocks of the
+  hosts say (within the skew tolerated: ``oracle.py``, ``clocks.py``), and once that instant
+  is past it is written as a tombstone of each column it writes, at its timestamp.
 * The sink never blocks (``blocked.json``) where a retry could proceed: the simulation injects
   no corruption, so any block is wrong, but one: a foreachBatch function that caught its
   writer's error lost that batch's rows for the table, and that table's WAL blocks there
@@ -270,10 +273,11 @@ def check_written(world) -> None:
 def check_table(world) -> None:
     """What a SELECT shows against last-write-wins over every committed execution's writes.
     Called once every TTL has run out (the world's clock is moved past them), so expiry
-    rounding cannot matter: an expiring winner shows nothing, and neither does a tombstone.
-    A row whose TTL ran out before its first write may be left out (docs/guarantees.md,
-    "What is not guaranteed"): only the writes that landed count, and the completeness check
-    has already made sure that nothing else is missing."""
+    rounding cannot matter: an expiring winner shows nothing, and neither does a tombstone (a
+    row whose TTL ran out before its first write is written as the tombstones of its columns,
+    at its timestamp, as its expired cells would be). Only the writes that landed count: the
+    completeness check has already made sure that nothing else is missing (only rows of no
+    cell, whose TTL ran out, may be: they would leave nothing)."""
     want: dict[tuple, tuple] = {}
     for e in world.oracle.executions:
         if not e.committed:

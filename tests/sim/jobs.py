@@ -13,6 +13,7 @@ import gc
 from dataclasses import dataclass
 
 from . import cassandra
+from .clocks import JOBS
 from .invariants import Violation, absorb_writes
 from .patches import SimCrash
 from .spark import InFlight, plan_attempts
@@ -54,7 +55,8 @@ class BatchJobs:
         root = self._jobs_root(options) if refusal else None
         staged = self.staged_files(root) if refusal else None
         try:
-            writer = source.writer(options.spark_schema(), False)
+            with self.job_process(name):
+                writer = source.writer(options.spark_schema(), False)
         except ConnectionFailed as exc:
             return self.say(f"{name}: writer() failed, job fails: {exc}")
         except Exception as exc:
@@ -92,7 +94,8 @@ class BatchJobs:
         self.arm(("commit.", "flush.", "recover."), 0.1)
         self.jobs.remove(job)
         try:
-            job.writer.commit(messages)
+            with self.job_process(job.name, flushing=True):   # its commit: seal, then flush
+                job.writer.commit(messages)
             error = None
         except SimCrash as crash:
             error = f"driver crashed at {crash}"
@@ -131,8 +134,14 @@ class BatchJobs:
         """A task failed for good: Spark aborts the job (its driver stays up)."""
         self.jobs.remove(job)
         messages = [job.inflight.winners[p] for p in sorted(job.inflight.winners)]
-        job.writer.abort(messages)
+        with self.job_process(job.name):
+            job.writer.abort(messages)
         return self.say(f"{job.name}: aborted by Spark")
+
+    def job_process(self, name: str, flushing: bool = False):
+        """What follows runs in batch job ``name``'s driver (``World.running``): every job's
+        driver is on one machine of its own (clocks.py)."""
+        return self.running(name, JOBS if self.clocks.on else None, flushing)
 
     def job_crash(self, job: Job) -> str:
         self.jobs.remove(job)

@@ -7,13 +7,17 @@ seal (segments in seal order) at ``base_ts_us + i`` (or at its ``writetime`` col
 sealed TTL, and a cell per written column (a tombstone for a null, nothing with
 ``ignoreNulls``). A write seen by the simulated node is legal only if it is exactly one of the
 expected writes of a committed execution; that is how "nothing uncommitted is visible" and
-"replays write identical cells" are checked.
+"replays write identical cells" are checked. A row with a TTL must expire at its seal's
+instant plus its TTL (:meth:`Oracle.timing`, with the slack ``clocks.py`` explains); once that
+instant is past it is written as a tombstone of each column it writes, at its timestamp.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from .clocks import ROUNDING_S
 
 from pyspark.sql import types as T
 
@@ -55,6 +59,7 @@ class RunOptions:
     wal_path: str | None
     with_lists: bool = False           # the list columns (l, fl) of a list table are written
     lists_opt_in: bool = False         # wal.lists.atLeastOnce=l
+    flush_mode: str = "driver"         # wal.flush.mode (a clock world's: clocks.py)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -99,6 +104,8 @@ class RunOptions:
             out["wal.path"] = self.wal_path
         if self.lists_opt_in:
             out[LISTS_OPTION] = "l"
+        if self.flush_mode != "driver":
+            out["wal.flush.mode"] = self.flush_mode
         return out
 
     def describe(self) -> str:
@@ -116,6 +123,8 @@ class RunOptions:
             parts.append(f"wal.path={self.wal_path.rsplit('/', 1)[-1]}")
         if self.lists_opt_in:
             parts.append(f"{LISTS_OPTION}=l")
+        if self.flush_mode != "driver":
+            parts.append(f"wal.flush.mode={self.flush_mode}")
         return " ".join(parts)
 
 
@@ -192,6 +201,14 @@ class Oracle:
         self.applied: set[Expected] = set()
         self.first: dict[tuple, object] = {}        # (table, key, ts) -> the first write seen
         self.judged: Execution | None = None        # the execution of the last legal write
+        # seal id -> (when it was sealed on the world's clock, the sealing clock's offset), µs
+        self.seal_clocks: dict[str, tuple[int, int]] = {}
+        # (process, id(execution)) -> the offset of that process's clock when it first took
+        # the batch in hand (a drain, a recovery, a job's commit), µs (world.see)
+        self.anchors: dict[tuple[str, int], int] = {}
+        # A row whose TTL ran out before its write is written as tombstones (False: it may be
+        # skipped, as older code did: clocks.ENV_CLOCKS).
+        self.tombstones = True
 
     def add(self, execution: Execution) -> Execution:
         self.executions.append(execution)
@@ -203,31 +220,81 @@ class Oracle:
         for e in execution.expected:
             self.by_stamp.setdefault(e[:3], []).append((execution, e))
 
+    def sealed_s(self, execution: Execution) -> float:
+        """When ``execution`` was sealed, on the world's clock (seconds)."""
+        seal = execution.seal
+        true_us, _ = self.seal_clocks.get(seal.seal_id, (seal.sealed_at_us, 0))
+        return true_us / 1e6
+
     def missing(self, execution: Execution, now_s: float | None = None) -> list[Expected]:
         """Expected writes of ``execution`` Cassandra has not received; with ``now_s``, not
-        counting rows whose TTL (from the seal) has run out: they may be skipped."""
+        counting rows of no cell (a key alone, or nulls left out) whose TTL may have run out:
+        an expired row marker is all they would leave, so nothing is written. Every other row
+        is written, as tombstones once its TTL ran out (unless :attr:`tombstones` is off: then
+        any row whose TTL ran out may be skipped)."""
         out = [e for e in execution.expected if e not in self.applied]
         if now_s is not None and out:
-            sealed_s = execution.seal.sealed_at_us / 1e6
-            out = [e for e in out if not (e.ttl and sealed_s + e.ttl <= now_s)]
+            sealed_s = self.sealed_s(execution)
+            if not self.tombstones:
+                return [e for e in out if not (e.ttl and sealed_s + e.ttl <= now_s)]
+            out = [e for e in out
+                   if not (e.ttl and not e.cells and sealed_s + e.ttl <= now_s + MAX_SKEW_S)]
         return out
+
+    def timing(self, write, execution: Execution, expected: Expected) -> str | None:
+        """Why ``write`` of a row with a TTL does not expire as its seal says, or None.
+
+        It must expire at the instant it was sealed plus its TTL: Cassandra expires it at the
+        second it applied the write plus the TTL sent. Slack: 2 s (whole seconds on two
+        clocks), plus how far the clock of the writing process's driver had moved from the
+        sealing clock when that process first took the batch in hand (``anchors``), plus
+        the time a flush task on another machine waited after its job started
+        (``write.uncounted_s``). A row written as tombstones must have expired by then."""
+        true_us, seal_offset = self.seal_clocks.get(execution.seal.seal_id,
+                                                    (execution.seal.sealed_at_us, 0))
+        anchor = self.anchors.get((write.proc, id(execution)), seal_offset)
+        slack = ROUNDING_S + abs(anchor - seal_offset) / 1e6 + write.uncounted_s
+        due = true_us / 1e6 + expected.ttl
+        where = (f"sealed at {true_us / 1e6:.3f}s with ttl={expected.ttl}, so due to expire at "
+                 f"{due:.3f}s, give or take {slack:.1f}s")
+        if write.deleted:
+            if write.at_s + slack < due - 1e-6:
+                return (f"the row of {execution.label} was written as tombstones at "
+                        f"{write.at_s:.0f}s, {due - write.at_s:.1f}s before its TTL ran out "
+                        f"({where})")
+            return None
+        expires = write.at_s + write.ttl
+        if abs(expires - due) > slack + 1e-6:
+            return (f"the row of {execution.label} expires at {expires:.0f}s, "
+                    f"{expires - due:+.1f}s off the instant its seal gives it ({where})")
+        return None
 
     def judge(self, write) -> tuple[str | None, Expected | None]:
         """(why ``write`` is illegal, None) or (None, the committed row it writes); the
         execution of that row is :attr:`judged`."""
         stamp = (write.table, write.key, write.ts)
         candidates = self.by_stamp.get(stamp, [])
+        if write.deleted:
+            return self._judge_tombstones(write, candidates)
         exact = [(x, e) for x, e in candidates if e.cells == write.cells and ttl_fits(write.ttl, e.ttl)]
         committed = [(x, e) for x, e in exact if x.committed]
         first = self.first.get(stamp)
         if committed:
-            if first is not None and first.ttl and write.ttl and \
-                    abs((first.at_s + first.ttl) - (write.at_s + write.ttl)) > 1.5:
-                return (f"a replay of the row of {committed[0][0].label} expires at another "
-                        f"time than its first write (first {fmt(first)} written at "
+            x, e = committed[0]
+            why = self.timing(write, x, e) if e.ttl else None
+            if why is not None:
+                return why, None
+            # One process's writes count on from one measure (a flush task elsewhere from
+            # when it started: what it waited is its uncounted_s).
+            if first is not None and first.proc == write.proc and not first.deleted and \
+                    first.ttl and write.ttl and \
+                    abs((first.at_s + first.ttl) - (write.at_s + write.ttl)) > \
+                    1.5 + first.uncounted_s + write.uncounted_s:
+                return (f"a replay of the row of {x.label} expires at another time than its "
+                        f"first write by the same process (first {fmt(first)} written at "
                         f"{first.at_s:.3f}s)"), None
-            self.judged = committed[0][0]
-            return None, committed[0][1]
+            self.judged = x
+            return None, e
         if exact:
             return (f"a row of {exact[0][0].label}, which Spark never committed, reached "
                     f"Cassandra"), None
@@ -253,6 +320,32 @@ class Oracle:
         return "a write that no sealed row explains", None
 
 
+    def _judge_tombstones(self, write, candidates) -> tuple[str | None, Expected | None]:
+        """A DELETE of columns at a timestamp: legal only as the row of a committed execution
+        whose TTL ran out, deleting exactly the columns that row writes."""
+        columns = tuple(c for c, _ in write.cells)
+        fits = [(x, e) for x, e in candidates if e.ttl and tuple(c for c, _ in e.cells) == columns]
+        committed = [(x, e) for x, e in fits if x.committed]
+        if committed:
+            x, e = committed[0]
+            why = self.timing(write, x, e)
+            if why is None:
+                self.judged = x
+            return (why, None) if why is not None else (None, e)
+        if fits:
+            return (f"the tombstones of a row of {fits[0][0].label}, which Spark never "
+                    f"committed, reached Cassandra"), None
+        if candidates:
+            x, e = candidates[0]
+            return (f"tombstones of other columns than the row of {x.label} writes, or of a "
+                    f"row with no TTL (sealed {fmt(e)})"), None
+        return "tombstones that no sealed row explains", None
+
+
+#: The largest difference between two driver clocks of a world (clocks.py): offsets and steps.
+MAX_SKEW_S = 1500
+
+
 def _agree(a: tuple, b: tuple) -> bool:
     """Cells that hold the same values wherever both name a value (a null, written as a
     tombstone or left out with ignoreNulls, and a missing column agree with anything)."""
@@ -261,6 +354,9 @@ def _agree(a: tuple, b: tuple) -> bool:
 
 
 def fmt(write) -> str:
+    if getattr(write, "deleted", False):
+        return (f"DELETE {', '.join(c for c, _ in write.cells)} of {write.table}"
+                f"{list(write.key)} @{write.ts}")
     cells = ", ".join(f"{c}={v!r}" for c, v in write.cells)
     ttl = f" ttl={write.ttl}" if write.ttl else ""
     return f"{write.table}{list(write.key)} @{write.ts}{ttl} {{{cells}}}"

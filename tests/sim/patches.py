@@ -20,9 +20,9 @@ import time as real_time
 SINK_PACKAGES = ("wal", "cql", "recovery", "sinks", "cli")
 # Imported before patching, so every module of the sink that the simulation reaches is seen.
 MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoint",
-           "cql.connection", "cql.table", "cql.upsert", "recovery.replay", "recovery.output",
-           "recovery.flusher", "recovery.executors", "recovery.jobs", "recovery.recover",
-           "sinks.plan", "sinks.source", "sinks.batch_jobs", "sinks.registry", "sinks.wait",
+           "cql.clock", "cql.connection", "cql.table", "cql.upsert", "recovery.replay",
+           "recovery.output", "recovery.flusher", "recovery.executors", "recovery.jobs",
+           "recovery.recover", "sinks.plan", "sinks.source", "sinks.batch_jobs", "sinks.registry", "sinks.wait",
            "cli.recover_cmd")
 
 
@@ -50,16 +50,25 @@ class Current:
 
 class SimTime:
     """The ``time`` module as the sink sees it: wall clock and monotonic clock are the world's
-    clock, and a sleep moves that clock instead of waiting."""
+    clock, as the machine running the code reads them (:mod:`tests.sim.clocks`: its wall
+    clock's offset, its monotonic clock's origin; none in a world without clocks), and a
+    sleep moves that clock instead of waiting."""
 
     def time_ns(self) -> int:
-        return Current.world.clock_us * 1000
+        world = Current.world
+        return (world.clock_us + world.clocks.wall_offset()) * 1000
 
     def time(self) -> float:
-        return Current.world.clock_us / 1e6
+        world = Current.world
+        return (world.clock_us + world.clocks.wall_offset()) / 1e6
 
     def monotonic(self) -> float:
-        return Current.world.clock_us / 1e6
+        world = Current.world
+        return (world.clock_us + world.clocks.mono_origin()) / 1e6
+
+    def monotonic_ns(self) -> int:
+        world = Current.world
+        return (world.clock_us + world.clocks.mono_origin()) * 1000
 
     def sleep(self, seconds: float) -> None:
         Current.world.clock_us += max(0, int(seconds * 1e6))
@@ -70,7 +79,8 @@ class SimTime:
 
 SIM_TIME = SimTime()
 _REAL_TO_SIM = {real_time.sleep: SIM_TIME.sleep, real_time.monotonic: SIM_TIME.monotonic,
-                real_time.time: SIM_TIME.time, real_time.time_ns: SIM_TIME.time_ns}
+                real_time.time: SIM_TIME.time, real_time.time_ns: SIM_TIME.time_ns,
+                real_time.monotonic_ns: SIM_TIME.monotonic_ns}
 
 
 def _crash_point(name: str) -> None:
@@ -81,12 +91,19 @@ def _task():
     return Current.world.task_context
 
 
+def _machine_id() -> str:
+    return Current.world.clocks.machine_id()
+
+
 def _spy_write_seal(real):
     """``wal.seal.write_seal``, telling the world every seal written: a batch job's commit
     returns nothing, and a crash right after the seal leaves a seal its caller never saw."""
     def write_seal(wal, seal, *args, **kwargs):
         result = real(wal, seal, *args, **kwargs)
-        Current.world.seals_written.append(seal)
+        world = Current.world
+        world.seals_written.append(seal)
+        # When it was sealed, on the world's clock, and the sealing clock's offset then.
+        world.seal_clocks.setdefault(seal.seal_id, (world.clock_us, world.clocks.wall_offset()))
         return result
     return write_seal
 
@@ -139,6 +156,12 @@ class Patches:
         import wal.seal
 
         self._set(wal.seal, "write_seal", _spy_write_seal(wal.seal.write_seal))
+        try:
+            import cql.clock
+        except ImportError:   # older code: every process read its own wall clock
+            pass
+        else:
+            self._set(cql.clock, "machine_id", _machine_id)
         self._install_store()
         for module in (tenacity, tenacity.nap):
             self._set(module, "time", SIM_TIME)

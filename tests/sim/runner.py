@@ -226,6 +226,9 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
             w.step += 1
             w.node.step = w.step
             w.clock_us += w.rng.randrange(1_000, 20_000)
+            stepped = w.clocks.maybe_step()        # a driver's clock stepping (NTP): clocks.py
+            if stepped:
+                w.say(stepped)
             fn, args = choose(w)
             w.doing = describe(fn, args)
             fn(*args)

@@ -12,6 +12,10 @@ explicit ``wal.path`` that the new query then reuses.
 In a world with a store (:mod:`tests.sim.store`) a run's driver is on a host (its working
 copies), may come back on another or a new one, fails when the store fails Spark or the sink's
 ``prepare_write`` and commit, and may be cut off as it commits: its commit goes on as a zombie.
+
+In a world with clocks (:mod:`tests.sim.clocks`) a run's driver is on a machine whose wall
+clock is off the world's and may step; a restart may come back on a new machine; with
+``wal.flush.mode=executors`` its flush tasks run on executors whose clocks are off by hours.
 """
 
 from __future__ import annotations
@@ -114,8 +118,9 @@ class Streams:
             q.checkpoint.create(q.query_id)
         q.runs += 1
         q.run = Run(q.runs, last_drain_us=self.clock_us)
+        moved = self.clocks.restart(q.name)
         self.say(f"{q.owner}: start run {q.runs} ({self.describe_query(q)})"
-                 + (f" on {q.host}" if self.store is not None else ""))
+                 + (f" on {q.host}" if self.store is not None else "") + moved)
         if q.writers is not None:
             return self.foreach_started(q)
         if self._pointer(q) is not None:   # onQueryStarted, as FlushRegistry
@@ -155,6 +160,12 @@ class Streams:
             self.say(f"{q.owner}: listener error, pointer unreadable: {exc}")
             return None
 
+    def driver_process(self, q: Query, flushing: bool = False, run: Run | None = None):
+        """What follows runs in ``q``'s driver process (``World.running``)."""
+        run = run or q.run
+        return self.running(f"{q.owner} run {run.number}", self.clocks.driver(q.name),
+                            flushing)
+
     def on_host(self, q: Query) -> None:
         """The calls that follow run on ``q``'s driver host (its working copies)."""
         if self.store is not None:
@@ -192,8 +203,12 @@ class Streams:
         if wal_root is None:
             return
         self.on_host(q)
+        # wal.flush.mode=executors: flush tasks on simulated executors (World.flush_jobs).
+        jobs = ({"spark_jobs": self.flush_jobs(self.clocks.driver(q.name))}
+                if q.options.flush_mode != "driver" else {})
         try:
-            flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
+            with self.driver_process(q):
+                flusher = QueryFlusher(wal_root, q.checkpoint.path, {}, **jobs)
             q.run.flushers[wal_root] = flusher
             self.wal_roots.add(flusher.wal.root)
             self.wal_opened(wal_root, flusher.wal.root)
@@ -234,8 +249,9 @@ class Streams:
         refusal = self.refuses_lists and q.options.unaccepted_list
         staged = self.staged_files(self.stream_wal_location(q)) if refusal else None
         try:
-            plan = prepare_write(q.options.spark_options(q.checkpoint.path), {},
-                                 q.options.spark_schema(), streaming=True)
+            with self.driver_process(q):
+                plan = prepare_write(q.options.spark_options(q.checkpoint.path), {},
+                                     q.options.spark_schema(), streaming=True)
         except ConnectionFailed as exc:
             self.say(f"{q.owner}: batch {batch}: prepare_write failed, query stops: {exc}")
             self.kill(q, graceful=True)
@@ -295,7 +311,8 @@ class Streams:
         crashed = failed = None
         faults = self.store_faults()
         try:
-            seal = commit_batch(inflight.plan, messages, e.batch)
+            with self.driver_process(q):          # the commit worker, on the driver's host
+                seal = commit_batch(inflight.plan, messages, e.batch)
         except SimCrash as crash:
             crashed = str(crash)   # not the exception: its traceback holds the dead frames
         except Exception as exc:
@@ -373,7 +390,8 @@ class Streams:
         self.arm(("flush.", "recover."), 0.12)
         crashed = None
         try:
-            flusher.recover() if recover else flusher.drain(query_running=True)
+            with self.driver_process(q, flushing=True):
+                flusher.recover() if recover else flusher.drain(query_running=True)
         except SimCrash as crash:
             crashed = str(crash)   # not the exception: its traceback holds the dead frames
         finally:
@@ -418,7 +436,8 @@ class Streams:
             return
         for flusher in flushers:
             if graceful:
-                flusher.stop()
+                with self.driver_process(q, flushing=True, run=run):
+                    flusher.stop()
             else:
                 flusher.log.close()                # a killed process releases its lock
         # The process is gone, and with it whatever still referenced its RocksDB handle (an

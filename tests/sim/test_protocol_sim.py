@@ -5,8 +5,9 @@ Each seed is one schedule (``tests/sim/runner.py``): streams with task retries, 
 and zombie attempts, crashes at any step, restarts with other options, purged checkpoints,
 checkpoint resets and shared WALs; concurrent batch jobs; foreachBatch functions writing one or
 two tables (``tests/sim/foreach.py``); Cassandra outages and timeouts that did or did not apply
-the write; list columns, with and without ``wal.lists.atLeastOnce``. The invariants
-(``tests/sim/invariants.py``) are checked after
+the write; list columns, with and without ``wal.lists.atLeastOnce``; clocks that differ between
+hosts and step, and flush tasks on executors whose clocks are hours off
+(``tests/sim/clocks.py``). The invariants (``tests/sim/invariants.py``) are checked after
 every step. 5,000 schedules by default, in blocks so progress shows, 100,000 with
 ``--full-matrix`` (``tests/helpers/matrix.py``). ``CASSANDRA_WAL_SIM_SEED=<n>``
 replays one seed, printing its schedule step by step (run with ``-s``). Schedules run on

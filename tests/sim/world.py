@@ -15,12 +15,14 @@ import gc
 import os
 import random
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cql.table import TableSchema
 
 from . import cassandra
 from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
+from .clocks import JOBS, Clocks
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .oracle import (KEYSPACE, LISTS_OPTION, TABLES, WRITETIME_COLUMN, Execution, Oracle,
@@ -102,6 +104,11 @@ class World(Streams, BatchJobs, ForeachBatch):
                        for name, (cols, pk, ck) in TABLES.items()}
         self.node = cassandra.SimCassandra(self.tables, self.rng, lambda: self.clock_us)
         self.oracle = Oracle()
+        # The machines' clocks, from an RNG of their own too (clocks.py): a world without
+        # clocks draws from self.rng what it drew before they were simulated.
+        self.clocks = Clocks(self.seed)
+        self.oracle.tombstones = self.clocks.tombstones
+        self.seal_clocks = self.oracle.seal_clocks       # filled by patches._spy_write_seal
         self.table = "tc" if self.rng.random() < 0.25 else "t"
         # Lists from an RNG of their own, as the store's: a world without lists draws from
         # self.rng exactly what it drew before they were simulated.
@@ -176,7 +183,8 @@ class World(Streams, BatchJobs, ForeachBatch):
                                           f"{', checkpoint ' + q.checkpoint.path if is_store(q.checkpoint.path) else ''})"
                                           for q in self.queries)
                  + (", batch jobs" if self.jobs_on else "")
-                 + (f"; a store ({self.store.describe()})" if self.store is not None else ""))
+                 + (f"; a store ({self.store.describe()})" if self.store is not None else "")
+                 + (f"; {self.clocks.describe()}" if self.clocks.on else ""))
 
     def _checkpoint(self, name: str) -> Checkpoint:
         if self.store is not None and self.srng.random() < 0.75:
@@ -200,6 +208,10 @@ class World(Streams, BatchJobs, ForeachBatch):
             retention_seconds=rng.choice((None, None, 0.5, 5.0, 60.0)),
             group_rows=rng.choice((1, 2, 3, 30000)), retry_count=rng.choice((0, 0, 1, 2)),
             grouping=rng.choice(("partition", "none")), wal_path=wal_path)
+        if self.clocks.on and self.store is None and self.clocks.rng.random() < 0.5:
+            # Flush tasks on the executors (clocks.py); never with a WAL on a store, which
+            # the sink refuses for this mode.
+            options = dataclasses.replace(options, flush_mode="executors")
         if not self.lists or "l" not in dict(TABLES[options.table][0]):
             return options         # no list world, or a table without lists (a writer's)
         return dataclasses.replace(
@@ -229,6 +241,29 @@ class World(Streams, BatchJobs, ForeachBatch):
                     rows[-1].update(l=self.lrng.choice(LISTS), fl=self.lrng.choice(LISTS))
             out[p] = rows
         return out
+
+    # -- processes, machines and clocks ----------------------------------------------------------
+    @contextmanager
+    def running(self, proc: str, machine: str | None, flushing: bool = False):
+        """What follows is the sink's process ``proc`` on ``machine``: it reads that machine's
+        clocks, and what it writes to Cassandra is its (``Write.proc``). ``flushing``: it takes
+        every sealed batch in hand now (its first drain, recovery or commit since the seal:
+        the instant whose clock a batch's age is measured on, ``Oracle.anchors``)."""
+        if flushing:
+            offset = self.clocks.wall_offset(machine)
+            for e in self.oracle.executions:
+                if e.seal is not None:
+                    self.oracle.anchors.setdefault((proc, id(e)), offset)
+        before = self.node.proc
+        self.node.proc = proc
+        try:
+            with self.clocks.on_machine(machine):
+                yield
+        finally:
+            self.node.proc = before
+
+    def flush_jobs(self, machine: str | None) -> "SimSparkJobs":
+        return SimSparkJobs(self, machine)
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def say(self, text: str) -> str:
@@ -422,10 +457,12 @@ class World(Streams, BatchJobs, ForeachBatch):
         self.zombies.clear()
         self.zombie_commits.clear()
         for q in self.queries:
-            for wal_root in self.wals_at_end(q) if q.refused is None else ():
+            wals = self.wals_at_end(q) if q.refused is None else ()
+            moved = self.clocks.restart(q.name) if wals else ""
+            for wal_root in wals:
                 if q.refused is not None:
                     break
-                self._final_recovery(q, wal_root, QueryFlusher, SinkError)
+                self._final_recovery(q, wal_root, QueryFlusher, SinkError, moved)
         if any(e.owner.startswith("job") for e in self.oracle.executions):
             self._final_job()
         check_written(self)
@@ -436,32 +473,65 @@ class World(Streams, BatchJobs, ForeachBatch):
             self.clock_us += 2 * 86400 * 1_000_000     # past every TTL
             check_table(self)
 
-    def _final_recovery(self, q: Query, wal_root: str, QueryFlusher, SinkError) -> None:
+    def _final_recovery(self, q: Query, wal_root: str, QueryFlusher, SinkError,
+                        moved: str) -> None:
         if self.store is not None:
             if is_store(wal_root) and self.srng.random() < 0.3:
                 self.move_host(q, wal_root)
             self.on_host(q)
-        try:
-            flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
-        except SinkError as exc:
-            self.refuse(q, "the flusher's start (final recovery)", exc)
-            return
-        self.wal_opened(wal_root, flusher.wal.root)
-        try:
-            flusher.recover()
-            self.final_blocked[wal_root] = blocked_now(flusher)
-        finally:
-            flusher.stop()
-            del flusher
-            gc.collect()
+        with self.running(f"{q.owner}: final recovery", self.clocks.driver(q.name),
+                          flushing=True):
+            try:
+                flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
+            except SinkError as exc:
+                self.refuse(q, "the flusher's start (final recovery)", exc)
+                return
+            self.wal_opened(wal_root, flusher.wal.root)
+            try:
+                flusher.recover()
+                self.final_blocked[wal_root] = blocked_now(flusher)
+            finally:
+                flusher.stop()
+                del flusher
+                gc.collect()
         self.say(f"{q.owner}: recovered" + (f" {wal_root.rsplit('/', 1)[-1]}"
-                                            if q.writers is not None else ""))
+                                            if q.writers is not None else "") + moved)
 
     def _final_job(self) -> None:
         from sinks.source import CassandraWalDataSource
 
         options = self.draw_options(None, valid=True)
-        source = CassandraWalDataSource(options.spark_options(None))
-        writer = source.writer(options.spark_schema(), False)
-        writer.commit([])
+        with self.running("final batch job", self.clocks.on and JOBS or None, flushing=True):
+            source = CassandraWalDataSource(options.spark_options(None))
+            writer = source.writer(options.spark_schema(), False)
+            writer.commit([])
         self.say("final batch job (no rows) committed")
+
+
+class SimSparkJobs:
+    """Spark running the flush jobs of ``wal.flush.mode=executors`` (``recovery.executors``):
+    the tasks one after the other, each on an executor or on the driver's machine
+    (:meth:`tests.sim.clocks.Clocks.executor`). A task on another machine than the driver's
+    counts the batch's age on from when it starts: how long it waited since the job began is
+    its writes' ``uncounted_s``."""
+
+    label = "simulated flush tasks"
+
+    def __init__(self, world: World, driver: str | None):
+        self.world, self.driver = world, driver
+
+    def active(self) -> bool:
+        return True
+
+    def __call__(self, batch: int, tasks: list, fn) -> list:
+        world, began, out = self.world, self.world.clock_us, []
+        for task in tasks:
+            machine = world.clocks.executor(self.driver)
+            world.node.uncounted_s = ((world.clock_us - began) / 1e6
+                                      if machine != self.driver else 0.0)
+            try:
+                with world.clocks.on_machine(machine):
+                    out += list(fn(iter([task])))
+            finally:
+                world.node.uncounted_s = 0.0
+        return out

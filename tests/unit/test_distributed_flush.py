@@ -45,7 +45,7 @@ class RecordingUpserter:
         WRITES.append((batch_id, first_ts, ids))
         return rb.num_rows
 
-    def write_chunks(self, chunks, batch_id: int, sealed_at_us: int | None = None):
+    def write_chunks(self, chunks, batch_id: int, age=None):
         for rb, first_ts, tag in chunks:
             self.write_chunk(rb, first_ts, batch_id)
             yield tag

@@ -44,7 +44,7 @@ def die_on(victim, tasks):
 
 
 class FileRecordingUpserter:
-    def write_chunks(self, chunks, batch_id: int, sealed_at_us: int | None = None):
+    def write_chunks(self, chunks, batch_id: int, age=None):
         for rb, first_ts, tag in chunks:
             with open(os.environ[WRITES_ENV], "a") as fh:
                 fh.write(json.dumps([batch_id, first_ts, rb.column("id").to_pylist(),

@@ -16,18 +16,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 
 import pytest
 
+from cql.config import WriteConfig
 from cql.errors import FlushFailed
+from cql.table import TableSchema
+from cql.upsert import Upserter
 from recovery.errors import is_transient
 from recovery.executors import ExecutorsWriter
 from recovery.processes import ProcessPool
+from recovery.config import SinkConfig
 from recovery.replay import Acknowledged, DriverWriter, Replayer
+from recovery.target import Target
+from tests.helpers.recording_session import RecordingSession, skewed_clock, visible
+from tests.helpers.recording_session import read as read_requests
 from tests.helpers.walfactory import WalFactory
 from tests.unit.test_distributed_flush import LocalJob, target
 from wal import format as fmt
 from wal.errors import WalCorrupted
+from wal.seal import now_us
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
@@ -43,7 +52,7 @@ class ContractUpserter:
     """Records ``[batch, first_ts, ids]`` per chunk; a chunk holding a failing id fails, as a
     write whose retries are spent does."""
 
-    def write_chunks(self, chunks, batch_id: int, sealed_at_us: int | None = None):
+    def write_chunks(self, chunks, batch_id: int, age=None):
         failing = {int(i) for i in os.environ.get(FAIL_ENV, "").split(",") if i}
         for rb, first_ts, tag in chunks:
             ids = rb.column("id").to_pylist()
@@ -205,3 +214,124 @@ def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_r
     assert sorted(set(row for row, _ in rows)) == ALL_IDS
     rewritten = [row for row in ALL_IDS if [r for r, _ in rows].count(row) > 1]
     assert not set(rewritten) & set(ALL_IDS[:progress.flushed_rows])   # the prefix stays written
+
+
+# -- TTLs: the age the driver measured, whatever the clock of the process that writes ---------
+# A real Upserter writes, over a session that records every request's rows in a file
+# (tests/helpers/recording_session.py), in the process that writes: the driver, a task played
+# the way Spark runs it, or a real worker process. That process's wall clock is SKEW_ENV
+# seconds off while it writes (an executor whose clock runs ahead or behind; in driver mode,
+# the driver's clock stepping once it took the batch in hand).
+REQUESTS_ENV = "CWAL_CONTRACT_REQUESTS"
+SKEW_ENV = "CWAL_CONTRACT_SKEW_S"
+HOUR = 3600
+TTL_TABLE = TableSchema("ks", "t", (("id", "bigint"), ("name", "text"), ("value", "double")),
+                        ("id",))
+
+
+def ttl_target() -> Target:
+    """Rows written with a TTL of two hours; only ``id`` and ``name`` (``value`` is another
+    writer's column)."""
+    config = SinkConfig("ks", "t", write=WriteConfig(ttl_seconds=2 * HOUR,
+                                                     batch_grouping_key="partition"))
+    return Target(config, TTL_TABLE, ("id", "name"))
+
+
+def recording_upserter_of(target: Target) -> Upserter:
+    session = RecordingSession(target.table, os.environ[REQUESTS_ENV])
+    return Upserter(session, target.table, target.columns, target.config.write)
+
+
+@contextlib.contextmanager
+def skewed_upserter(target: Target):
+    """A flush task's or worker's Upserter, its process's clock SKEW_ENV seconds off."""
+    with skewed_clock(float(os.environ.get(SKEW_ENV) or 0)):
+        yield recording_upserter_of(target)
+
+
+@pytest.fixture(params=["driver", "executors", "processes"])
+def ttl_writer(request, tmp_path, monkeypatch):
+    """A row writer of each flush mode whose rows a real Upserter writes (``ttl_target``)."""
+    monkeypatch.setenv(REQUESTS_ENV, str(tmp_path / "requests.jsonl"))
+    monkeypatch.setenv(SKEW_ENV, "0")
+    root = str(tmp_path / "wal")
+    with contextlib.ExitStack() as clocks:
+        if request.param == "driver":
+            def upserter(seal):          # the driver's clock steps once it has the batch
+                clocks.enter_context(skewed_clock(float(os.environ[SKEW_ENV])))
+                return recording_upserter_of(ttl_target().as_sealed(seal.write))
+
+            made = DriverWriter(upserter)
+        elif request.param == "executors":
+            made = ExecutorsWriter(LocalJob(), root, ttl_target, open_upserter=skewed_upserter)
+        else:
+            made = ExecutorsWriter(ProcessPool(1), root, ttl_target,
+                                   open_upserter=skewed_upserter)
+        yield made
+        made.reset()
+
+
+@contextlib.contextmanager
+def ttl_wal(tmp_path, sealed_ago_s: float):
+    """Batch 3 sealed ``sealed_ago_s`` seconds ago with ``ttl_target``'s TTL; committed."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.flushing(BATCH, rows=ROWS, chunk_rows=CHUNK_ROWS, write=ttl_target().write_record(),
+                   sealed_at_us=now_us() - int(sealed_ago_s * 1e6))
+        yield f
+
+
+def flush(writer, f: WalFactory) -> None:
+    """What the flusher does: the Replayer takes the batch in hand and has the writer write it."""
+    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(query_running=True)
+    assert f.log.get(BATCH).state is BatchState.FLUSHED
+
+
+def sent(tmp_path) -> list[dict]:
+    return read_requests(tmp_path / "requests.jsonl")
+
+
+def requests(rows: list[dict]) -> list[str]:
+    """The rows sent, whenever they were applied."""
+    return sorted(json.dumps({k: v for k, v in r.items() if k != "at_s"}, sort_keys=True)
+                  for r in rows)
+
+
+@pytest.mark.parametrize("skew_h", [2, -2], ids=["ahead", "behind"])
+def test_a_writer_whose_clock_is_off_sends_the_ttl_left_as_the_driver_measured_it(
+        ttl_writer, tmp_path, monkeypatch, skew_h):
+    """Sealed an hour ago with a TTL of two: every row has an hour left, and is written with
+    it, whatever the clock of the process that writes says. Before, that process counted the
+    batch's age on its own clock: 2 h ahead it found 3 h gone and skipped every row; 2 h
+    behind it found none gone (never less than 0) and sent the whole TTL, two hours, so
+    every row would have lived an hour longer than sealed."""
+    with ttl_wal(tmp_path, sealed_ago_s=HOUR) as f:
+        monkeypatch.setenv(SKEW_ENV, str(skew_h * HOUR))
+        flush(ttl_writer, f)
+        rows = sent(tmp_path)
+        assert sorted(r["key"][0] for r in rows) == ALL_IDS
+        assert {r["op"] for r in rows} == {"insert"}
+        ttls = {r["ttl"] for r in rows}
+        assert min(ttls) >= HOUR - 10 and max(ttls) <= HOUR, ttls   # never longer than sealed
+
+
+def test_a_row_whose_ttl_ran_out_while_pending_is_written_as_a_tombstone_at_its_timestamp(
+        ttl_writer, tmp_path):
+    """Sealed three hours ago with a TTL of two: the rows expired while they were pending.
+    Cassandra would hold, of each, a tombstone per written cell at its write timestamp (an
+    expired cell is one): so the writer deletes the columns written (``name``) at the sealed
+    timestamp, not the row, and a replay writes the same tombstones. An older cell of another
+    writer is hidden in ``name`` and stays in ``value``, which the row never wrote. Before,
+    the rows were skipped: the other writer's older ``name`` stayed visible."""
+    with ttl_wal(tmp_path, sealed_ago_s=3 * HOUR) as f:
+        seal = f.built[BATCH].seal
+        write(ttl_writer, f)
+        first = sent(tmp_path)
+        assert sorted(r["key"][0] for r in first) == ALL_IDS
+        assert all(r["op"] == "delete" and r["columns"] == ["name"] and
+                   r["ts"] == seal.base_ts_us + r["key"][0] - BATCH * 1000 for r in first)
+        write(ttl_writer, f)                                   # a replay
+        again = sent(tmp_path)[len(first):]
+        assert requests(again) == requests(first)
+        older = [{"op": "insert", "key": [i], "ts": seal.base_ts_us - 1, "ttl": None,
+                  "cells": {"name": "older", "value": 1.5}, "at_s": time.time()} for i in ALL_IDS]
+        assert visible(older + first, time.time()) == {(i,): {"value": 1.5} for i in ALL_IDS}

@@ -7,6 +7,10 @@
   expire it at the same second, a replay never revives a row whose TTL ran out, and a null in
   the ``ttl`` column is sent unset, so the table's ``default_time_to_live`` applies (it was
   sent as 0: no expiry at all).
+* Issue 31, item 6: the batch's age is the driver's measure, counted on on a monotonic clock
+  (``cql.clock``); a row whose TTL ran out while it was pending is written as the tombstones
+  its expired cells would be, at its sealed timestamp (it was skipped: an older cell of another
+  writer stayed visible).
 
 No Cassandra: the Upserter's requests are read back from a session whose ``prepare`` gives the
 driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
@@ -20,8 +24,9 @@ import struct
 import pyarrow as pa
 import pytest
 
-from cassandra.query import UNSET_VALUE
+from cassandra.query import UNSET_VALUE, BoundStatement
 
+from cql.clock import BatchAge
 from recovery.target import SEALED_WRITE_OPTIONS, Target
 from cql.upsert import Upserter
 from cql.config import WriteConfig
@@ -30,6 +35,7 @@ from recovery.config import SinkConfig
 from wal.seal import Seal
 
 from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk
+from tests.unit.test_upsert_pipeline import ScriptedSession
 
 pytestmark = pytest.mark.unit
 
@@ -108,17 +114,34 @@ def ttl_rows(ttls) -> pa.RecordBatch:
     return rows.set_column(rows.schema.get_field_index("ttl"), "ttl", pa.array(ttls, pa.int32()))
 
 
-def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int | str]:
-    """Row position (from its write timestamp) -> the TTL its request carries ("unset")."""
-    params = upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT)
-    out = {}
-    for statement, _ in params:
-        for values in getattr(statement, "_statements_and_parameters", None) or [(None, None, statement.values)]:
-            values = values[2]
-            position = struct.unpack(">q", values[-2])[0]
-            out[position] = ("unset" if values[-1] is UNSET_VALUE
-                             else struct.unpack(">i", values[-1])[0])
+def bound_rows(requests) -> list[tuple[bytes, list]]:
+    """Every row of these requests: (its prepared statement's query id, its bound values)."""
+    out = []
+    for statement, _ in requests:
+        if isinstance(statement, BoundStatement):
+            out.append((statement.prepared_statement.query_id, list(statement.values)))
+        else:
+            out += [(query_id, list(values))
+                    for _, query_id, values in statement._statements_and_parameters]
     return out
+
+
+def ttls_of(requests) -> dict[int, int | str]:
+    """Row position (from its write timestamp) -> the TTL its request carries ("unset"), or
+    "tombstone" for a row written as the tombstones of its columns (a DELETE: timestamp first)."""
+    out = {}
+    for query_id, values in bound_rows(requests):
+        if query_id.startswith(b"delete:"):
+            out[struct.unpack(">q", values[0])[0]] = "tombstone"
+            continue
+        position = struct.unpack(">q", values[-2])[0]
+        out[position] = ("unset" if values[-1] is UNSET_VALUE
+                         else struct.unpack(">i", values[-1])[0])
+    return out
+
+
+def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int | str]:
+    return ttls_of(upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT))
 
 
 def upserter_at(seconds_after_seal: float, sealed_at: int = SEALED_AT, **write) -> Upserter:
@@ -135,9 +158,46 @@ def test_a_ttl_counts_from_the_seal_so_every_write_expires_the_row_at_the_same_s
     assert {p: 2 + t for p, t in first.items()} == {p: 40 + t for p, t in replay.items()}
 
 
-def test_a_row_whose_ttl_ran_out_before_its_replay_is_not_written_again():
+def test_a_row_whose_ttl_ran_out_before_its_write_is_written_as_tombstones_at_its_timestamp():
+    # What the expired row would have left: a tombstone per column it writes, at its sealed
+    # timestamp (an expired cell is one), its other columns untouched. Before: not written.
     rows = ttl_rows([30, 100, 0])
-    assert sent(upserter_at(45, ttl_column="ttl"), rows) == {1: 55, 2: 0}   # 0: no expiry
+    upserter = upserter_at(45, ttl_column="ttl")
+    assert sent(upserter, rows) == {0: "tombstone", 1: 55, 2: 0}        # 0: no expiry
+    requests = upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT)
+    (delete, values), = [(q, v) for q, v in bound_rows(requests) if q.startswith(b"delete:")]
+    regular = [c for c in COLUMN_NAMES if c not in TABLE.primary_key]
+    assert delete == b"delete:DELETE " + ", ".join(f'"{c}"' for c in regular).encode()
+    inserted = next(v for q, v in bound_rows(reference(target(ttl_column="ttl")).group_requests(
+        [(rows, 0)])) if struct.unpack(">q", v[-2])[0] == 0)
+    key = [inserted[COLUMN_NAMES.index(c)] for c in TABLE.primary_key]
+    assert values == [struct.pack(">q", 0)] + key        # at its timestamp, for its key
+    # A replay, at any later time, writes the very same tombstones.
+    assert bound_rows(upserter_at(4000, ttl_column="ttl").group_requests(
+        [(rows.slice(0, 1), 0)], sealed_at_us=SEALED_AT)) == [(delete, values)]
+
+
+def test_with_ignore_nulls_a_tombstone_deletes_only_the_columns_the_row_sets():
+    # Row 0 of chunk() has nulls in delay (i % 5 == 0), ok (i % 11 == 0) and tags (i % 4 == 0):
+    # with ignoreNulls those cells are not written, so an expired row leaves no tombstone there.
+    rows = ttl_rows([30, 30])
+    upserter = upserter_at(45, ttl_column="ttl", ignore_nulls=True)
+    deletes = {struct.unpack(">q", v[0])[0]: q for q, v in
+               bound_rows(upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT))}
+    assert set(deletes) == {0, 1}
+    assert b'"delay"' not in deletes[0] and b'"ok"' not in deletes[0] \
+        and b'"tags"' not in deletes[0] and b'"seats"' in deletes[0]
+    assert b'"delay"' in deletes[1] and b'"tags"' in deletes[1]
+
+
+def test_an_expired_row_with_no_cell_to_delete_is_not_written():
+    # A row of its key alone (or, with ignoreNulls, of nulls only): an expired row marker is
+    # all it would leave, and nothing is sent.
+    t = target(columns=list(TABLE.primary_key), ttl_column="ttl")
+    upserter = Upserter(PreparingSession(), t.table, t.columns, t.config.write,
+                        clock_us=lambda: SEALED_AT + 45 * SECOND)
+    assert ttls_of(upserter.group_requests([(ttl_rows([30, 100]), 0)],
+                                           sealed_at_us=SEALED_AT)) == {1: 55}
 
 
 def test_a_null_ttl_is_sent_unset_so_the_tables_default_applies():
@@ -163,22 +223,30 @@ def test_a_constant_ttl_counts_from_the_seal_too():
 
 def test_a_retried_write_sends_the_ttl_left_when_it_is_retried():
     # A request that timed out is sent again after a back-off: its rows must still expire at
-    # the seal's second plus their TTL, and a row whose TTL ran out meanwhile is left out.
-    clock = [SEALED_AT + 1 * SECOND]
-    upserter = Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"),
-                        clock_us=lambda: clock[0])
-    built_s = clock[0] // SECOND
+    # the seal's second plus their TTL, and a row whose TTL ran out meanwhile is a tombstone.
+    upserter = Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"))
+    built_s = SEALED_AT // SECOND + 1
     pending = upserter.group_requests([(ttl_rows([100, 3, 0]), 0)], SEALED_AT, built_s)
-    clock[0] += 3 * SECOND                      # the back-off
-    aged, now_s = upserter._aged(pending, built_s)
+    aged, now_s = upserter._aged(pending, built_s, built_s + 3)   # after a 3 s back-off
     assert now_s == built_s + 3
-    ttls = {}
-    for statement, _ in aged:
-        rows = ([v for _, _, v in statement._statements_and_parameters]
-                if hasattr(statement, "_statements_and_parameters") else [statement.values])
-        for values in rows:
-            ttls[struct.unpack(">q", values[-2])[0]] = struct.unpack(">i", values[-1])[0]
-    assert ttls == {0: 96, 2: 0}                # 100 - 1 - 3; the 3 s row expired; 0 stays
+    # 100 - 1 - 3; the 3 s row expired; 0 stays
+    assert ttls_of(aged) == {0: 96, 1: "tombstone", 2: 0}
+    again, _ = upserter._aged(aged, now_s, now_s + 200)            # a tombstone stays one
+    assert ttls_of(again) == {0: "tombstone", 1: "tombstone", 2: 0}
+
+
+def test_write_chunks_counts_the_drivers_measure_on_its_monotonic_clock_not_its_wall_clock():
+    # Sealed 40 s before the driver measured it; the writing process's wall clock is two hours
+    # off, and 5 s pass on its monotonic clock before it writes: 100 - 45 = 55 s are left.
+    mono = [7_000 * 10**9]
+    age = BatchAge(SEALED_AT, 40 * SECOND, mono[0], "this machine")
+    mono[0] += 5 * 10**9
+    session = ScriptedSession()
+    upserter = Upserter(session, TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"),
+                        clock_us=lambda: SEALED_AT + 7200 * SECOND, monotonic_ns=lambda: mono[0])
+    assert list(upserter.write_chunks([(ttl_rows([100, 30]), 0, "tag")], 3, age=age)) == ["tag"]
+    assert ttls_of([(answer.statement, None) for answer in session.sent]) == \
+        {0: 55, 1: "tombstone"}
 
 
 # -- issue 31, item 1: a batch is written to the table and cluster it was sealed for -----------

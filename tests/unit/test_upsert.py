@@ -60,14 +60,23 @@ class PreparingSession:
         self.cluster = type("Cluster", (), {"metadata": ring or Ring()})()
 
     def prepare(self, cql: str) -> PreparedStatement:
-        names = cql.split("(", 1)[1].split(")", 1)[0].replace('"', "").split(", ")
-        meta = [ColumnMetadata("ks", "flights", n, cqltypes.lookup_casstype(M + DRIVER[dict(COLUMNS)[n]]))
-                for n in names]
-        meta.append(ColumnMetadata("ks", "flights", "[timestamp]", cqltypes.LongType))
-        if "TTL" in cql:
-            meta.append(ColumnMetadata("ks", "flights", "[ttl]", cqltypes.Int32Type))
-        keys = [names.index(k) for k in TABLE.partition_key]
-        return PreparedStatement(meta, b"qid", keys, cql, "ks", 5, None, None)
+        if cql.startswith("DELETE"):    # a row whose TTL ran out: DELETE <cols> ... WHERE <key>
+            where = cql.split(" WHERE ", 1)[1].replace('"', "").split(" AND ")
+            names = [w.split(" = ")[0] for w in where]
+            meta = [ColumnMetadata("ks", "flights", "[timestamp]", cqltypes.LongType)]
+            offset, query_id = 1, b"delete:" + cql.split(" FROM ")[0].encode()
+        else:
+            names = cql.split("(", 1)[1].split(")", 1)[0].replace('"', "").split(", ")
+            meta, offset, query_id = [], 0, b"qid"
+        meta += [ColumnMetadata("ks", "flights", n,
+                                cqltypes.lookup_casstype(M + DRIVER[dict(COLUMNS)[n]]))
+                 for n in names]
+        if offset == 0:
+            meta.append(ColumnMetadata("ks", "flights", "[timestamp]", cqltypes.LongType))
+            if "TTL" in cql:
+                meta.append(ColumnMetadata("ks", "flights", "[ttl]", cqltypes.Int32Type))
+        keys = [offset + names.index(k) for k in TABLE.partition_key]
+        return PreparedStatement(meta, query_id, keys, cql, "ks", 5, None, None)
 
 
 def chunk(rows: int = 300) -> pa.RecordBatch:
@@ -279,7 +288,7 @@ def test_requests_size_rows_as_the_reference_does(write):
     upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], write)
     statement_prepared = upserter.statement
     rb = chunk(300).set_column(11, "photo", pa.array([b"q" * (i % 400) for i in range(300)]))
-    rows, value_bytes = upserter._encoded(rb, 1)
+    rows, value_bytes, _ = upserter._encoded(rb, 1)
     assert (value_bytes + upserter._row_overhead).tolist() == [upserter.batch_size([r]) for r in rows]
     fast = [[tuple(v) for _, _, v in s._statements_and_parameters] if isinstance(s, BatchStatement)
             else [tuple(s.values)] for s, _ in upserter.requests(rb, 1)]

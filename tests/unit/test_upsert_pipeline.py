@@ -338,6 +338,8 @@ def test_a_group_built_before_the_one_in_flight_was_retried_is_sent_with_the_ttl
     from cassandra.query import BatchStatement
     import struct
 
+    from cql.clock import BatchAge
+
     now = [1_800_000_000_000_000]
     sealed_at = now[0]
     TIMEOUT = WriteTimeout("injected", consistency=1, required_responses=1, received_responses=0,
@@ -353,11 +355,14 @@ def test_a_group_built_before_the_one_in_flight_was_retried_is_sent_with_the_ttl
         return TIMEOUT if len(sends) == 1 else None
 
     session = ScriptedSession(first_send_times_out)
+    # The back-offs move the monotonic clock the driver's measure of the batch's age is
+    # counted on (cql.clock): measured at the seal, here.
     upserter = Upserter(session, TABLE, [n for n, _ in COLUMNS],
                         WriteConfig(group_rows=1, ttl_column="ttl"), sleep=sleep,
-                        clock_us=lambda: now[0])
+                        monotonic_ns=lambda: now[0] * 1000)
+    age = BatchAge(sealed_at, 0, now[0] * 1000, "this machine")
     groups = []
-    for _ in upserter.write_chunks([(chunk(4), 0, "one"), (chunk(4), 100, "two")], 1, sealed_at):
+    for _ in upserter.write_chunks([(chunk(4), 0, "one"), (chunk(4), 100, "two")], 1, age):
         groups.append(_)
     ttls = []
     for answer in session.sent:
