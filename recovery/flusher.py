@@ -40,10 +40,13 @@ from tenacity import (
 )
 
 from cql import credentials
+from wal import catalog
 from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
+from wal.entries import entries_since, record_run
 from wal.layout import WalDir
+from wal.log import WalLog
 from wal.retention import RetentionPolicy
 from wal.seal import Seal
 
@@ -53,7 +56,7 @@ from .executors import ExecutorsWriter, SparkJobs
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
 from .output import CassandraOutput
 from .recover import open_writer_waiting
-from .replay import Replayer, WrittenBatch
+from .replay import RUNBOOK_LOST, Replayer, WrittenBatch
 from .target import RecordedTarget, Target
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,32 @@ class Replay:
     rows: int = 0
 
 
+def block_if_lost(wal_root: str, checkpoint: str, run: tuple[str, int] | None = None) -> bool:
+    """A WAL no flusher can be made for yet (no batch recorded its target: the first one's
+    table lookup failed): block it if Spark committed a batch its foreachBatch writer entered
+    and never sealed (the function caught that failure): a loss, said where the query's next
+    commit sees it. ``run`` as for :class:`QueryFlusher`. Whether it blocked."""
+    wal = WalDir.at(wal_root)
+    if wal.remote:          # its entries and seals as the store holds them (this host's copy
+        wal.remote.pull(wal.root, segments=False)    # may be another host's, or stale)
+    if run is not None and entries_since(wal) is not None:
+        record_run(wal, run[1], run[0])
+    reader = WalLog.open_reader(wal)
+    try:
+        views = catalog.describe(wal, reader, checkpoint, query_running=True, current_run=run)
+    finally:
+        if reader is not None:
+            reader.close()
+    lost = next((v for v in views if v.action == catalog.BROKEN), None)
+    if lost is None:
+        return False
+    reason = (f"RecoveryBlocked: "
+              f"{RecoveryBlocked(lost.batch, lost.detail, RUNBOOK_LOST)}")   # as a drain says
+    events.blocked(wal.root, reason)
+    wal.write_blocked(reason)
+    return True
+
+
 def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
     """The WAL's recorded target (secret-free) with a stream's credentials
     (:func:`cql.credentials.of_stream`)."""
@@ -101,13 +130,18 @@ class QueryFlusher:
 
     def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
                  retry_interval_s: float = 2.0,
-                 spark_jobs: SparkJobs | None = None):
+                 spark_jobs: SparkJobs | None = None, run: tuple[str, int] | None = None):
+        """``run``: (Spark's runId, the first batch it runs) of the query run this flusher
+        belongs to: what a foreachBatch writer's entries are judged by (a batch the run
+        committed without entering this WAL's writer has nothing to write here)."""
         self.wal = WalDir.at(wal_root)     # a store's WAL: this host's working copy
         self.checkpoint = checkpoint
         self.session_conf = session_conf
         # The WAL is this query's (a pointer copied from another checkpoint must not make this
         # query replay, discard or skip another's batches): see wal/binding.py.
         bind(self.wal, checkpoint)
+        if run is not None and entries_since(self.wal) is not None:
+            record_run(self.wal, run[1], run[0])    # which run ran its batches from there on
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
         self.log = open_writer_waiting(self.wal, 30)
@@ -116,6 +150,7 @@ class QueryFlusher:
         self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target),
                                  on_written=self._written, before_write=self._before_write)
+        self.replayer.current_run = run
         self._lists_said: set[int] = set()     # batches whose unaccepted lists were logged
         self._replay: Replay | None = None     # the replay under way (recovery.events)
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it

@@ -175,6 +175,8 @@ class Replayer:
         self.retention = retention
         self.on_progress = on_progress
         self._crash_prefix = crash_prefix
+        #: (Spark's runId, its first batch) of the run flushed for (catalog.describe)
+        self.current_run: tuple[str, int] | None = None
         # The age of each sealed batch still to write, measured when this process first saw
         # it and counted on on its monotonic clock (cql.clock): its rows' TTLs count from it.
         self._ages: dict[tuple[int, str, int], BatchAge] = {}
@@ -182,7 +184,7 @@ class Replayer:
     def plan(self, query_running: bool,
              committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
         return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running,
-                                committed=committed)
+                                committed=committed, current_run=self.current_run)
 
     def run(self, query_running: bool, crash_prefix: str | None = None,
             writer: RowWriter | None = None) -> ReplayReport:
@@ -206,8 +208,11 @@ class Replayer:
         for view in views:
             if view.action == catalog.NOTHING:
                 if view.state == catalog.SKIPPED:
-                    # Nothing of it here, and every batch before it done: mark it done too, so
-                    # that "flushed through" (wait_flushed, the health) passes it.
+                    # Nothing of it to write, and every batch before it done: mark it done
+                    # too, so that "flushed through" (wait_flushed, the health) passes it;
+                    # what an earlier run left of it is garbage.
+                    if view.detail == catalog.LEFT_BY_ANOTHER_RUN:
+                        remove_batch_files(self.wal, view.batch)
                     self.log.note_skipped(view.batch)
                     self.wal.write_flushed_through(view.batch)
                     continue

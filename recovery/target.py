@@ -129,6 +129,12 @@ class Target:
         return self.with_connection(**creds)
 
 
+class TargetNotRecorded(SinkError):
+    """A WAL without ``target.json``: none of its batches was prepared through to the table's
+    lookup yet (a stream's first batch records it once Cassandra answered), or it is not a
+    sink's WAL."""
+
+
 @dataclass(frozen=True)
 class RecordedTarget:
     """``WAL_DIR/target.json``: the target of the WAL's last write, and what produced it."""
@@ -169,11 +175,13 @@ class RecordedTarget:
 
     @classmethod
     def require(cls, wal: WalDir) -> "RecordedTarget":
-        """The WAL's record; a :class:`~cql.errors.SinkError` naming the file if there is none."""
+        """The WAL's record; a :class:`TargetNotRecorded` naming the file if there is none."""
         recorded = cls.read(wal)
         if recorded is None:
-            raise SinkError(f"{wal.root} has no target.json: nothing says where its rows go")
+            raise TargetNotRecorded(f"{wal.root} has no target.json: nothing says where its "
+                                    f"rows go")
         return recorded
+
 
     def write(self, wal: WalDir) -> None:
         """Record it in ``wal`` (atomically: a reader sees the old record or this one)."""

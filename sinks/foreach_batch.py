@@ -33,7 +33,8 @@ from pyspark import TaskContext
 
 from cql.errors import SinkError
 from wal.checkpoint import Filesystems
-from wal.entries import Entry, record_entry
+from wal.entries import Entry, record_entry, record_run
+from wal.layout import WalDir
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal
 
 from .plan import StageMessage, WritePlan, commit_batch, prepare_write, stage_partition
@@ -70,57 +71,68 @@ class _StageTask:
 
 
 class _Claims:
-    """Which table each WAL is being written, or was written, for in a batch of a run, in
-    this process (a run lives in one driver process): a second write of one table in one
-    batch, or of two tables through one ``wal.path``, is refused before it stages anything.
-    A call that failed gives its claim back, so the function may try it again."""
+    """Which table each WAL is written for in a run, and for which batch it was last claimed,
+    in this process (a run lives in one driver process): a second write of one table in one
+    batch, or two tables through one ``wal.path`` in one run (in any batches: a table's lost
+    batch would hide behind the other's seal), is refused before it stages anything. A call
+    that failed gives its batch back, so the function may try it again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._claims: dict[tuple[str, str], tuple[int, str]] = {}   # (wal, run) -> (batch, table)
+        self._tables: dict[tuple[str, str], str] = {}        # (wal, run) -> its table
+        self._batches: dict[tuple[str, str], int] = {}       # (wal, run) -> batch claimed
+        self.runs_recorded: set[tuple[str, str]] = set()     # (wal, run): wal.entries.record_run
 
     def claim(self, wal: str, run: str, batch: int, table: str) -> None:
         with self._lock:
-            held = self._claims.get((wal, run))
-            if held is not None and held[0] == batch:
-                if held[1] == table:
-                    raise SinkError(
-                        f"batch {batch}: {table} is written twice in one micro-batch (the "
-                        f"foreachBatch function called its writer again): the second seal "
-                        f"would replace the first one's rows. Union the DataFrames and call "
-                        f"the writer once per batch")
+            owner = self._tables.get((wal, run))
+            if owner is not None and owner != table:
                 raise SinkError(
-                    f"batch {batch}: {table} and {held[1]} are written through one WAL "
+                    f"batch {batch}: {table} and {owner} are written through one WAL "
                     f"({wal}): each table needs a WAL of its own. Leave wal.path unset (each "
                     f"writer then gets its own under the checkpoint) or give each writer "
                     f"another")
-            self._claims[(wal, run)] = (batch, table)
+            if self._batches.get((wal, run)) == batch:
+                raise SinkError(
+                    f"batch {batch}: {table} is written twice in one micro-batch (the "
+                    f"foreachBatch function called its writer again): the second seal "
+                    f"would replace the first one's rows. Union the DataFrames and call "
+                    f"the writer once per batch")
+            self._tables[(wal, run)] = table
+            self._batches[(wal, run)] = batch
 
     def release(self, wal: str, run: str, batch: int) -> None:
         with self._lock:
-            if self._claims.get((wal, run), (None,))[0] == batch:
-                del self._claims[(wal, run)]
+            if self._batches.get((wal, run)) == batch:
+                del self._batches[(wal, run)]
 
 
 _claims = _Claims()
 
 
 class WriterCall:
-    """One call of a writer for batch ``batch_id``, once its ``prepare_write`` returned: made,
-    it claims the batch's WAL for ``table`` (refused: a :class:`~cql.errors.SinkError`, nothing
-    staged) and records the entry; then the caller stages the batch (``__call__`` through
-    ``mapInArrow``; the protocol simulation, ``tests/sim``, task by task through
-    ``stage_partition``), then :meth:`seal`, or :meth:`failed` if anything failed meanwhile."""
+    """One call of a writer for batch ``batch_id`` of run ``run``: :meth:`enter` (given as
+    ``prepare_write``'s ``on_wal``, so before the table is looked up) claims the batch's WAL
+    for ``table`` (refused: a :class:`~cql.errors.SinkError`, nothing staged) and records the
+    entry; then the caller stages the batch (``__call__`` through ``mapInArrow``; the
+    protocol simulation, ``tests/sim``, task by task through ``stage_partition``), then
+    :meth:`seal`, or :meth:`failed` if anything failed meanwhile."""
 
-    def __init__(self, plan: WritePlan, batch_id: int, run: str, table: str):
-        self.plan, self.batch_id, self.run, self.table = plan, batch_id, run, table
-        self.wal = plan.wal.location
-        _claims.claim(self.wal, run, batch_id, table)
-        try:
-            record_entry(plan.wal, Entry(batch_id, run, table))
-        except BaseException as exc:
-            self.failed(exc)
-            raise
+    def __init__(self, batch_id: int, run: str, table: str):
+        self.batch_id, self.run, self.table = batch_id, run, table
+        self.wal: str | None = None
+        self.plan: WritePlan | None = None
+
+    def enter(self, wal: WalDir) -> None:
+        """Claim ``wal`` for this call and record its entry (``prepare_write``'s ``on_wal``)."""
+        _claims.claim(wal.location, self.run, self.batch_id, self.table)
+        self.wal = wal.location
+        record_entry(wal, Entry(self.batch_id, self.run, self.table))
+        if (wal.location, self.run) not in _claims.runs_recorded:
+            # The run ran the batches from here on, at the latest (the listener records from
+            # where it started, if it could): what an earlier run left of them is garbage.
+            record_run(wal, self.batch_id, self.run)
+            _claims.runs_recorded.add((wal.location, self.run))
 
     def seal(self, messages: list[StageMessage]) -> Seal:
         """Seal the staged batch (before the function returns: Spark commits after)."""
@@ -140,7 +152,8 @@ class WriterCall:
                       "foreachBatch function goes on, Spark commits the batch without its rows "
                       "for this table and the WAL at %s blocks", self.batch_id, self.table,
                       type(exc).__name__, exc, self.wal)
-        _claims.release(self.wal, self.run, self.batch_id)
+        if self.wal is not None:
+            _claims.release(self.wal, self.run, self.batch_id)
 
 
 class CassandraWalWriter:
@@ -163,12 +176,14 @@ class CassandraWalWriter:
 
         Runs: in the driver process, on the query's thread, once per micro-batch."""
         spark = df.sparkSession
-        # Spark resolves the checkpoint against the session's default filesystem: so must we.
-        plan = prepare_write(self.options, _session_conf(spark), df.schema, streaming=True,
-                             filesystems=Filesystems.of_session(spark), wal_per_table=True)
-        call = WriterCall(plan, batch_id, _run_id(spark), self.table)
+        call = WriterCall(batch_id, _run_id(spark), self.table)
         try:
-            rows = df.mapInArrow(_StageTask(plan, batch_id), "segment string").collect()
+            # Spark resolves the checkpoint against the session's default filesystem: so must
+            # we.
+            call.plan = prepare_write(self.options, _session_conf(spark), df.schema,
+                                      streaming=True, filesystems=Filesystems.of_session(spark),
+                                      wal_per_table=True, on_wal=call.enter)
+            rows = df.mapInArrow(_StageTask(call.plan, batch_id), "segment string").collect()
             messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
         except BaseException as exc:
             call.failed(exc)

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
@@ -200,14 +200,18 @@ def _check_private(root: str) -> None:
 def prepare_write(options, session_conf, spark_schema, streaming: bool,
                   credential_channel: str | None = None,
                   filesystems: ckpt.Filesystems = ckpt.LOCAL,
-                  job_id: str | None = None, wal_per_table: bool = False) -> WritePlan:
+                  job_id: str | None = None, wal_per_table: bool = False,
+                  on_wal: Callable[[WalDir], None] | None = None) -> WritePlan:
     """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
 
     A stream whose *options* carry credentials hands them to the driver's flusher over
     ``credential_channel`` (:mod:`cql.credentials`; in memory only, never in the WAL).
     ``filesystems``: what Spark resolves the checkpoint against (the session's default
     filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
-    ``wal_per_table``: a ``foreachBatch`` writer's (:func:`table_wal_location`).
+    ``wal_per_table``: a ``foreachBatch`` writer's (:func:`table_wal_location`). ``on_wal``:
+    called with the WAL once it is resolved, bound to the stream and pointed at, before the
+    table is looked up (a foreachBatch writer records its entry there: a lookup that fails,
+    Cassandra away, must not make the call look like no call).
     """
     options = dict(options)
     use_access(filesystems.access)
@@ -220,6 +224,13 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
                                   filesystems) if streaming else None
     if checkpoint is not None:
         _check_bound(wal, checkpoint)
+        # Pointed at before anything else can fail (the table's lookup): a WAL that holds
+        # anything (an entry) is one the driver's listener knows.
+        slot = (config.keyspace, config.table) if wal_per_table else None
+        _follow_a_move(wal, checkpoint, slot)
+        write_pointer(checkpoint, wal.location, slot)
+    if on_wal is not None:
+        on_wal(wal)
     fingerprint = _fingerprint(config, spark_schema.json())
     recorded = RecordedTarget.read(wal)
     if recorded is not None and recorded.fingerprint == fingerprint:
@@ -236,10 +247,6 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         RecordedTarget.of(target, fingerprint).write(wal)
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
-    if checkpoint is not None:
-        slot = (config.keyspace, config.table) if wal_per_table else None
-        _follow_a_move(wal, checkpoint, slot)
-        write_pointer(checkpoint, wal.location, slot)
     extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra,
                      wal.remote.uri if wal.remote else None, filesystems.access, checkpoint)

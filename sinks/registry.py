@@ -24,7 +24,9 @@ import cassandra.cluster  # noqa: F401
 from cql import credentials
 from recovery import events
 from recovery.errors import is_transient
-from recovery.flusher import QueryFlusher
+from recovery.flusher import QueryFlusher, block_if_lost
+from recovery.target import TargetNotRecorded
+from wal.catalog import committed_through
 from wal.checkpoint import Filesystems, is_local
 from wal.stores import use_access
 from wal.errors import WalBoundElsewhere
@@ -83,6 +85,8 @@ class FlushRegistry:
         self.checkpoints: dict[str, str] = {}             # query id -> checkpoint, kept
         self.names: dict[str, str] = {}                   # query id -> its name ("" if none)
         self.newest: dict[str, list[QueryFlusher]] = {}   # query id -> its newest run's flushers
+        # run id -> the first batch the run runs (the highest Spark had committed, + 1)
+        self.first_batch: dict[str, int] = {}
         self._lock = threading.Lock()
         self._making = threading.Lock()      # one flusher made and started per run
         self._looking: dict[str, threading.Event] = {}    # run id -> set: stop looking
@@ -104,6 +108,7 @@ class FlushRegistry:
             if run_id not in self.runs:
                 return []     # a run that ended (a late event), or not one we saw start
             checkpoint = self.runs[run_id][1]
+            run = (run_id, self.first_batch.get(run_id, 0))
             have = dict(self.flushers.get(run_id, {}))
         pointed = pointed_wals(checkpoint)
         for wal_root in set(have) - set(pointed):    # moved away from, with nothing to write
@@ -120,7 +125,7 @@ class FlushRegistry:
         for wal_root in pointed:
             if wal_root in have:
                 continue
-            flusher = self._make_flusher(wal_root, checkpoint)
+            flusher = self._make_flusher(wal_root, checkpoint, run)
             if flusher is None:
                 continue
             with self._lock:
@@ -139,10 +144,22 @@ class FlushRegistry:
             made.append(flusher)
         return made
 
-    def _make_flusher(self, wal_root: str, checkpoint: str) -> QueryFlusher | None:
+    def _make_flusher(self, wal_root: str, checkpoint: str,
+                      run: tuple[str, int] | None) -> QueryFlusher | None:
         try:
             return QueryFlusher(wal_root, checkpoint, self.session_conf,
-                                spark_jobs=self._spark_jobs())
+                                spark_jobs=self._spark_jobs(), run=run)
+        except TargetNotRecorded:
+            # Pointed at before its first batch looked the table up (which failed, or is
+            # under way): nothing of it can be written yet; tried again at the next event.
+            try:
+                if not block_if_lost(wal_root, checkpoint, run):
+                    log.info("cassandra_wal: %s: no batch recorded its target yet; its "
+                             "flusher starts once one has", wal_root)
+            except Exception as exc:  # noqa: BLE001 - a store away: looked at again next time
+                log.warning("cassandra_wal: %s: cannot read it yet: %s: %s", wal_root,
+                            type(exc).__name__, exc)
+            return None
         except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
             # The listener cannot fail the query, but the query's next commit can: a flusher
             # that cannot start for a reason no retry cures (the WAL is another query's, its
@@ -244,8 +261,10 @@ class FlushRegistry:
         if checkpoint is None:
             return
         name = self._name_of(query_id)
+        first = committed_through(None, checkpoint)[0] + 1
         with self._lock:
             self.runs[run_id] = (query_id, checkpoint)
+            self.first_batch[run_id] = first
             self.checkpoints[query_id] = checkpoint
             self.names[query_id] = name
         if not pointed_wals(checkpoint):    # a new query: its first batch names the WAL

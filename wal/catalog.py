@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import checkpoint as ckpt
-from .entries import entered_batch_ids, entries_since
+from .entries import entered_batch_ids, entries_since, read_entry, read_runs, run_of
 from .errors import WalCorrupted
 from .layout import WalDir
 from .log import BatchRecord, WalLog
@@ -27,6 +27,10 @@ LATE_ATTEMPT = "leftover of a late task attempt of a finished batch"
 #: State of a batch Spark committed that this WAL's foreachBatch writer was never called for
 #: (:mod:`wal.entries`): nothing to write; the flusher moves ``flushed_through`` past it.
 SKIPPED = "skipped"
+#: Detail of a batch the current run committed without entering this WAL's writer, over what
+#: an earlier run left of it (a seal, an entry, segments: never committed, now garbage).
+LEFT_BY_ANOTHER_RUN = ("the foreachBatch writer was not called for it by the run that "
+                       "committed it: nothing to write (what an earlier run left is removed)")
 #: Detail of a batch whose foreachBatch writer was called but sealed nothing, and which Spark
 #: committed all the same.
 ENTERED_NOT_SEALED = (
@@ -94,11 +98,16 @@ def describe_read_only(wal: WalDir, checkpoint: str | None,
 
 def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
              query_running: bool = False,
-             committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
+             committed: tuple[int, list[int] | None] | None = None,
+             current_run: tuple[str, int] | None = None) -> list[BatchView]:
     """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait.
     ``committed``: :func:`committed_through` as read *before* the seals were (a WAL on a store
     pulls its seals after reading the checkpoint: a seal pulled then is the one Spark
-    committed, never an earlier run's that ``commits/N`` appeared beside meanwhile)."""
+    committed, never an earlier run's that ``commits/N`` appeared beside meanwhile).
+    ``current_run``: (Spark's runId, the first batch it runs) of the query's run the caller
+    flushes for, if not recorded yet (``wal.entries.record_run``): a batch a run committed
+    whose foreachBatch writer that run did not enter was not written to this table by it,
+    whatever an earlier run left of that batch (:func:`_left_by_another_run`)."""
     # Spark's commits first, the files after: Spark commits a batch only once its writer is
     # done with it, so every file of a batch read as committed is listed below (a batch with
     # none is one this WAL's foreachBatch writer was never called for: SKIPPED).
@@ -113,6 +122,9 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     ids = set(records) | sealed_ids | staged_ids | entered_ids
     moved = wal.read_moved()
     left_after = moved[1] if moved is not None else None
+    runs = read_runs(wal) if since is not None else []
+    if current_run is not None:     # the newest run: its first batch is its, whoever else's
+        runs = sorted(dict(runs + [(current_run[1], current_run[0])]).items())
     if listed and (ids or since is not None):
         # A committed batch the WAL should hold but does not. Batches below the first one the
         # WAL knows were written before this WAL existed (or by another sink), and batches
@@ -124,11 +136,13 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     views = []
     for batch in sorted(ids):
         record = records.get(batch)
-        if record is not None and record.state is BatchState.DISCARDED and batch in sealed_ids:
+        if record is not None and record.state is BatchState.DISCARDED and (
+                batch in sealed_ids or batch in entered_ids):
             # Discarding removes the batch's files, and Spark then re-runs the batch with the
-            # same id: a seal found now is that re-run's (or the leftover of a discard cut
-            # short by a crash, never committed). Decide from it as for a batch the log has
-            # not seen: replay once committed (DISCARDED -> SEALED), else wait or discard.
+            # same id: a seal or an entry found now is that re-run's (or the leftover of a
+            # discard cut short by a crash, never committed). Decide from it as for a batch
+            # the log has not seen: replay once committed (DISCARDED -> SEALED), a re-run's
+            # writer that entered and sealed nothing is a loss, else wait or discard.
             record = None
         # None: not known (no checkpoint given, and beyond what the log saw committed).
         is_committed = True if batch <= highest else (False if listed is not None else None)
@@ -150,6 +164,12 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             # through the other WAL) was never committed through this one: never written.
             views.append(BatchView(state="moved", action=NOTHING,
                                    detail=f"the stream's WAL moved to {moved[0]}", **base))
+        elif (since is not None and is_committed
+              and (record is None or record.state is BatchState.DISCARDED)
+              and _left_by_another_run(wal, batch, run_of(runs, batch), seal is not None,
+                                       since)):
+            views.append(BatchView(state=SKIPPED, action=NOTHING, detail=LEFT_BY_ANOTHER_RUN,
+                                   **base))
         elif record is not None and record.state in (BatchState.FLUSHED, BatchState.DISCARDED):
             views.append(BatchView(state=record.state.value, action=NOTHING,
                                    detail=record.reason, **base))
@@ -196,3 +216,21 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             views.append(BatchView(state="missing", action=BROKEN,
                                    detail="Spark committed it but the WAL holds no seal", **base))
     return views
+
+
+def _left_by_another_run(wal: WalDir, batch: int, run_id: str | None, sealed: bool,
+                         since: int) -> bool:
+    """Whether the files of committed ``batch`` in a WAL that keeps entries are not a call of
+    its writer by ``run_id``, the run that committed it: segments with neither entry nor seal
+    (every call records its entry before it stages: a zombie task's, or a late one of a
+    checkpoint deleted since), a seal with no entry from ``since`` on, or an entry of another
+    run. An unknown run, or an entry that names none (Spark Connect's server-side function
+    cannot read it), decides nothing else."""
+    entry = read_entry(wal, batch)
+    if entry is None and not sealed:
+        return True
+    if not run_id:
+        return False
+    if entry is None:
+        return batch >= since
+    return bool(entry.run_id) and entry.run_id != run_id

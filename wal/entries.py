@@ -17,6 +17,13 @@ such records (``entered/since``). Then, for a batch Spark committed with no seal
   the WAL blocks, naming the batch.
 
 An entry goes with its batch's files (flushed, discarded); ``since`` stays.
+
+Runs (``entered/runs/<batch>``: a run id): which run of the query ran batches from ``<batch>``
+on, recorded when a run starts (and by its writer's first call). A run that dies leaves the
+files of the batch it was running; the next run re-runs that batch, and its function may call
+no writer of this table: Spark commits the batch all the same. What the earlier run left of
+it (an entry, segments, a seal Spark never committed) is then garbage, told apart by the run
+that committed the batch (:func:`run_of`), whose entry it is not.
 """
 
 from __future__ import annotations
@@ -104,3 +111,48 @@ def remove_entry(wal: WalDir, batch: int) -> None:
         os.unlink(wal.entry_path(batch))
     except FileNotFoundError:
         pass
+
+
+RUNS = "runs"          # entered/runs/<batch>: the run of the batches from <batch> on
+RUN_SUFFIX = ".run"
+
+
+def record_run(wal: WalDir, first_batch: int, run_id: str) -> None:
+    """Record that run ``run_id`` runs the batches from ``first_batch`` on (the latest record
+    of a batch wins: a run that died before committing anything is followed by another one
+    starting at the same batch). On a store, published there first."""
+    if not run_id:
+        return
+    folder = os.path.join(wal.entries, RUNS)
+    make_private_dirs(folder)
+    data = run_id.encode()
+    if wal.remote:
+        wal.remote.publish_run(first_batch, data)
+    atomic_write(os.path.join(folder, fmt.batch_name(first_batch) + RUN_SUFFIX), data)
+
+
+def read_runs(wal: WalDir) -> list[tuple[int, str]]:
+    """``(first batch, run id)`` of every run recorded, in batch order."""
+    folder = os.path.join(wal.entries, RUNS)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        stem = name[: -len(RUN_SUFFIX)]
+        if name.endswith(RUN_SUFFIX) and stem.isdigit():
+            with open(os.path.join(folder, name), "rb") as f:
+                out.append((int(stem), f.read().decode()))
+    return sorted(out)
+
+
+def run_of(runs: list[tuple[int, str]], batch: int) -> str | None:
+    """The run that ran ``batch`` last (the recorded run with the greatest first batch at or
+    below it; Spark commits a batch in the last run that runs it), or None if none is."""
+    found = None
+    for first, run_id in runs:
+        if first > batch:
+            break
+        found = run_id
+    return found

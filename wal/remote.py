@@ -153,6 +153,10 @@ class RemoteWal:
     def publish_entry(self, batch: int, data: bytes) -> None:
         self.publish_version(f"{ENTRY_VERSIONS}/{fmt.batch_name(batch)}", data, fmt.ENTRY_SUFFIX)
 
+    def publish_run(self, first_batch: int, data: bytes) -> None:
+        self.publish_version(f"{ENTRY_VERSIONS}/runs/{fmt.batch_name(first_batch)}", data,
+                             ".run")
+
     def publish_amendment(self, batch: int, data: bytes) -> None:
         self.publish_version(f"{AMENDMENT_VERSIONS}/{fmt.batch_name(batch)}", data,
                              fmt.ENTRY_SUFFIX)
@@ -269,6 +273,8 @@ class RemoteWal:
                 make_private_dirs(folder)
                 atomic_write(since_path, data)
         pulled = self._pull_versions(ENTRY_VERSIONS, folder, fmt.ENTRY_SUFFIX, keys)
+        self._pull_versions(f"{ENTRY_VERSIONS}/runs", os.path.join(folder, "runs"), ".run",
+                            [k for k in keys if k.startswith(f"{ENTRY_VERSIONS}/runs/")])
         there = {k.split("/")[1] for k in keys if k.count("/") == 2}
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
             stem = name[: -len(fmt.ENTRY_SUFFIX)]
@@ -280,12 +286,13 @@ class RemoteWal:
                        keys: list[str] | None = None) -> list[int]:
         """The newest version under each ``<top>/<batch>/`` into ``folder/<batch><suffix>``."""
         newest: dict[str, tuple[int, str]] = {}
+        depth = top.count("/") + 1            # <top>/<batch>/<version>: the batch's place
         for key in self.store.list(top) if keys is None else keys:
             parts = key.split("/")
             version = _version_of(key)
-            if (len(parts) == 3 and parts[1].isdigit() and version is not None
-                    and (version, key) > newest.get(parts[1], (-1, ""))):   # as latest_version
-                newest[parts[1]] = (version, key)
+            if (len(parts) == depth + 2 and parts[depth].isdigit() and version is not None
+                    and (version, key) > newest.get(parts[depth], (-1, ""))):   # as latest_version
+                newest[parts[depth]] = (version, key)
         make_private_dirs(folder)
         pulled = []
         for batch, (_, key) in sorted(newest.items()):

@@ -141,8 +141,6 @@ class ForeachBatch:
         tables = ["t", "tc"]
         f.shuffle(tables)
         count = 2 if f.random() < 0.6 else 1
-        if count == 2 and q.options.wal_path is not None and not known_failures():
-            count = 1          # held back: README.md, "foreachBatch: what it finds", item F2
         q.writers = [Writer(t, self.draw_options(q.options.wal_path, table=t)) for t in tables[:count]]
         if count == 2 and q.options.wal_path is not None:
             q.invalid = q.invalid or "two tables through one wal.path"
@@ -192,7 +190,8 @@ class ForeachBatch:
         written (and must not be)."""
         if self.foreach is None:
             return False
-        lost = self.lost_batches(self.owner_wal.get(e.owner))
+        location = self.owner_wal.get(e.owner)
+        lost = self.lost_batches(location) if location is not None else set()
         return bool(lost) and e.batch > min(lost)
 
     def block_allowed(self, where: str, reason: str) -> bool:
@@ -211,12 +210,14 @@ class ForeachBatch:
         """Whether the WAL holds an entry of ``batch`` now (where its flusher will read it)."""
         from wal.format import batch_name
 
-        plan = c.inflight.plan if c.inflight is not None else None
-        if plan is None:
+        from wal.layout import WalDir
+
+        location = getattr(c.handle, "wal", None)      # the WAL the call entered, if it did
+        if location is None:
             return False
-        if getattr(plan, "wal_store", None):
-            return bool(self.store.raw(plan.wal_store).list(f"entered/{batch_name(batch)}"))
-        return os.path.exists(plan.wal.entry_path(batch))
+        if "://" in location:
+            return bool(self.store.raw(location).list(f"entered/{batch_name(batch)}"))
+        return os.path.exists(WalDir(location).entry_path(batch))
 
     # -- the registry --------------------------------------------------------------------------
     def _pointed(self, q) -> list[str] | None:
@@ -280,10 +281,11 @@ class ForeachBatch:
                 fate = SKIPPED if r < 0.15 else SWALLOW if r < 0.24 else RAISE if r < 0.31 \
                     else CALLED
             earlier = self._earlier_calls(q, w.table, batch)
-            if fate == SKIPPED and earlier and not known_failures():
-                fate = CALLED      # held back: README.md, "foreachBatch: what it finds", F3
-            if fate == SWALLOW and earlier and not known_failures():
-                fate = CALLED      # held back: README.md, "foreachBatch: what it finds", F4
+            if fate == SKIPPED and earlier and self.store is not None and \
+                    not known_failures():
+                # Held back: README.md, "foreachBatch: what it finds", F3 on a store: a store
+                # refusing the sink's writes (the run's record) while it takes Spark's commit.
+                fate = CALLED
             if fate == SKIPPED:
                 skipped.append(w.table)
             else:
@@ -342,45 +344,46 @@ class ForeachBatch:
         c.state = FAILED                     # until it stages
         self.on_host(q)
         per_table = self.foreach == PER_TABLE
+        handle = None
+        if per_table:
+            from sinks.foreach_batch import WriterCall
+
+            # The claim and the entry come first, inside prepare_write (its on_wal), before
+            # the table's lookup: WriterCall.enter, as CassandraWalWriter.__call__ gives it.
+            handle = c.handle = WriterCall(fc.batch, q.run.run_id, f"{KEYSPACE}.{w.table}")
         faults = self.store_faults()
         try:
             with self.driver_process(q):
                 plan = prepare_write(w.options.spark_options(q.checkpoint.path), {},
                                      w.options.spark_schema(), streaming=True,
-                                     **({"wal_per_table": True} if per_table else {}))
+                                     **({"wal_per_table": True, "on_wal": handle.enter}
+                                        if per_table else {}))
         except ConnectionFailed as exc:
+            if handle is not None:
+                handle.failed(exc)
             return self._call_failed(q, c, exc, "prepare_write")
         except SinkError as exc:
+            if c.fate == TWICE and handle is not None and handle.wal is None:
+                q.fixed = True
+                self.say(f"{label} called again: refused, nothing staged: {exc}; the "
+                         f"function raises, the query fails (the user fixes it)")
+                self.kill(q, graceful=True)
+                return "refused"
             self.refuse(q, f"prepare_write of batch {fc.batch} ({w.table})", exc)
             return "refused"
         except Exception as exc:
             if not self.store_failed(exc, faults):
                 raise
+            if handle is not None:
+                handle.failed(exc)
             return self._call_failed(q, c, exc, "prepare_write")
+        if c.fate == TWICE and per_table:
+            raise Violation("one table written twice in a batch is refused before anything "
+                            "is staged", f"{label} was called again and let through")
         self.wal_used(q, c.execution.owner, plan)
         c.inflight = InFlight(c.execution, plan, [])
-        if per_table:
-            from sinks.foreach_batch import WriterCall
-
-            faults = self.store_faults()
-            try:
-                c.handle = WriterCall(plan, fc.batch, q.run.run_id, f"{KEYSPACE}.{w.table}")
-            except SinkError as exc:
-                if c.fate == TWICE:
-                    q.fixed = True
-                    self.say(f"{label} called again: refused, nothing staged: {exc}; the "
-                             f"function raises, the query fails (the user fixes it)")
-                    self.kill(q, graceful=True)
-                    return "refused"
-                self.refuse(q, f"the writer call of batch {fc.batch} ({w.table})", exc)
-                return "refused"
-            except Exception as exc:
-                if not self.store_failed(exc, faults):
-                    raise
-                return self._call_failed(q, c, exc, "its entry")
-            if c.fate == TWICE:
-                raise Violation("one table written twice in a batch is refused before anything "
-                                "is staged", f"{label} was called again and let through")
+        if handle is not None:
+            handle.plan = plan
         c.inflight.pending = plan_attempts(self.rng, c.execution, plan, self.zombies)
         if c.fate in (SWALLOW, RAISE):        # the job fails before every task is through
             c.inflight.pending = c.inflight.pending[:self.frng.randrange(
@@ -458,6 +461,10 @@ class ForeachBatch:
         c.state = FAILED
         what = f"{q.owner}: batch {fc.batch}: {c.writer.table}'s writer failed at {where} " \
                f"({type(exc).__name__}: {exc})"
+        location = getattr(c.handle, "wal", None)    # entered before prepare_write failed
+        if location is not None and e.owner not in self.owner_wal:
+            self.owner_wal[e.owner] = location
+            self.wal_owners.setdefault(location, set()).add(e.owner)
         if c.fate == SWALLOW:
             entered = self.foreach == SHARED or self._entered(c, fc.batch)
             if e.seal is not None:

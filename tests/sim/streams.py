@@ -21,6 +21,7 @@ clock is off the world's and may step; a restart may come back on a new machine;
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ class Run:
     last_drain_us: int = 0
     awaiting_pointer: bool = False     # started without a WAL: the registry looks for it
     run_id: str = ""                   # Spark's runId (a foreachBatch writer's claims, entries)
+    first_batch: int = 0               # the first batch it runs (the highest committed, + 1)
     call: object | None = None         # a foreachBatch function's call in flight (foreach.py)
 
     @property
@@ -117,7 +119,8 @@ class Streams:
         if not q.checkpoint.exists():
             q.checkpoint.create(q.query_id)
         q.runs += 1
-        q.run = Run(q.runs, last_drain_us=self.clock_us)
+        q.run = Run(q.runs, last_drain_us=self.clock_us,
+                    first_batch=q.checkpoint.next_batch()[0] if q.checkpoint.exists() else 0)
         moved = self.clocks.restart(q.name)
         self.say(f"{q.owner}: start run {q.runs} ({self.describe_query(q)})"
                  + (f" on {q.host}" if self.store is not None else "") + moved)
@@ -195,9 +198,15 @@ class Streams:
 
     def _open_flusher(self, q: Query, wal_root: str | None = None) -> None:
         """The run's flusher of the WAL at ``wal_root`` (default: the one the pointer names)."""
+        import recovery.flusher as flushers
+        import recovery.target as targets
         from cql.errors import ConnectionFailed, SinkError
         from recovery.flusher import QueryFlusher
         from wal.errors import WalError
+
+        # Older code (the simulation runs against it too) has neither: nothing to catch.
+        TargetNotRecorded = getattr(targets, "TargetNotRecorded", ())
+        block_if_lost = getattr(flushers, "block_if_lost", None)
 
         wal_root = wal_root or self._pointer(q)
         if wal_root is None:
@@ -206,6 +215,8 @@ class Streams:
         # wal.flush.mode=executors: flush tasks on simulated executors (World.flush_jobs).
         jobs = ({"spark_jobs": self.flush_jobs(self.clocks.driver(q.name))}
                 if q.options.flush_mode != "driver" else {})
+        if "run" in inspect.signature(QueryFlusher).parameters:   # older code has none
+            jobs["run"] = (q.run.run_id, q.run.first_batch)        # as the registry gives it
         try:
             with self.driver_process(q):
                 flusher = QueryFlusher(wal_root, q.checkpoint.path, {}, **jobs)
@@ -214,6 +225,19 @@ class Streams:
             self.wal_opened(wal_root, flusher.wal.root)
         except ConnectionFailed as exc:
             self.say(f"{q.owner}: flusher not started: {exc}")
+        except TargetNotRecorded:          # as the registry: tried again at the next event
+            faults = self.store_faults()
+            try:
+                with self.driver_process(q):
+                    blocked = block_if_lost(wal_root, q.checkpoint.path,
+                                            (q.run.run_id, q.run.first_batch))
+            except Exception as exc:
+                if not self.store_failed(exc, faults):
+                    raise
+                self.say(f"{q.owner}: listener error, no flusher: {exc}")
+                return
+            self.say(f"{q.owner}: no flusher yet: no batch recorded its target"
+                     + (" (a batch its writer entered is lost: blocked)" if blocked else ""))
         except SinkError as exc:
             self.refuse(q, "the flusher's start", exc)
         except WalError as exc:   # Spark's listener bus logs it; the query goes on without one

@@ -475,6 +475,12 @@ class World(Streams, BatchJobs, ForeachBatch):
 
     def _final_recovery(self, q: Query, wal_root: str, QueryFlusher, SinkError,
                         moved: str) -> None:
+        import recovery.flusher as flushers
+        import recovery.target as targets
+
+        # Older code (the simulation runs against it too) has neither: nothing to catch.
+        TargetNotRecorded = getattr(targets, "TargetNotRecorded", ())
+        block_if_lost = getattr(flushers, "block_if_lost", None)
         if self.store is not None:
             if is_store(wal_root) and self.srng.random() < 0.3:
                 self.move_host(q, wal_root)
@@ -483,6 +489,10 @@ class World(Streams, BatchJobs, ForeachBatch):
                           flushing=True):
             try:
                 flusher = QueryFlusher(wal_root, q.checkpoint.path, {})
+            except TargetNotRecorded:       # as the registry: nothing it could write
+                self.final_blocked[wal_root] = block_if_lost(wal_root, q.checkpoint.path)
+                self.say(f"{q.owner}: no target recorded in {wal_root.rsplit('/', 1)[-1]}")
+                return
             except SinkError as exc:
                 self.refuse(q, "the flusher's start (final recovery)", exc)
                 return

@@ -145,3 +145,56 @@ def test_the_catalog_reads_sparks_commits_before_the_files(tmp_path, monkeypatch
         monkeypatch.setattr(catalog, "committed_through", commits_then_the_writer_runs)
         seen = views(f)
         assert 1 not in seen or seen[1].action != catalog.NOTHING
+
+
+# -- what the simulation found after the fix (tests/sim/README.md, F3 and F4) --------------------
+
+def test_a_batch_a_later_run_committed_without_the_writer_is_skipped_over_an_earlier_runs_files(
+        tmp_path):
+    """F3: run r1 entered and sealed batch 1 and died before Spark committed it; run r2's
+    recovery did not get to discard it (a store away), r2 re-ran batch 1 without calling this
+    writer, and Spark committed it: r1's seal was taken for batch 1's, and rows Spark never
+    committed reached Cassandra. The run that committed the batch is on record."""
+    from wal.entries import record_run
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        record_run(f.wal, 0, "r1")
+        f.entered(0, run_id="r1")
+        f.flushed(0)
+        f.entered(1, run_id="r1")
+        f.sealed(1, committed=False)             # r1's, never committed
+        record_run(f.wal, 1, "r2")               # r2 runs batch 1 again, skips the writer
+        f.commit(1)
+        seen = views(f)
+        assert (seen[1].state, seen[1].detail) == (catalog.SKIPPED, catalog.LEFT_BY_ANOTHER_RUN)
+        report = replay(f)
+        assert report.replayed == [] and WRITES == []
+        assert f.wal.sealed_batch_ids() == [0] and entered_batch_ids(f.wal) == []
+        assert f.log.flushed_through() == 1
+
+
+def test_an_entry_of_the_run_that_committed_the_batch_still_blocks(tmp_path):
+    from wal.entries import record_run
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        record_run(f.wal, 0, "r1")
+        f.entered(0, run_id="r1")
+        f.flushed(0)
+        record_run(f.wal, 1, "r2")
+        f.entered(1, run_id="r2")                # r2's own call failed; its function went on
+        f.commit(1)
+        assert views(f)[1].action == catalog.BROKEN
+
+
+def test_a_reruns_lost_batch_is_not_hidden_by_the_discard_of_the_first_run(tmp_path):
+    """F4: r1 entered batch 1 and failed; r2's recovery discarded it (DISCARDED in the log);
+    r2's call of batch 1 failed too and its function caught it; Spark committed batch 1. The
+    DISCARDED record made the lost batch count as done."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.flushed(0)
+        f.entered(1, run_id="r1")
+        assert replay(f, query_running=False).discarded == [1]
+        f.entered(1, run_id="r2")
+        f.commit(1)
+        assert views(f)[1].action == catalog.BROKEN

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 class FakeFlusher:
     made: list["FakeFlusher"] = []
 
-    def __init__(self, wal_root, checkpoint, session_conf, spark_jobs=None):
+    def __init__(self, wal_root, checkpoint, session_conf, spark_jobs=None, run=None):
         self.wal_root, self.checkpoint = wal_root, checkpoint
         self.wal = SimpleNamespace(root=wal_root)
         self.calls: list[str] = []
@@ -316,7 +316,7 @@ def test_exit_stops_running_flushers_and_waits_for_finishing_ones(registry):
 # -- a flusher that cannot start is never silent (issue 17, item 5) -------------------------
 
 def failing_flusher(error):
-    def make(wal_root, checkpoint, session_conf, spark_jobs=None):
+    def make(wal_root, checkpoint, session_conf, spark_jobs=None, run=None):
         raise error
     return make
 

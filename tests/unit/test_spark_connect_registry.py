@@ -90,7 +90,7 @@ def test_the_server_refuses_what_the_client_flusher_cannot_follow(options, optio
 
 
 class FakeFlusher:
-    def __init__(self, wal_root, checkpoint, session_conf=None, spark_jobs="unset"):
+    def __init__(self, wal_root, checkpoint, session_conf=None, spark_jobs="unset", run=None):
         self.calls, self.checkpoint, self.spark_jobs = [], checkpoint, spark_jobs
         self.target = SimpleNamespace(config=SinkConfig("ks", "t"))   # no wal.metrics.port
 
