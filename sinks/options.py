@@ -286,8 +286,11 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "wal.path", None, values.nonempty,
-        "WAL directory. Unset: `<checkpointLocation>/cassandra_wal` for streams, "
-        "`~/.cassandra_wal/<keyspace>.<table>` for batch writes. In a cluster: a path every node reaches.",
+        "WAL directory. Unset: `<checkpointLocation>/cassandra_wal` for streams (a `foreachBatch` "
+        "writer's: `<checkpointLocation>/cassandra_wal.<keyspace>.<table>`, one WAL a table), "
+        "`~/.cassandra_wal/<keyspace>.<table>` for batch writes. In a cluster: a path every node "
+        "reaches. Changed between runs of a stream, the WAL moves: refused while the old one holds "
+        "committed batches not written yet (docs/runbook.md, 'Moving a query's WAL').",
         section=_L, target="wal.path",
     ),
     _spec(
