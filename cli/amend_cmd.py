@@ -124,7 +124,8 @@ def plan(wal: WalDir, views: dict[int, catalog.BatchView], args,
             out.append(Amendment(batch, tuple(sorted(set(gone) | set(
                 earlier.without_columns if earlier else ()))),
                 earlier.base_ts_us if earlier else None,
-                f"written without {', '.join(gone)}: dropped after the batch was sealed"))
+                f"written without {', '.join(gone)}: dropped after the batch was sealed",
+                seal_id=seal.seal_id))
             continue
         hidden = output.dropped_after_seal(current)
         if not hidden:
@@ -145,7 +146,8 @@ def plan(wal: WalDir, views: dict[int, catalog.BatchView], args,
         next_base = base + seal.rows
         earlier = read_amendment(wal, batch)
         out.append(Amendment(batch, earlier.without_columns if earlier else (), base,
-                             f"re-stamped above the drop of {', '.join(c for c, _ in hidden)}"))
+                             f"re-stamped above the drop of {', '.join(c for c, _ in hidden)}",
+                             seal_id=seal.seal_id))
     return out
 
 

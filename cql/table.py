@@ -12,6 +12,8 @@ nested ones included: a replay converts with the fields the batch was staged aga
 
 from __future__ import annotations
 
+import datetime
+
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -360,6 +362,15 @@ def dropped_columns(session: Any, keyspace: str, table: str) -> dict[str, int]:
     out = {}
     for row in rows:
         dropped = row.dropped_time
-        ms = int(dropped.timestamp() * 1000) if hasattr(dropped, "timestamp") else int(dropped)
+        if isinstance(dropped, datetime.datetime):
+            # The driver gives a naive datetime in UTC: never the machine's zone.
+            if dropped.tzinfo is None:
+                dropped = dropped.replace(tzinfo=datetime.timezone.utc)
+            ms = (dropped - _EPOCH) // datetime.timedelta(milliseconds=1)
+        else:
+            ms = int(dropped)
         out[row.column_name] = (ms + 1) * 1000 - 1
     return out
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)

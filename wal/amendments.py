@@ -39,6 +39,12 @@ class Amendment:
     base_ts_us: int | None = None           # the first row's write timestamp (None: sealed)
     reason: str = ""                        # what the operator was told, for inspect
     at_us: int = field(default_factory=now_us)
+    seal_id: str = ""                       # the seal it amends ("": any seal of the batch)
+
+    def amends(self, seal: Seal) -> bool:
+        """Whether this amendment is of ``seal``: not of another run's seal of the batch (a
+        repair or a discard let Spark run the batch again with other rows)."""
+        return seal.batch == self.batch and (not self.seal_id or self.seal_id == seal.seal_id)
 
     def apply(self, seal: Seal) -> Seal:
         """``seal`` as this amendment writes it: a seal of the same segments and rows, with
@@ -71,7 +77,8 @@ def read_amendment(wal: WalDir, batch: int) -> Amendment | None:
         with open(path, "rb") as f:
             d = json.loads(f.read())
         return Amendment(int(d["batch"]), tuple(d.get("without_columns", ())),
-                         d.get("base_ts_us"), str(d.get("reason", "")), int(d.get("at_us", 0)))
+                         d.get("base_ts_us"), str(d.get("reason", "")), int(d.get("at_us", 0)),
+                         str(d.get("seal_id", "")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -79,9 +86,18 @@ def read_amendment(wal: WalDir, batch: int) -> Amendment | None:
 
 
 def amended(wal: WalDir, seal: Seal) -> Seal:
-    """``seal`` as its batch is to be written: amended if an operator said so."""
+    """``seal`` as its batch is to be written: amended if an operator said so of this seal."""
     amendment = read_amendment(wal, seal.batch)
-    return amendment.apply(seal) if amendment is not None else seal
+    return amendment.apply(seal) if amendment is not None and amendment.amends(seal) else seal
+
+
+def amended_batch_ids(wal: WalDir) -> list[int]:
+    try:
+        names = os.listdir(wal.amendments)
+    except FileNotFoundError:
+        return []
+    stems = (n[: -len(fmt.AMENDMENT_SUFFIX)] for n in names if n.endswith(fmt.AMENDMENT_SUFFIX))
+    return sorted(int(s) for s in stems if s.isdigit())
 
 
 def remove_amendment(wal: WalDir, batch: int) -> None:

@@ -28,6 +28,7 @@ POINTERS_DIR = "cassandra_wal_sinks"       # in a stream's checkpoint: one file 
 LOG_DIR = "log"
 SEAL_SUFFIX = ".seal"
 ENTRY_SUFFIX = ".json"
+AMENDMENT_SUFFIX = ".json"
 SEGMENT_SUFFIX = ".seg"
 TMP_SUFFIX = ".tmp"
 

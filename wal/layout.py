@@ -91,7 +91,7 @@ class WalDir:
         return os.path.join(self.root, fmt.AMENDMENTS_DIR)
 
     def amendment_path(self, batch_id: int) -> str:
-        return os.path.join(self.amendments, fmt.batch_name(batch_id) + fmt.ENTRY_SUFFIX)
+        return os.path.join(self.amendments, fmt.batch_name(batch_id) + fmt.AMENDMENT_SUFFIX)
 
     def batch_segments(self, batch_id: int) -> str:
         return os.path.join(self.segments, fmt.batch_name(batch_id))

@@ -56,7 +56,8 @@ from dataclasses import asdict, dataclass, field
 from . import binding, catalog
 from . import checkpoint as ckpt
 from . import format as fmt
-from .entries import entered_batch_ids
+from .amendments import amended_batch_ids
+from .entries import entered_batch_ids, read_runs, run_path
 from .errors import RepairRefused, WalBoundElsewhere
 from .files import atomic_write, fsync_dir, make_private_dirs
 from .layout import WalDir
@@ -191,7 +192,9 @@ def _ids(folder: str) -> list[int]:
 
 def wal_files(wal: WalDir, from_batch: int) -> list[str]:
     """Every file of batches >= ``from_batch`` under WAL_DIR: seals, segments (``.tmp`` ones
-    too), entries."""
+    too), entries, the records of runs that started at them (left, one would name its run the
+    run of a batch Spark runs again in another) and amendments (an operator's choice for rows
+    the re-run replaces)."""
     out = []
     for batch in wal.sealed_batch_ids():
         if batch >= from_batch:
@@ -204,6 +207,12 @@ def wal_files(wal: WalDir, from_batch: int) -> list[str]:
     for batch in entered_batch_ids(wal):
         if batch >= from_batch:
             out.append(os.path.relpath(wal.entry_path(batch), wal.root))
+    for first_batch, _run_id in read_runs(wal):
+        if first_batch >= from_batch:
+            out.append(os.path.relpath(run_path(wal, first_batch), wal.root))
+    for batch in amended_batch_ids(wal):
+        if batch >= from_batch:
+            out.append(os.path.relpath(wal.amendment_path(batch), wal.root))
     return out
 
 

@@ -89,6 +89,40 @@ def test_with_the_users_own_timestamps_a_drop_after_the_seal_counts(monkeypatch)
     assert "--restamp" not in str(info.value)       # not the sink's to re-stamp
 
 
+def test_the_drivers_naive_drop_time_is_utc_whatever_the_machines_zone(monkeypatch):
+    """The driver hands a ``timestamp`` back as a naive datetime in UTC: read in the machine's
+    zone, a drop east of Greenwich would look hours earlier (hiding nothing), west of it hours
+    later (blocking batches it never hid)."""
+    import time
+
+    from cql.table import dropped_columns
+
+    drop_us = SEALED_AT + 123_000
+    naive = dt.datetime.fromtimestamp(drop_us / 1e6, dt.timezone.utc).replace(tzinfo=None)
+    session = SimpleNamespace(execute=lambda cql, params: [
+        SimpleNamespace(column_name="id", dropped_time=naive)])
+    for zone in ("America/New_York", "Asia/Tokyo", "UTC"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        try:
+            assert dropped_columns(session, "ks", "t") == {"id": drop_us + 999}, zone
+        finally:
+            monkeypatch.delenv("TZ")
+            time.tzset()
+
+
+def test_an_amendment_of_another_seal_of_the_batch_is_not_applied(tmp_path):
+    """An amendment names the seal it amends: a re-run of the batch (after a repair or a
+    discard) seals other rows, and is written as sealed."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})
+        write_amendment(f.wal, Amendment(0, ("name",), SEALED_AT + 9, seal_id="another-seal"))
+        assert amended(f.wal, built.seal) == built.seal
+        write_amendment(f.wal, Amendment(0, ("name",), SEALED_AT + 9,
+                                         seal_id=built.seal.seal_id))
+        assert amended(f.wal, built.seal).write["columns"] == ["id", "value"]
+
+
 def test_an_amendment_is_applied_to_every_later_write_of_the_batch(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})

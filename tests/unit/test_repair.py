@@ -504,3 +504,46 @@ def test_cli_help_has_examples_and_says_what_it_refuses(capsys):
         assert needle in out
     code, out, _ = cli(capsys, "--help")
     assert "cassandra-wal repair " in out
+
+
+# -------------------------------------- what a foreachBatch WAL records of its runs, and amendments
+def test_a_repair_takes_the_run_records_of_the_batches_it_forgets(tmp_path):
+    """Run r1 ran batches 0..2, run r2 batch 3 (``entered/runs/3``). A repair from 2 forgets
+    batches 2 and 3; the next run r3 records its start at 2 and re-runs 2 and 3. Left behind,
+    r2's record would name r2 the run of batch 3: r3's call for it would count as another
+    run's leftover, be skipped and its files deleted: a committed batch lost."""
+    from wal.entries import read_runs, record_run, run_of
+    cp = tmp_path / "cp"
+    f = WalFactory(tmp_path / "wal", checkpoint=cp)
+    (cp / "metadata").write_text('{"id":"q-1"}\n')
+    record_run(f.wal, 0, "r1")
+    for b in range(4):
+        if b == 3:
+            record_run(f.wal, 3, "r2")
+        spark_planned(cp, b)
+        f.entered(b, run_id="r1" if b < 3 else "r2")
+        f.flushed(b)
+        spark_committed(f, b)
+    f.close()
+    report = repair(f.wal, str(cp), 2, rewrite=True)
+    assert "entered/runs/00000000000000000003.run" in report.plan.wals[0].wal_files
+    assert (Path(report.keep) / "wal" / "entered" / "runs" / "00000000000000000003.run").exists()
+    record_run(f.wal, 2, "r3")                   # the next run starts at batch 2
+    assert run_of(read_runs(f.wal), 3) == "r3"
+    spark_reruns(f, cp, 3)
+    f.entered(3, run_id="r3")
+    spark_committed(f, 3)
+    f.close()
+    assert views(f)[3].action == catalog.REPLAY
+
+
+def test_a_repair_takes_the_amendments_of_the_batches_it_forgets(tmp_path):
+    """An operator amended batch 2 (written without a column); a repair from 1 forgets it, and
+    Spark's re-run of batch 2 seals other rows: the amendment is not the re-run's."""
+    from wal.amendments import Amendment, read_amendment, write_amendment
+    f, cp = build(tmp_path)
+    write_amendment(f.wal, Amendment(2, without_columns=("v",), reason="dropped"))
+    report = repair(f.wal, str(cp), 1)
+    assert "amended/00000000000000000002.json" in report.plan.wals[0].wal_files
+    assert read_amendment(f.wal, 2) is None
+    assert (Path(report.keep) / "wal" / "amended" / "00000000000000000002.json").exists()
