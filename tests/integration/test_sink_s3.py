@@ -105,6 +105,7 @@ PROGRAM = textwrap.dedent("""
              .option("checkpointLocation", types_cp)
              .option("spark.cassandra.connection.host", host)
              .option("spark.cassandra.connection.port", port)
+             .options(**types.LISTS)
              .trigger(availableNow=True).start())
     assert query.awaitTermination(240) and query.exception() is None, query.exception()
     sinks.wait_flushed(query, timeout=120)

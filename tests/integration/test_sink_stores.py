@@ -172,7 +172,7 @@ def test_every_type_round_trips_through_a_stream_checkpointed_on_hdfs(
     stream = spark.readStream.schema(types.SPARK_SCHEMA).option("maxFilesPerTrigger", 1) \
         .parquet(str(src))
     query = (stream.writeStream.format("cassandra_wal")
-             .options(**sink_options(cassandra_node, keyspace, "types", cp))
+             .options(**sink_options(cassandra_node, keyspace, "types", cp, **types.LISTS))
              .trigger(availableNow=True).start())
     try:
         with running(query):
