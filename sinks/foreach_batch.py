@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 
 import pyarrow as pa
 from pyspark import TaskContext
 
 from cql.errors import SinkError
-from wal.checkpoint import Filesystems
+from wal.checkpoint import Filesystems, normal_location
 from wal.entries import Entry, record_entry, record_run
 from wal.layout import WalDir
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal
@@ -46,14 +47,47 @@ def _session_conf(spark) -> dict:
     return {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.cassandra.")}
 
 
-def _run_id(spark) -> str:
+class _RunsByCheckpoint:
+    """The run of each query started in this process, by checkpoint (the registry's
+    ``onQueryStarted`` notes it): where the job group cannot be read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, str] = {}
+
+    def note(self, checkpoint: str, run_id: str) -> None:
+        with self._lock:
+            self._runs[normal_location(checkpoint)] = run_id
+
+    def get(self, checkpoint: str) -> str:
+        with self._lock:
+            return self._runs.get(normal_location(checkpoint), "")
+
+
+_runs = _RunsByCheckpoint()
+
+
+def note_run(checkpoint: str, run_id: str) -> None:
+    """Run ``run_id`` of the query checkpointed at ``checkpoint`` (Spark's resolved root)
+    started in this process.
+
+    Runs: in the driver process, on Spark's listener thread (the registry's
+    ``onQueryStarted``), before the run's first batch."""
+    _runs.note(checkpoint, run_id)
+
+
+def _run_id(spark, checkpoint: str) -> str:
     """The query run calling the function: Spark runs a micro-batch under a job group named
-    after the run's id (empty where it cannot be read: Spark Connect's server-side function,
-    whose worker process lives for one run)."""
+    after the run's id, a property of the query's thread; a function that calls its writers
+    from threads of its own (a thread pool writing tables side by side) reads none there, and
+    the run the registry saw start on ``checkpoint`` (resolved as Spark does) is taken. Empty
+    where neither is known: Spark Connect's server-side function, whose worker process lives
+    for one run."""
     try:
-        return spark.sparkContext.getLocalProperty("spark.jobGroup.id") or ""
+        run = spark.sparkContext.getLocalProperty("spark.jobGroup.id") or ""
     except Exception:  # noqa: BLE001 - no SparkContext here (Spark Connect)
         return ""
+    return run or _runs.get(checkpoint)
 
 
 class _StageTask:
@@ -111,10 +145,11 @@ _claims = _Claims()
 
 
 class WriterCall:
-    """One call of a writer for batch ``batch_id`` of run ``run``: :meth:`enter` (given as
-    ``prepare_write``'s ``on_wal``, so before the table is looked up) claims the batch's WAL
-    for ``table`` (refused: a :class:`~cql.errors.SinkError`, nothing staged) and records the
-    entry; then the caller stages the batch (``__call__`` through ``mapInArrow``; the
+    """One call of a writer for batch ``batch_id`` of run ``run``: :meth:`claim` (given as
+    ``prepare_write``'s ``claim``, before the checkpoint's pointer names the WAL) claims the
+    batch's WAL for ``table`` (refused: a :class:`~cql.errors.SinkError`, nothing staged, no
+    pointer), :meth:`enter` (its ``on_wal``, before the table is looked up) records the entry;
+    then the caller stages the batch (``__call__`` through ``mapInArrow``; the
     protocol simulation, ``tests/sim``, task by task through ``stage_partition``), then
     :meth:`seal`, or :meth:`failed` if anything failed meanwhile."""
 
@@ -122,12 +157,22 @@ class WriterCall:
         self.batch_id, self.run, self.table = batch_id, run, table
         self.wal: str | None = None
         self.plan: WritePlan | None = None
+        self.seal_id = uuid.uuid4().hex     # named in the entry: a seal left by another call
+                                            # of the batch is then not taken for this one's
+        self.entered = False
 
-    def enter(self, wal: WalDir) -> None:
-        """Claim ``wal`` for this call and record its entry (``prepare_write``'s ``on_wal``)."""
+    def claim(self, wal: WalDir) -> None:
+        """Claim ``wal`` for this call (``prepare_write``'s ``claim``: before the checkpoint's
+        pointer names it for this table)."""
         _claims.claim(wal.location, self.run, self.batch_id, self.table)
         self.wal = wal.location
-        record_entry(wal, Entry(self.batch_id, self.run, self.table))
+
+    def enter(self, wal: WalDir) -> None:
+        """Record the call's entry in ``wal`` (``prepare_write``'s ``on_wal``)."""
+        if self.wal != wal.location:
+            self.claim(wal)
+        record_entry(wal, Entry(self.batch_id, self.run, self.table, seal_id=self.seal_id))
+        self.entered = True
         if (wal.location, self.run) not in _claims.runs_recorded:
             # The run ran the batches from here on, at the latest (the listener records from
             # where it started, if it could): what an earlier run left of them is garbage.
@@ -138,7 +183,7 @@ class WriterCall:
         """Seal the staged batch (before the function returns: Spark commits after)."""
         try:
             return commit_batch(self.plan, messages, self.batch_id,
-                                commit_point=COMMIT_POINT_CHECKPOINT)
+                                commit_point=COMMIT_POINT_CHECKPOINT, seal_id=self.seal_id)
         except BaseException as exc:
             self.failed(exc)
             raise
@@ -147,11 +192,19 @@ class WriterCall:
         """The call ends without a seal: its claim is given back (the function may try again)
         and the error logged (a function that catches it and goes on lets Spark commit a batch
         whose rows for this table were never staged, which blocks this table's WAL)."""
-        if isinstance(exc, Exception):
+        if isinstance(exc, Exception) and self.entered:
             log.error("cassandra_wal: batch %d of %s was not staged (%s: %s): if the "
                       "foreachBatch function goes on, Spark commits the batch without its rows "
                       "for this table and the WAL at %s blocks", self.batch_id, self.table,
                       type(exc).__name__, exc, self.wal)
+        elif isinstance(exc, Exception):
+            # Nothing recorded the call (refused, or no WAL to record it in): a batch Spark
+            # commits without an entry reads as one the writer was never called for.
+            log.error("cassandra_wal: batch %d of %s was refused before anything was recorded "
+                      "(%s: %s): if the foreachBatch function catches this and goes on, Spark "
+                      "commits the batch and its rows for this table are lost without the WAL "
+                      "knowing: let the error fail the batch", self.batch_id, self.table,
+                      type(exc).__name__, exc)
         if self.wal is not None:
             _claims.release(self.wal, self.run, self.batch_id)
 
@@ -176,13 +229,15 @@ class CassandraWalWriter:
 
         Runs: in the driver process, on the query's thread, once per micro-batch."""
         spark = df.sparkSession
-        call = WriterCall(batch_id, _run_id(spark), self.table)
+        # Spark resolves the checkpoint against the session's default filesystem: so must we.
+        filesystems = Filesystems.of_session(spark)
+        resolved = filesystems.resolve(self.options["checkpointLocation"])
+        call = WriterCall(batch_id, _run_id(spark, resolved.local or resolved.uri), self.table)
         try:
-            # Spark resolves the checkpoint against the session's default filesystem: so must
-            # we.
             call.plan = prepare_write(self.options, _session_conf(spark), df.schema,
-                                      streaming=True, filesystems=Filesystems.of_session(spark),
-                                      wal_per_table=True, on_wal=call.enter)
+                                      streaming=True, filesystems=filesystems,
+                                      wal_per_table=True, on_wal=call.enter,
+                                      claim=call.claim)
             rows = df.mapInArrow(_StageTask(call.plan, batch_id), "segment string").collect()
             messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
         except BaseException as exc:

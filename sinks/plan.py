@@ -36,7 +36,7 @@ from wal.format import SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
 from wal.move import follow_move
-from wal.pointer import pointed_wals, read_slot, table_slug, write_pointer
+from wal.pointer import pointed_wals, read_pointers, read_slot, table_slug, write_pointer
 from wal.remote import is_remote, spool_dir
 from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
@@ -201,7 +201,8 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
                   credential_channel: str | None = None,
                   filesystems: ckpt.Filesystems = ckpt.LOCAL,
                   job_id: str | None = None, wal_per_table: bool = False,
-                  on_wal: Callable[[WalDir], None] | None = None) -> WritePlan:
+                  on_wal: Callable[[WalDir], None] | None = None,
+                  claim: Callable[[WalDir], None] | None = None) -> WritePlan:
     """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
 
     A stream whose *options* carry credentials hands them to the driver's flusher over
@@ -211,7 +212,9 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     ``wal_per_table``: a ``foreachBatch`` writer's (:func:`table_wal_location`). ``on_wal``:
     called with the WAL once it is resolved, bound to the stream and pointed at, before the
     table is looked up (a foreachBatch writer records its entry there: a lookup that fails,
-    Cassandra away, must not make the call look like no call).
+    Cassandra away, must not make the call look like no call). ``claim``: called with the WAL
+    before the checkpoint's pointer names it (a foreachBatch writer refused a WAL another
+    table writes leaves no pointer to it).
     """
     options = dict(options)
     use_access(filesystems.access)
@@ -224,6 +227,8 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
                                   filesystems) if streaming else None
     if checkpoint is not None:
         _check_bound(wal, checkpoint)
+        if claim is not None:
+            claim(wal)
         # Pointed at before anything else can fail (the table's lookup): a WAL that holds
         # anything (an entry) is one the driver's listener knows.
         slot = (config.keyspace, config.table) if wal_per_table else None
@@ -258,6 +263,10 @@ def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None) -
     starts where the old one ended (:func:`wal.move.follow_move`)."""
     previous = read_slot(checkpoint, slot)
     if previous is None or previous == wal.location:
+        return
+    if slot is not None and list(read_pointers(checkpoint).values()).count(previous) > 1:
+        # Another table's pointer names the old WAL too: it is that table's WAL still, and
+        # this table never had it to itself (a writer refused a shared wal.path).
         return
     try:
         follow_move(WalDir.at(previous), wal, checkpoint)
@@ -418,9 +427,10 @@ def check_not_committed(checkpoint: str, batch_id: int) -> None:
 
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
                  commit_point: str = COMMIT_POINT_CHECKPOINT,
-                 floor: TableFloor | None = None) -> Seal:
+                 floor: TableFloor | None = None, seal_id: str | None = None) -> Seal:
     """Seal the batch: the winning segments and the write timestamps, durably, before return.
-    ``floor``: a batch job's table floor (:func:`wal.seal.seal_batch`)."""
+    ``floor``: a batch job's table floor; ``seal_id``: the one announced (both
+    :func:`wal.seal.seal_batch`)."""
     use_access(plan.access)
     messages = [m for m in messages if m is not None]
     refs = [SegmentRef.from_dict(m.segment) for m in messages if m.segment]
@@ -432,7 +442,7 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
         check_not_committed(plan.checkpoint, batch_id)
     crash_point("commit.before_seal")
     seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point,
-                      write=plan.target.write_record(), floor=floor)
+                      write=plan.target.write_record(), floor=floor, seal_id=seal_id)
     crash_point("commit.after_seal")
     return seal
 

@@ -41,6 +41,7 @@ from .connect import (
     is_connect_session,
     tracked_checkpoint,
 )
+from .foreach_batch import note_run
 from .listener import CassandraWalListener
 from .source import CassandraWalDataSource
 from .spark_jobs import SparkJobs
@@ -261,6 +262,7 @@ class FlushRegistry:
         if checkpoint is None:
             return
         name = self._name_of(query_id)
+        note_run(checkpoint, run_id)    # a foreachBatch writer on a thread of the function's
         first = committed_through(None, checkpoint)[0] + 1
         with self._lock:
             self.runs[run_id] = (query_id, checkpoint)

@@ -147,6 +147,10 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
         # None: not known (no checkpoint given, and beyond what the log saw committed).
         is_committed = True if batch <= highest else (False if listed is not None else None)
         seal, seal_error = (record.seal, "") if record and record.seal else _seal_or_error(wal, batch)
+        if record is None and seal is not None and batch in entered_ids:
+            entry = read_entry(wal, batch)
+            if entry is not None and not entry.sealed_by(seal):
+                seal = None     # an earlier call's (a run that died): this call sealed nothing
         if seal is not None and seal.commit_point == COMMIT_POINT_SEAL:
             is_committed = True
         segs = seal.segments if seal else ()
@@ -228,7 +232,7 @@ def _left_by_another_run(wal: WalDir, batch: int, run_id: str | None, sealed: bo
     cannot read it), decides nothing else."""
     entry = read_entry(wal, batch)
     if entry is None and not sealed:
-        return True
+        return batch >= since       # before since: a release without entries staged it
     if not run_id:
         return False
     if entry is None:

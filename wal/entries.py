@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from . import format as fmt
 from .errors import WalCorrupted
@@ -47,6 +47,12 @@ class Entry:
     run_id: str = ""        # Spark's runId of the query run ("" if unknown)
     table: str = ""         # "<keyspace>.<table>" the writer writes
     at_us: int = 0
+    seal_id: str = ""       # the seal this call writes if it seals ("": not said)
+
+    def sealed_by(self, seal) -> bool:
+        """Whether ``seal`` is this call's: a seal of the batch an earlier call left (a run
+        that died before Spark committed it) is not, when the entry names its own."""
+        return not self.seal_id or seal.seal_id == self.seal_id
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode() + b"\n"
@@ -55,7 +61,7 @@ class Entry:
 def record_entry(wal: WalDir, entry: Entry) -> None:
     """Record, durably, that a writer was called for ``entry.batch`` (on a store, published
     there first); the first entry also records ``since``. Before the writer stages a row."""
-    entry = entry if entry.at_us else Entry(entry.batch, entry.run_id, entry.table, now_us())
+    entry = entry if entry.at_us else replace(entry, at_us=now_us())
     make_private_dirs(wal.entries)
     if entries_since(wal) is None:
         since = str(entry.batch).encode() + b"\n"
@@ -87,7 +93,7 @@ def read_entry(wal: WalDir, batch: int) -> Entry | None:
         with open(path, "rb") as f:
             d = json.loads(f.read())
         return Entry(int(d["batch"]), str(d.get("run_id", "")), str(d.get("table", "")),
-                     int(d.get("at_us", 0)))
+                     int(d.get("at_us", 0)), str(d.get("seal_id", "")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -123,12 +129,15 @@ def record_run(wal: WalDir, first_batch: int, run_id: str) -> None:
     starting at the same batch). On a store, published there first."""
     if not run_id:
         return
-    folder = os.path.join(wal.entries, RUNS)
-    make_private_dirs(folder)
+    make_private_dirs(os.path.join(wal.entries, RUNS))
     data = run_id.encode()
     if wal.remote:
         wal.remote.publish_run(first_batch, data)
-    atomic_write(os.path.join(folder, fmt.batch_name(first_batch) + RUN_SUFFIX), data)
+    atomic_write(run_path(wal, first_batch), data)
+
+
+def run_path(wal: WalDir, first_batch: int) -> str:
+    return os.path.join(wal.entries, RUNS, fmt.batch_name(first_batch) + RUN_SUFFIX)
 
 
 def read_runs(wal: WalDir) -> list[tuple[int, str]]:

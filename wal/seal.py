@@ -148,8 +148,9 @@ def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) ->
 
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
                commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
-               floor: TimestampFloor | None = None) -> Seal:
+               floor: TimestampFloor | None = None, seal_id: str | None = None) -> Seal:
     """Choose the winning segments' order, fix the timestamps, and write the seal.
+    ``seal_id``: the one the caller announced (a foreachBatch writer's entry names it).
 
     ``floor``: a batch job's table floor (:class:`wal.jobs.TableFloor`). Each job has a WAL of
     its own, so its seals alone say nothing of other jobs' timestamps; the floor does, and is
@@ -161,6 +162,7 @@ def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: st
     if floor is not None:
         base_ts_us = floor.claim(base_ts_us, sum(s.rows for s in ordered))
     seal = Seal(batch=batch, segments=ordered, base_ts_us=base_ts_us,
-                query_id=query_id, commit_point=commit_point, write=write)
+                query_id=query_id, commit_point=commit_point, write=write,
+                **({"seal_id": seal_id} if seal_id else {}))
     write_seal(wal, seal)
     return seal

@@ -232,10 +232,12 @@ class WalFactory:
         write_seal(self.wal, seal)
         return seal
 
-    def entered(self, batch: int, run_id: str = "run-1", table: str = "ks.t") -> None:
+    def entered(self, batch: int, run_id: str = "run-1", table: str = "ks.t",
+                seal_id: str = "") -> None:
         """A foreachBatch writer was called for ``batch`` (:mod:`wal.entries`), before it
-        staged anything; the WAL keeps entries from its first one on."""
-        record_entry(self.wal, Entry(batch, run_id, table))
+        staged anything; the WAL keeps entries from its first one on. ``seal_id``: the seal
+        the call writes if it seals (the factory's seals are ``seal-<batch:04d>``)."""
+        record_entry(self.wal, Entry(batch, run_id, table, seal_id=seal_id))
 
     # -- states ------------------------------------------------------------------------
     def staged(self, batch: int, rows: Iterable[Rows] = (3, 2), chunk_rows: int | None = None,

@@ -71,6 +71,15 @@ def known_failures() -> bool:
     return os.environ.get(ENV_FOREACH, "1") == "all"
 
 
+def _writer_hooks(handle) -> dict:
+    """``prepare_write``'s keywords as ``CassandraWalWriter.__call__`` gives them (the claim
+    before the pointer where the adapter has one)."""
+    hooks = {"wal_per_table": True, "on_wal": handle.enter}
+    if hasattr(handle, "claim"):
+        hooks["claim"] = handle.claim
+    return hooks
+
+
 class SparkJobFailed(Exception):
     """The writer's ``mapInArrow`` job failed (a task failed four times): what the writer
     raises to the user's function."""
@@ -348,16 +357,15 @@ class ForeachBatch:
         if per_table:
             from sinks.foreach_batch import WriterCall
 
-            # The claim and the entry come first, inside prepare_write (its on_wal), before
-            # the table's lookup: WriterCall.enter, as CassandraWalWriter.__call__ gives it.
+            # The claim and the entry come first, inside prepare_write (its claim and on_wal),
+            # before the table's lookup, as CassandraWalWriter.__call__ gives them.
             handle = c.handle = WriterCall(fc.batch, q.run.run_id, f"{KEYSPACE}.{w.table}")
         faults = self.store_faults()
         try:
             with self.driver_process(q):
                 plan = prepare_write(w.options.spark_options(q.checkpoint.path), {},
                                      w.options.spark_schema(), streaming=True,
-                                     **({"wal_per_table": True, "on_wal": handle.enter}
-                                        if per_table else {}))
+                                     **(_writer_hooks(handle) if per_table else {}))
         except ConnectionFailed as exc:
             if handle is not None:
                 handle.failed(exc)

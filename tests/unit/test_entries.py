@@ -198,3 +198,49 @@ def test_a_reruns_lost_batch_is_not_hidden_by_the_discard_of_the_first_run(tmp_p
         f.entered(1, run_id="r2")
         f.commit(1)
         assert views(f)[1].action == catalog.BROKEN
+
+
+def test_an_earlier_runs_seal_is_not_the_seal_of_a_reruns_call_that_sealed_nothing(tmp_path):
+    """r1 entered and sealed batch 1 and died before Spark committed it; r2 re-ran batch 1,
+    its writer entered and failed, its function caught the error, and Spark committed batch 1.
+    r1's seal was taken for r2's: rows of a run Spark never committed would be written, while
+    r2's rows for the table are lost unsaid. An entry names the seal its call writes."""
+    from wal.entries import record_run
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        record_run(f.wal, 0, "r1")
+        f.entered(0, run_id="r1")
+        f.flushed(0)
+        f.entered(1, run_id="r1", seal_id="seal-0001")
+        f.sealed(1, committed=False)             # r1's seal, seal_id seal-0001
+        record_run(f.wal, 1, "r2")
+        f.entered(1, run_id="r2", seal_id="r2-call")   # r2's call: it would write r2-call
+        f.commit(1)
+        seen = views(f)
+        assert (seen[1].action, seen[1].detail) == (catalog.BROKEN, catalog.ENTERED_NOT_SEALED)
+        with pytest.raises(RecoveryBlocked):
+            replay(f)
+        assert WRITES == []
+
+
+def test_the_seal_a_call_named_in_its_entry_is_written(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0, run_id="r1", seal_id="seal-0000")
+        f.sealed(0, committed=False)
+        f.commit(0)
+        assert views(f)[0].action == catalog.REPLAY
+
+
+def test_segments_without_a_seal_before_since_still_block_once_committed(tmp_path):
+    """Before ``since`` the WAL kept no entries (an earlier release wrote those batches): a
+    committed batch with segments and no seal there is a lost seal, as it always was, not
+    a leftover of another run."""
+    from wal.entries import record_run
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.staged(0)
+        f.commit(0)
+        record_run(f.wal, 1, "r2")
+        f.entered(1, run_id="r2")             # entries kept from batch 1 on
+        seen = views(f)
+        assert seen[0].action == catalog.BROKEN

@@ -65,3 +65,87 @@ def test_a_wal_whose_first_call_lost_its_batch_blocks_without_a_target(tmp_path)
         f.commit(0)
         assert block_if_lost(f.root, f.checkpoint, ("r1", 0))
         assert "batch 0" in f.wal.read_blocked()
+
+
+def test_a_call_refused_before_its_entry_says_a_caught_error_loses_the_rows_silently(caplog):
+    """A refused call records no entry: a function that catches the error and goes on lets
+    Spark commit a batch that reads as skipped. The log says that, not that the WAL blocks."""
+    refused = foreach_batch.WriterCall(7, "run-1", "ks.t")
+    refused.failed(SinkError("written twice"))
+    assert "lost without the WAL knowing" in caplog.text and "blocks" not in caplog.text
+    caplog.clear()
+    entered = foreach_batch.WriterCall(7, "run-1", "ks.t")
+    entered.entered, entered.wal = True, "/w"
+    entered.failed(ConnectionFailed(["h"], "refused"))
+    assert "the WAL at /w blocks" in caplog.text
+
+
+def _call_writer(cp, table: str, call, monkeypatch, **options):
+    """prepare_write as the writer calls it, Cassandra away (it stops after the entry)."""
+    def down(connection):
+        raise ConnectionFailed(["h"], "refused")
+
+    monkeypatch.setattr(plan, "connect", down)
+    schema = T.StructType([T.StructField("id", T.IntegerType())])
+    with pytest.raises((ConnectionFailed, SinkError)):
+        plan.prepare_write(dict(options, keyspace="ks", table=table, checkpointLocation=str(cp)),
+                           {}, schema, streaming=True, wal_per_table=True,
+                           on_wal=call.enter, claim=call.claim)
+
+
+def test_a_writer_refused_a_shared_wal_leaves_no_pointer_to_it(tmp_path, monkeypatch):
+    """Two tables given one wal.path: the second writer's claim is refused. Its pointer named
+    the shared WAL all the same, and a later run giving it a WAL of its own took that for a
+    move away from the first table's WAL (marked moved: its later batches never written)."""
+    from wal.pointer import read_slot
+
+    cp, shared = tmp_path / "cp", tmp_path / "shared"
+    cp.mkdir()
+    _call_writer(cp, "t", foreach_batch.WriterCall(0, "run-x", "ks.t"), monkeypatch,
+                 **{"wal.path": str(shared)})
+    refused = foreach_batch.WriterCall(0, "run-x", "ks.u")
+    _call_writer(cp, "u", refused, monkeypatch, **{"wal.path": str(shared)})
+    assert not refused.entered
+    assert read_slot(str(cp), ("ks", "t")) == str(shared)
+    assert read_slot(str(cp), ("ks", "u")) is None
+
+
+def test_a_table_leaving_a_wal_another_table_still_writes_does_not_mark_it_moved(
+        tmp_path, monkeypatch):
+    """Pointers of two tables name one WAL (written by an earlier release, or by runs that
+    each called one writer); table u gets a WAL of its own: t's WAL is not moved away from."""
+    from wal.pointer import write_pointer
+
+    cp, shared = tmp_path / "cp", tmp_path / "shared"
+    cp.mkdir()
+    _call_writer(cp, "t", foreach_batch.WriterCall(0, "run-y", "ks.t"), monkeypatch,
+                 **{"wal.path": str(shared)})
+    write_pointer(str(cp), str(shared), ("ks", "u"))
+    _call_writer(cp, "u", foreach_batch.WriterCall(1, "run-z", "ks.u"), monkeypatch,
+                 **{"wal.path": str(tmp_path / "own")})
+    assert WalDir(str(shared)).read_moved() is None
+
+
+def test_a_writer_called_on_a_thread_of_the_function_takes_the_run_the_registry_saw_start(
+        monkeypatch):
+    """A function writing its tables from a thread pool: the job group (the run's id) is a
+    property of the query's thread only. Read as "" there, the claims of every run were one:
+    after a restart in the same process, the re-run of a batch the first run had claimed was
+    refused as "written twice"."""
+    from tests.unit.test_flush_registry import FakeFlusher, FakeSpark, pointing
+    from sinks import registry as driver
+
+    FakeFlusher.made = []
+    monkeypatch.setattr(driver, "registries", [])
+    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
+    monkeypatch.setattr(driver, "pointed_wals", pointing(lambda cp: cp + "/cassandra_wal"))
+    registry = driver.FlushRegistry(FakeSpark(), {})
+    on_a_pool_thread = SimpleNamespace(sparkContext=SimpleNamespace(
+        getLocalProperty=lambda key: None))
+    registry.started("q", "run-1")
+    assert foreach_batch._run_id(on_a_pool_thread, "/cp/q") == "run-1"
+    registry.started("q", "run-2")               # a restart in the same process
+    assert foreach_batch._run_id(on_a_pool_thread, "file:/cp/q") == "run-2"
+    on_the_query_thread = SimpleNamespace(sparkContext=SimpleNamespace(
+        getLocalProperty=lambda key: "run-2"))
+    assert foreach_batch._run_id(on_the_query_thread, "/elsewhere") == "run-2"
