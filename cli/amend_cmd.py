@@ -37,6 +37,8 @@ ways out lose something; choose one:
   --restamp            write them at timestamps just above the drop (in batch order): their
                        rows then win over whatever was written to their keys since (asks the
                        cluster for the drop time; not for batches with their own writetime).
+                       Later sealed batches that would fall below them are re-stamped after
+                       them, so a later batch still wins over an earlier one.
 
 The choice is recorded in WAL_DIR/amended/<batch>.json before the flusher writes the batch
 again, so every later write of it (a crash, a restart) makes the same cells. It may run beside
@@ -83,9 +85,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _pending(wal: WalDir, checkpoint: str | None) -> dict[int, catalog.BatchView]:
-    """Batches Spark committed that are not fully written yet, by id."""
+    """Batches with a seal not fully written yet, by id: those Spark committed, and those
+    sealed that it has not committed yet (a re-stamp keeps them above the batches before)."""
     views = catalog.describe_read_only(wal, checkpoint, query_running=True)
-    return {v.batch: v for v in views if v.action == catalog.REPLAY}
+    return {v.batch: v for v in views if v.action == catalog.REPLAY
+            or (v.action == catalog.WAIT and v.seal is not None)}
 
 
 def _target(wal: WalDir, args) -> Target:
@@ -101,52 +105,75 @@ def plan(wal: WalDir, views: dict[int, catalog.BatchView], args,
          output: CassandraOutput | None) -> list[Amendment]:
     """The amendments the command would record, in batch order (``output``: to ask the
     cluster for drop times, with ``--restamp``)."""
-    batches = [args.batch] if args.batch is not None else sorted(views)
-    out: list[Amendment] = []
-    next_base = None
+    committed = {b: v for b, v in views.items() if v.action == catalog.REPLAY}
+    batches = [args.batch] if args.batch is not None else sorted(committed)
     for batch in batches:
-        view = views.get(batch)
-        if view is None:
+        if batch not in committed:
             raise CliError(f"batch {batch} is not waiting to be written (Spark has not "
                            f"committed it, or it is written already)",
                            "cassandra-wal inspect lists the batches and what they wait for")
-        seal: Seal = view.seal or view.record.seal
+    if args.without:
+        return [a for a in (_without(wal, views[b], args) for b in batches) if a is not None]
+    return _restamp(wal, views, batches, args, output)
+
+
+def _seal(view: catalog.BatchView) -> Seal:
+    return view.seal or view.record.seal
+
+
+def _without(wal: WalDir, view: catalog.BatchView, args) -> Amendment | None:
+    seal = _seal(view)
+    columns = (amended(wal, seal).write or {}).get("columns", ())
+    gone = tuple(c for c in args.without if c in columns)
+    if not gone:
+        if args.batch is not None:
+            raise CliError(f"batch {view.batch} does not write {', '.join(args.without)}",
+                           f"it writes: {', '.join(columns)}")
+        return None
+    earlier = read_amendment(wal, view.batch)
+    return Amendment(view.batch, tuple(sorted(set(gone) | set(
+        earlier.without_columns if earlier else ()))),
+        earlier.base_ts_us if earlier else None,
+        f"written without {', '.join(gone)}: dropped after the batch was sealed",
+        seal_id=seal.seal_id)
+
+
+def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int], args,
+             output: CassandraOutput) -> list[Amendment]:
+    """Each chosen batch a drop hides, above the drop; and once one is, every later batch with
+    a seal whose timestamps would then fall below the batch before it, in order (left there,
+    its rows would lose to an earlier batch's on the keys both write)."""
+    out: list[Amendment] = []
+    next_base = None        # once a batch is re-stamped: the next batch's lowest timestamp
+    chosen = set(batches)
+    for batch in sorted(chosen | {b for b in views if chosen and b > min(chosen)}):
+        view = views[batch]
+        seal = _seal(view)
         current = amended(wal, seal)
-        if args.without:
-            columns = (current.write or {}).get("columns", ())
-            gone = tuple(c for c in args.without if c in columns)
-            if not gone:
-                if args.batch is not None:
-                    raise CliError(f"batch {batch} does not write {', '.join(args.without)}",
-                                   f"it writes: {', '.join(columns)}")
-                continue
-            earlier = read_amendment(wal, batch)
-            out.append(Amendment(batch, tuple(sorted(set(gone) | set(
-                earlier.without_columns if earlier else ()))),
-                earlier.base_ts_us if earlier else None,
-                f"written without {', '.join(gone)}: dropped after the batch was sealed",
-                seal_id=seal.seal_id))
-            continue
-        hidden = output.dropped_after_seal(current)
-        if not hidden:
-            if args.batch is not None:
+        hidden = output.dropped_after_seal(current) if batch in chosen else []
+        if not hidden and (next_base is None or current.base_ts_us >= next_base):
+            if args.batch is not None and batch == args.batch:
                 raise CliError(f"batch {batch} writes no column dropped after its seal: it "
                                f"lands as sealed", "nothing to amend")
+            if next_base is not None:
+                next_base = current.last_ts_us + 1
             continue
-        write = output.current_target().as_sealed(current.write).config.write
+        why = (f"re-stamped above the drop of {', '.join(c for c, _ in hidden)}" if hidden
+               else f"re-stamped to stay above batch {out[-1].batch}, re-stamped before it")
+        write = output.current_target().as_sealed(seal.write).config.write
         if write.writetime_column or write.writetime_micros is not None:
             raise CliError(f"batch {batch} carries the user's own write timestamps "
                            f"(writetime): re-stamping them is not the sink's to decide",
-                           f"use --without-column {' --without-column '.join(c for c, _ in hidden)}")
+                           "use --without-column for the dropped columns (nothing was "
+                           "recorded)")
         if view.flushed_rows:
             raise CliError(f"batch {batch} is partly written ({view.flushed_rows} rows at its "
                            f"sealed timestamps): re-stamping the rest would split it",
-                           "use --without-column for it")
+                           "use --without-column for it (nothing was recorded)")
         base = max([t for _, t in hidden] + ([next_base - 1] if next_base else [])) + 1
         next_base = base + seal.rows
         earlier = read_amendment(wal, batch)
-        out.append(Amendment(batch, earlier.without_columns if earlier else (), base,
-                             f"re-stamped above the drop of {', '.join(c for c, _ in hidden)}",
+        out.append(Amendment(batch, earlier.without_columns if earlier else (), base, why,
                              seal_id=seal.seal_id))
     return out
 

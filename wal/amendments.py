@@ -22,12 +22,26 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol, TypeVar
 
 from . import format as fmt
 from .errors import WalCorrupted
 from .files import atomic_write, make_private_dirs
 from .layout import WalDir
-from .seal import Seal, now_us
+from .clock import now_us
+
+
+class Sealed(Protocol):
+    """What an amendment reads of a seal (:class:`wal.seal.Seal`, which imports this module
+    for the timestamps a re-stamped batch takes)."""
+
+    batch: int
+    seal_id: str
+    base_ts_us: int
+    write: dict | None
+
+
+S = TypeVar("S", bound=Sealed)    # a seal, amended or not
 
 
 @dataclass(frozen=True)
@@ -41,12 +55,12 @@ class Amendment:
     at_us: int = field(default_factory=now_us)
     seal_id: str = ""                       # the seal it amends ("": any seal of the batch)
 
-    def amends(self, seal: Seal) -> bool:
+    def amends(self, seal: Sealed) -> bool:
         """Whether this amendment is of ``seal``: not of another run's seal of the batch (a
         repair or a discard let Spark run the batch again with other rows)."""
         return seal.batch == self.batch and (not self.seal_id or self.seal_id == seal.seal_id)
 
-    def apply(self, seal: Seal) -> Seal:
+    def apply(self, seal: S) -> S:
         """``seal`` as this amendment writes it: a seal of the same segments and rows, with
         fewer columns in its ``write`` record and/or another base timestamp."""
         write = seal.write
@@ -85,7 +99,7 @@ def read_amendment(wal: WalDir, batch: int) -> Amendment | None:
         raise WalCorrupted(path, f"unreadable amendment: {exc}", batch=batch) from None
 
 
-def amended(wal: WalDir, seal: Seal) -> Seal:
+def amended(wal: WalDir, seal: S) -> S:
     """``seal`` as its batch is to be written: amended if an operator said so of this seal."""
     amendment = read_amendment(wal, seal.batch)
     return amendment.apply(seal) if amendment is not None and amendment.amends(seal) else seal

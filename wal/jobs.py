@@ -39,7 +39,7 @@ from .format import (
     TABLE_LOCK_FILE,
 )
 from .layout import WalDir
-from .seal import read_seal
+from .seal import last_written_ts_us, read_seal
 
 JOB_BATCH = 0                 # a job's WAL holds one batch; its id needs no clock
 
@@ -193,6 +193,6 @@ class TableJobs:
 
 
 def last_timestamp(wal: WalDir) -> int:
-    """The largest write timestamp any seal of ``wal`` holds (0: none)."""
+    """The largest write timestamp any seal of ``wal`` holds, as amended (0: none)."""
     seals = (read_seal(wal, b) for b in wal.sealed_batch_ids())
-    return max((s.last_ts_us for s in seals if s is not None), default=0)
+    return max((last_written_ts_us(wal, s) for s in seals if s is not None), default=0)

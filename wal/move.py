@@ -26,7 +26,7 @@ from . import catalog
 from .errors import WalMoveRefused
 from .layout import WalDir
 from .log import WalLog
-from .seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, write_seal
+from .seal import COMMIT_POINT_CHECKPOINT, Seal, last_written_ts_us, read_seal, write_seal
 
 
 def follow_move(old: WalDir, new: WalDir, checkpoint: str) -> None:
@@ -56,7 +56,7 @@ def follow_move(old: WalDir, new: WalDir, checkpoint: str) -> None:
         # The floor: a seal of no rows at the last batch Spark committed, at the old WAL's
         # last write timestamp (it writes nothing): the next seal starts above it. Written
         # over a leftover of a move back: a seal of an execution Spark never committed.
-        write_seal(new, Seal(batch=highest, segments=(), base_ts_us=last.last_ts_us,
+        write_seal(new, Seal(batch=highest, segments=(), base_ts_us=last_written_ts_us(old, last),
                              query_id=last.query_id, commit_point=COMMIT_POINT_CHECKPOINT))
     new.write_flushed_through(highest)
 

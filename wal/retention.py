@@ -49,11 +49,12 @@ def wal_size(wal: WalDir) -> WalSize:
 
 
 def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None:
-    """The batch's segments (and seal, and entry) here and, for a WAL on a store, there first:
+    """The batch's segments (and seal, amendment and entry) here and, for a WAL on a store, there first:
     a working copy pulls what the store still has."""
     if entries_since(wal) is not None:
         remove_entry(wal, batch)
-    remove_amendment(wal, batch)
+    if not keep_seal:           # a seal kept for the next batch's timestamps keeps its own
+        remove_amendment(wal, batch)
     if wal.remote:
         wal.remote.delete_segments(batch)
         if not keep_seal:

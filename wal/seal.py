@@ -9,12 +9,13 @@ the seal; after that it is final. File format: ``wal/FORMAT.md``, "Seal files".
 from __future__ import annotations
 
 import json
-import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .amendments import read_amendment
+from .clock import now_us
 from .errors import WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
@@ -22,10 +23,6 @@ from .segment import SegmentRef
 
 COMMIT_POINT_CHECKPOINT = "spark-checkpoint"   # streaming: final once commits/N exists
 COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: final when sealed
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
 
 
 class TimestampFloor(Protocol):
@@ -132,8 +129,9 @@ def write_seal(wal: WalDir, seal: Seal) -> None:
 def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) -> int:
     """Close to wall-clock time, and greater than every timestamp of every earlier batch.
 
-    Looks at the seals of batches before ``batch``; retention always keeps the newest seal,
-    so the chain of timestamps never goes backwards even when the clock does.
+    Looks at the seals of batches before ``batch`` (as amended, :mod:`wal.amendments`);
+    retention always keeps the newest seal, so the chain of timestamps never goes backwards
+    even when the clock does.
     """
     floor = 0
     for other in reversed(wal.sealed_batch_ids()):
@@ -141,9 +139,18 @@ def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) ->
             continue
         prev = read_seal(wal, other)
         if prev is not None:
-            floor = prev.last_ts_us + 1
+            floor = last_written_ts_us(wal, prev) + 1
             break
     return max(clock_us if clock_us is not None else now_us(), floor)
+
+
+def last_written_ts_us(wal: WalDir, seal: Seal) -> int:
+    """The largest write timestamp ``seal``'s batch gets or got: its own, or above it where an
+    operator re-stamped the batch above a column's drop (:mod:`wal.amendments`)."""
+    amendment = read_amendment(wal, seal.batch)
+    if amendment is None or not amendment.amends(seal):
+        return seal.last_ts_us
+    return max(seal.last_ts_us, amendment.apply(seal).last_ts_us)
 
 
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",

@@ -133,10 +133,25 @@ def test_an_amendment_is_applied_to_every_later_write_of_the_batch(tmp_path):
         WRITES.clear()
         Replayer(f.wal, f.log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
         assert [first for _, first, _ in WRITES] == [SEALED_AT + 9]
-        assert read_amendment(f.wal, 0) is None     # gone with the batch's files
+        # The newest flushed seal stays for the next batch's timestamps, and so does its
+        # amendment: the next batch starts above the re-stamped rows, not the sealed ones.
+        assert read_amendment(f.wal, 0) is not None
+        from wal.seal import next_base_timestamp
+        assert next_base_timestamp(f.wal, 1, clock_us=SEALED_AT) == SEALED_AT + 9 + 3
 
 
-def _wal_with_pending(tmp_path, monkeypatch):
+def test_a_restamped_batchs_amendment_goes_with_its_seal(tmp_path):
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})
+        write_amendment(f.wal, Amendment(0, (), SEALED_AT + 9, seal_id=built.seal.seal_id))
+        f.flushed(0)
+        f.flushed(1)
+        from wal.retention import RetentionPolicy, apply_retention
+        apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=0))
+        assert read_amendment(f.wal, 0) is None and f.wal.sealed_batch_ids() == [1]
+
+
+def _wal_with_pending(tmp_path, monkeypatch, uncommitted: tuple[int, ...] = ()):
     import recovery.target as target_module
 
     f = WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
@@ -145,6 +160,8 @@ def _wal_with_pending(tmp_path, monkeypatch):
     record = target().write_record()
     for batch in (0, 1):
         f.sealed(batch, rows=(3,), write=record)
+    for batch in uncommitted:
+        f.sealed(batch, rows=(3,), write=record, committed=False)
     f.close()
     session = Dropped(id=4_000_000_000_000_000)       # long after both seals (2096)
     monkeypatch.setattr(output_module, "connect", lambda conn: (
@@ -175,3 +192,21 @@ def test_amend_restamp_puts_each_batch_above_the_drop_in_batch_order(
     assert first["base_ts_us"] > 4_000_000_000_000_000
     assert second["base_ts_us"] == first["base_ts_us"] + 3      # after batch 0's three rows
     assert read_amendment(f.wal, 1).base_ts_us == second["base_ts_us"]
+
+
+def test_restamp_keeps_the_later_batches_above_the_one_it_restamps(tmp_path, monkeypatch, capsys):
+    """Batch 0 writes id, dropped after both seals; batch 1 was amended to go without id
+    before. Re-stamping batch 0 above the drop put its rows above batch 1's, sealed earlier:
+    on a key both write, batch 0's value would win over the later batch's. Batch 1 is
+    re-stamped after it; a batch sealed above the drop keeps its own."""
+    f, _ = _wal_with_pending(tmp_path, monkeypatch, uncommitted=(2,))
+    from wal.seal import read_seal
+    one = read_seal(f.wal, 1)
+    write_amendment(f.wal, Amendment(1, ("id",), None, seal_id=one.seal_id))
+    assert main(["amend", f.root, "--batch", "0", "--restamp", "--json"]) == 0
+    got = {a["batch"]: a for a in json.loads(capsys.readouterr().out)["amendments"]}
+    assert sorted(got) == [0, 1, 2]
+    assert got[1]["base_ts_us"] == got[0]["base_ts_us"] + 3
+    assert got[2]["base_ts_us"] == got[1]["base_ts_us"] + 3     # sealed, not yet committed
+    assert got[1]["without_columns"] == ["id"]                   # the earlier choice stays
+    assert "to stay above batch 0" in got[1]["reason"]
