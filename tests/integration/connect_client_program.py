@@ -3,6 +3,8 @@ process of its own (as a user's script would be: its listener and flusher live i
 exit runs the last drain). Prints one JSON line of what it saw.
 
 Usage: connect_client_program.py URL SRC CHECKPOINT HOST PORT KEYSPACE TABLE BATCHES
+       connect_client_program.py URL --once SRC CHECKPOINT HOST PORT KEYSPACE TABLE FLUSH
+  the second form: one availableNow run, flushing (FLUSH true) or not (false).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ def main() -> None:
     url = sys.argv[1]
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
-        run(spark, *sys.argv[2:])
+        if sys.argv[2] == "--once":
+            run_once(spark, *sys.argv[3:])
+        else:
+            run(spark, *sys.argv[2:])
     finally:
         # The Connect client's listener thread is not a daemon: without this the process
         # would not exit.
@@ -66,6 +71,23 @@ def run(spark, src, cp, host, port, keyspace, table, batches) -> None:
         out["relative_checkpoint"] = next(
             (line for line in str(exc).splitlines() if "OptionError:" in line), str(exc))
     print(json.dumps(out), flush=True)
+
+
+def run_once(spark, src, cp, host, port, keyspace, table, flush) -> None:
+    """One availableNow run; ``flush`` "false": with ``wal.flush=false`` (its batches stay
+    pending, as an outage lasting past a restart leaves them)."""
+    registry = sinks.register(spark)
+    query = (spark.readStream.schema("id INT, tag INT, name STRING")
+             .option("maxFilesPerTrigger", 1).json(src).writeStream.format("cassandra_wal")
+             .options(**{"keyspace": keyspace, "table": table, "checkpointLocation": cp,
+                         "spark.cassandra.connection.host": host,
+                         "spark.cassandra.connection.port": port, "wal.flush": flush})
+             .trigger(availableNow=True).start())
+    registry.track(query, cp)
+    assert query.awaitTermination(120) and query.exception() is None, query.exception()
+    if flush == "true":
+        sinks.wait_flushed(query, timeout=60)
+    print(json.dumps({"batch": (query.lastProgress or {}).get("batchId")}), flush=True)
 
 
 if __name__ == "__main__":

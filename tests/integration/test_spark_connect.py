@@ -91,3 +91,31 @@ def test_a_stream_through_spark_connect_lands_exactly_once(connect_url, cassandr
     assert sorted(by_batch) == list(range(BATCHES))
     for batch, rows in by_batch.items():
         assert sorted(rows) == sorted((r["id"], r["tag"]) for r in files[batch]), batch
+
+
+def test_a_connect_restart_with_another_table_writes_pending_batches_to_their_own_table(
+        connect_url, cassandra_node, cql, keyspace, tmp_path):
+    """Issue 31, item 1, under Spark Connect (no recovery at start: the restarted run's
+    flusher finds the pending batches): run 1 stages into t1 and flushes nothing (wal.flush
+    false, as an outage lasting past the restart leaves it), run 2, a new client process,
+    writes t2 on the same checkpoint. Run 1's rows belong to t1: before seals carried their
+    table, they landed in t2."""
+    url, _ = connect_url
+    for name in ("t1", "t2"):
+        create_table(cql, keyspace, f"{name} (id int PRIMARY KEY, tag int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    first, second = [_events(k) for k in range(2)], [_events(k) for k in range(2, 4)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    for files, table, flush, index in ((first, "t1", "false", 0), (second, "t2", "true", 2)):
+        write_json_files(src, files, first_index=index)
+        run = subprocess.run(
+            [sys.executable, str(CLIENT), url, "--once", str(src), str(cp),
+             cassandra_node.host, str(cassandra_node.port), keyspace, table, flush],
+            capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+            stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-4000:]
+    in_t1 = rows_by_key(read_table(cql, keyspace, "t1"), "id")
+    in_t2 = rows_by_key(read_table(cql, keyspace, "t2"), "id")
+    assert_rows_equal(in_t1, {r["id"]: r for rows in first for r in rows}, "t1")
+    assert_rows_equal(in_t2, {r["id"]: r for rows in second for r in rows}, "t2")
