@@ -1,5 +1,6 @@
 """Constants of the WAL's on-disk format. The whole layout is specified in ``wal/FORMAT.md``;
-change nothing here without changing that page and ``FORMAT_VERSION``.
+change nothing here without changing that page and ``FORMAT_VERSION`` (the files) or
+``LOG_FORMAT_VERSION`` (the RocksDB log).
 """
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 import struct
 
 FORMAT_NAME = "cassandra-wal"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1           # the files under WAL_DIR (WAL_FORMAT)
+LOG_FORMAT_VERSION = 2       # the RocksDB log's keys (m/format); 1: records held seal and progress
 
 # Files and folders under WAL_DIR (FORMAT.md, "Directory").
 MARKER_FILE = "WAL_FORMAT"
@@ -53,6 +55,8 @@ KEY_FLUSHED_THROUGH = b"m/flushed_through"
 KEY_COMMITTED_THROUGH = b"m/committed_through"
 KEY_REPAIR = b"m/repair"                    # a repair under way (wal/repair.py): the log is fenced
 KEY_BATCH_PREFIX = b"b/"
+KEY_SEAL_PREFIX = b"s/"                     # the batch's seal, written once when ingested
+KEY_PROGRESS_PREFIX = b"p/"                 # one small key per acknowledgement
 KEY_ROWS_PREFIX = b"r/"
 ROW_VALUE_HEAD = struct.Struct("<II")       # u32 crc32(payload), u32 rows
 
@@ -63,6 +67,19 @@ def batch_name(batch_id: int) -> str:
 
 def batch_key(batch_id: int) -> bytes:
     return KEY_BATCH_PREFIX + batch_name(batch_id).encode()
+
+
+def seal_key(batch_id: int) -> bytes:
+    return KEY_SEAL_PREFIX + batch_name(batch_id).encode()
+
+
+def progress_prefix(batch_id: int) -> bytes:
+    return KEY_PROGRESS_PREFIX + batch_name(batch_id).encode() + b"/"
+
+
+def progress_key(batch_id: int, next_segment: int, next_chunk: int) -> bytes:
+    """Key order is flush order: the greatest key of a batch is its progress."""
+    return progress_prefix(batch_id) + f"{next_segment:05d}/{next_chunk:08d}".encode()
 
 
 def rows_prefix(batch_id: int) -> bytes:

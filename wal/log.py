@@ -5,7 +5,12 @@ Spark driver, or ``cassandra-wal recover``. Readers (``cassandra-wal inspect``) 
 RocksDB *secondary* instance whose own files live in a private temporary folder, so they never
 take the lock and never change a byte under the WAL directory.
 
-Keys and values are specified in ``wal/FORMAT.md``, "The log".
+Keys and values are specified in ``wal/FORMAT.md``, "The log". What a batch costs the driver
+is linear in its segments: its seal is written once (``s/<batch>``) and decoded once per
+process (:class:`_SealCache`), each acknowledgement is one small key (``p/<batch>/...``), and
+the batch record (``b/<batch>``) holds only its state. A log of format 1 (whose records held
+the seal and the progress, rewritten at each acknowledgement) is rewritten to format 2, in one
+synced write, when a writer first opens it; readers read either.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from .states import BatchState, check_transition
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """The log's view of one batch."""
+    """The log's view of one batch: its state (``b/<batch>``), its seal (``s/<batch>``) and
+    its flush progress (the greatest ``p/<batch>/...`` key)."""
 
     batch: int
     state: BatchState
@@ -53,6 +59,8 @@ class BatchRecord:
     reason: str = ""
 
     def to_json(self) -> bytes:
+        """The whole view in one JSON object (a repair's manifest, dumps; and format 1's
+        record)."""
         return json.dumps({
             "batch": self.batch, "state": self.state.value,
             "seal": self.seal.to_dict() if self.seal else None,
@@ -63,12 +71,77 @@ class BatchRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> "BatchRecord":
+        """A :meth:`to_json` object (format 1's ``b/<batch>`` value)."""
         d = json.loads(data)
         return cls(batch=d["batch"], state=BatchState(d["state"]),
                    seal=Seal.from_dict(d["seal"]) if d["seal"] else None,
                    next_segment=d["next_segment"], next_chunk=d["next_chunk"],
                    flushed_rows=d["flushed_rows"], updated_at_us=d["updated_at_us"],
                    reason=d.get("reason", ""))
+
+
+@dataclass(frozen=True)
+class _Head:
+    """``b/<batch>`` of format 2: the state, and of the seal only its id and rows."""
+
+    batch: int
+    state: BatchState
+    seal_id: str | None = None
+    rows: int = 0                  # the seal's rows (FLUSHED: every one of them written)
+    updated_at_us: int = field(default_factory=now_us)
+    reason: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps({"batch": self.batch, "state": self.state.value,
+                           "seal_id": self.seal_id, "rows": self.rows,
+                           "updated_at_us": self.updated_at_us, "reason": self.reason},
+                          sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "_Head":
+        d = json.loads(data)
+        return cls(batch=d["batch"], state=BatchState(d["state"]), seal_id=d.get("seal_id"),
+                   rows=d.get("rows", 0), updated_at_us=d["updated_at_us"],
+                   reason=d.get("reason", ""))
+
+    @classmethod
+    def of(cls, record: BatchRecord) -> "_Head":
+        seal = record.seal
+        return cls(record.batch, record.state, seal.seal_id if seal else None,
+                   seal.rows if seal else record.flushed_rows, record.updated_at_us,
+                   record.reason)
+
+
+def _progress_value(flushed_rows: int, at_us: int) -> bytes:
+    return b"%d %d" % (flushed_rows, at_us)
+
+
+class _SealCache:
+    """Decoded seals by (batch, seal id): a seal of 2,000 segments is ~285 KB of JSON, decoded
+    once per process rather than at every look at the log. Bounded; a batch leaves it when
+    it leaves the log."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._seals: dict[int, Seal] = {}
+
+    def get(self, batch: int, seal_id: str) -> Seal | None:
+        seal = self._seals.get(batch)
+        return seal if seal is not None and seal.seal_id == seal_id else None
+
+    def put(self, seal: Seal) -> Seal:
+        if len(self._seals) >= self.LIMIT and seal.batch not in self._seals:
+            self._seals.pop(next(iter(self._seals)))
+        self._seals[seal.batch] = seal
+        return seal
+
+    def drop(self, batch: int | None = None) -> None:
+        """Forget ``batch`` (None: every batch)."""
+        if batch is None:
+            self._seals.clear()
+        else:
+            self._seals.pop(batch, None)
 
 
 @dataclass(frozen=True)
@@ -151,6 +224,9 @@ class WalLog:
     def __init__(self, wal: WalDir, db: Rdict, writable: bool, scratch: str | None = None):
         self.wal, self._db, self.writable, self._scratch = wal, db, writable, scratch
         self._sync = _sync()
+        self._seals = _SealCache()
+        #: format 1 (a reader of a log no writer of format 2 opened yet) or 2
+        self.format = fmt.LOG_FORMAT_VERSION
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -171,10 +247,17 @@ class WalLog:
         log = cls(wal, db, writable=True)
         found = db.get(fmt.KEY_META_FORMAT)
         if found is None:
-            db.put(fmt.KEY_META_FORMAT, str(fmt.FORMAT_VERSION).encode(), log._sync)
-        elif found != str(fmt.FORMAT_VERSION).encode():
+            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode(), log._sync)
+        elif found == b"1":
+            try:
+                log._upgrade_from_format_1()
+            except BaseException:
+                db.close()
+                raise
+        elif found != str(fmt.LOG_FORMAT_VERSION).encode():
             db.close()
-            raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
+            raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
+                                    fmt.LOG_FORMAT_VERSION)
         under_way = log.repair_under_way()
         if under_way is not None and not repairing:
             db.close()
@@ -198,11 +281,14 @@ class WalLog:
                 db.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise WalCorrupted(wal.log, f"cannot open the RocksDB log: {exc}") from None
-        if found is not None and found != str(fmt.FORMAT_VERSION).encode():
+        if found is not None and found not in (b"1", str(fmt.LOG_FORMAT_VERSION).encode()):
             db.close()
             shutil.rmtree(scratch, ignore_errors=True)
-            raise UnsupportedFormat(wal.log, found.decode(errors="replace"), fmt.FORMAT_VERSION)
-        return cls(wal, db, writable=False, scratch=scratch)
+            raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
+                                    fmt.LOG_FORMAT_VERSION)
+        reader = cls(wal, db, writable=False, scratch=scratch)
+        reader.format = 1 if found == b"1" else fmt.LOG_FORMAT_VERSION
+        return reader
 
     @property
     def closed(self) -> bool:
@@ -246,19 +332,78 @@ class WalLog:
     # -- reading ---------------------------------------------------------------------------
     def get(self, batch: int) -> BatchRecord | None:
         raw = self.db.get(fmt.batch_key(batch))
-        return self._decode(fmt.batch_key(batch), raw) if raw is not None else None
+        return self._view(fmt.batch_key(batch), raw) if raw is not None else None
 
     def records(self) -> list[BatchRecord]:
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
-        return [self._decode(_k, v)
-                for _k, v in self.db.items(from_key=fmt.KEY_BATCH_PREFIX, read_opt=ro)]
+        return [self._view(k, v) for k, v in self._pages(fmt.KEY_BATCH_PREFIX,
+                                                         fmt.prefix_end(fmt.KEY_BATCH_PREFIX),
+                                                         size=256)]
 
-    def _decode(self, key: bytes, raw: bytes) -> BatchRecord:
+    def _head(self, batch: int) -> _Head | None:
+        """``b/<batch>`` alone: what a state check needs, O(1) whatever the seal's size."""
+        raw = self.db.get(fmt.batch_key(batch))
+        if raw is None:
+            return None
+        if self.format == 1:
+            return _Head.of(self._view(fmt.batch_key(batch), raw))
+        return self._decode_head(fmt.batch_key(batch), raw)
+
+    def _decode_head(self, key: bytes, raw: bytes) -> _Head:
         try:
-            return BatchRecord.from_json(raw)
+            return _Head.decode(raw)
         except (ValueError, KeyError, TypeError) as exc:
             raise WalCorrupted(self.wal.log, f"malformed batch record {key!r}: {exc}") from None
+
+    def _view(self, key: bytes, raw: bytes) -> BatchRecord:
+        """The whole view of a batch from its ``b/`` value: its seal (decoded once per
+        process) and its progress (the greatest ``p/`` key: one seek)."""
+        if self.format == 1:
+            try:
+                return BatchRecord.from_json(raw)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise WalCorrupted(self.wal.log, f"malformed batch record {key!r}: {exc}") \
+                    from None
+        head = self._decode_head(key, raw)
+        seal = self._seal(head)
+        record = BatchRecord(head.batch, head.state, seal, flushed_rows=(
+            head.rows if head.state is BatchState.FLUSHED else 0),
+            updated_at_us=head.updated_at_us, reason=head.reason)
+        if head.state is BatchState.FLUSHING:
+            record = self._with_progress(record)
+        return record
+
+    def _seal(self, head: _Head) -> Seal | None:
+        if head.seal_id is None:
+            return None
+        seal = self._seals.get(head.batch, head.seal_id)
+        if seal is not None:
+            return seal
+        raw = self.db.get(fmt.seal_key(head.batch))
+        try:
+            seal = Seal.from_dict(json.loads(raw)) if raw is not None else None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WalCorrupted(self.wal.log, f"malformed seal of batch {head.batch} in the "
+                                             f"log: {exc}", batch=head.batch) from None
+        if seal is None or seal.seal_id != head.seal_id:
+            raise WalCorrupted(self.wal.log, f"the log's seal of batch {head.batch} is "
+                                             f"missing or not the one its record names",
+                               batch=head.batch)
+        return self._seals.put(seal)
+
+    def _with_progress(self, record: BatchRecord) -> BatchRecord:
+        prefix = fmt.progress_prefix(record.batch)
+        it = self.db.iter()
+        try:
+            it.seek_for_prev(fmt.prefix_end(prefix))
+            if not it.valid() or not bytes(it.key()).startswith(prefix):
+                return record
+            key, value = bytes(it.key()), bytes(it.value())
+        finally:
+            del it
+        segment, chunk = (int(p) for p in key[len(prefix):].split(b"/"))
+        rows, at_us = (int(p) for p in value.split())
+        return replace(record, next_segment=segment, next_chunk=chunk, flushed_rows=rows,
+                       updated_at_us=max(at_us, record.updated_at_us))
 
     def flushed_through(self) -> int:
         """Highest batch id flushed so far (-1 if none): earlier batches need nothing more."""
@@ -329,18 +474,25 @@ class WalLog:
             start = page[-1][0] + b"\x00"    # the smallest key after the page's last
 
     # -- writing (state machine) ----------------------------------------------------------
-    def _put(self, record: BatchRecord, wb: WriteBatch | None = None, sync: bool = True) -> None:
+    def _put(self, head: _Head, wb: WriteBatch | None = None, sync: bool = True) -> None:
         wb = wb if wb is not None else WriteBatch(raw_mode=True)
-        wb.put(fmt.batch_key(record.batch), record.to_json())
+        wb.put(fmt.batch_key(head.batch), head.encode())
         if sync:
             self.db.write(wb, self._sync)
         else:
             self.db.write(wb)
 
-    def _transition(self, batch: int, wanted: BatchState) -> BatchRecord | None:
-        current = self.get(batch)
+    def _transition(self, batch: int, wanted: BatchState) -> _Head | None:
+        current = self._head(batch)
         check_transition(batch, current.state if current else None, wanted)
         return current
+
+    def _clear(self, wb: WriteBatch, batch: int) -> None:
+        """Everything of ``batch`` but its record: seal, progress, rows."""
+        for prefix in (fmt.progress_prefix(batch), fmt.rows_prefix(batch)):
+            wb.delete_range(prefix, fmt.prefix_end(prefix))
+        wb.delete(fmt.seal_key(batch))
+        self._seals.drop(batch)
 
     @_storage_errors
     def ingest(self, seal: Seal) -> BatchRecord:
@@ -349,9 +501,9 @@ class WalLog:
         Idempotent: ingesting the same seal again returns the existing record. A segment that
         fails its checksum raises WalCorrupted naming it, and leaves the log as it was.
         """
-        current = self.get(seal.batch)
-        if current is not None and current.seal and current.seal.seal_id == seal.seal_id:
-            return current
+        current = self._head(seal.batch)
+        if current is not None and current.seal_id == seal.seal_id:
+            return self.get(seal.batch)
         check_transition(seal.batch, current.state if current else None, BatchState.SEALED)
         lo, hi = fmt.rows_prefix(seal.batch), fmt.prefix_end(fmt.rows_prefix(seal.batch))
         self.db.delete_range(lo, hi)
@@ -375,7 +527,12 @@ class WalLog:
             self.db.delete_range(lo, hi)
             raise
         record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
-        self._put(record)   # synced: makes the row writes above durable too
+        wb = WriteBatch(raw_mode=True)
+        prefix = fmt.progress_prefix(seal.batch)
+        wb.delete_range(prefix, fmt.prefix_end(prefix))
+        wb.put(fmt.seal_key(seal.batch), json.dumps(seal.to_dict(), sort_keys=True).encode())
+        self._put(_Head.of(record), wb)   # synced: makes the row writes above durable too
+        self._seals.put(seal)
         return record
 
     @_storage_errors
@@ -414,7 +571,10 @@ class WalLog:
         committed batch is otherwise never thrown away."""
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(fmt.batch_key(batch), fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
+        wb.delete_range(fmt.seal_key(batch), fmt.prefix_end(fmt.KEY_SEAL_PREFIX))
+        wb.delete_range(fmt.progress_prefix(batch), fmt.prefix_end(fmt.KEY_PROGRESS_PREFIX))
         wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.KEY_ROWS_PREFIX))
+        self._seals.drop()
         for key, current in ((fmt.KEY_FLUSHED_THROUGH, self.flushed_through()),
                              (fmt.KEY_COMMITTED_THROUGH, self.committed_through())):
             if current >= batch:
@@ -428,45 +588,50 @@ class WalLog:
     @_storage_errors
     def begin_flush(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHING)
-        record = replace(current, state=BatchState.FLUSHING, updated_at_us=now_us())
-        self._put(record)
-        return record
+        self._put(replace(current, state=BatchState.FLUSHING, updated_at_us=now_us()))
+        return self.get(batch)
 
     @_storage_errors
     def record_progress(self, batch: int, next_segment: int, next_chunk: int,
                         flushed_rows: int) -> BatchRecord:
         """Everything before (next_segment, next_chunk) is acknowledged by Cassandra.
 
-        Not synced: losing the latest progress only means replaying a few chunks again, which
-        writes identical cells.
+        One small key (``p/<batch>/<next_segment>/<next_chunk>``), whatever the batch's size:
+        the record and the seal are not rewritten. Not synced: losing the latest progress only
+        means replaying a few chunks again, which writes identical cells.
         """
         current = self._transition(batch, BatchState.FLUSHING)
         if current.state is not BatchState.FLUSHING:  # SEALED -> FLUSHING is begin_flush's edge
             raise IllegalTransition(batch, current.state.value, BatchState.FLUSHING.value,
                                     "progress is recorded only while flushing (begin_flush first)")
-        record = replace(current, next_segment=next_segment, next_chunk=next_chunk,
-                         flushed_rows=flushed_rows, updated_at_us=now_us())
-        self._put(record, sync=False)
-        return record
+        at_us = now_us()
+        self.db.put(fmt.progress_key(batch, next_segment, next_chunk),
+                    _progress_value(flushed_rows, at_us))
+        return BatchRecord(batch, BatchState.FLUSHING, self._seal(current), next_segment,
+                           next_chunk, flushed_rows, max(at_us, current.updated_at_us),
+                           current.reason)
 
     @_storage_errors
     def mark_flushed(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHED)
-        rows = current.seal.rows if current.seal else current.flushed_rows
-        record = replace(current, state=BatchState.FLUSHED, flushed_rows=rows,
-                         updated_at_us=now_us())
+        head = replace(current, state=BatchState.FLUSHED, updated_at_us=now_us())
         wb = WriteBatch(raw_mode=True)
+        prefix = fmt.progress_prefix(batch)
+        wb.delete_range(prefix, fmt.prefix_end(prefix))
         if batch > self.flushed_through():
             wb.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode())
-        self._put(record, wb)
-        return record
+        self._put(head, wb)
+        return BatchRecord(batch, BatchState.FLUSHED, self._seal(head),
+                           flushed_rows=head.rows, updated_at_us=head.updated_at_us,
+                           reason=head.reason)
 
     @_storage_errors
     def discard(self, batch: int, reason: str) -> BatchRecord:
         self._transition(batch, BatchState.DISCARDED)
-        self.db.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
         record = BatchRecord(batch, BatchState.DISCARDED, reason=reason)
-        self._put(record)
+        wb = WriteBatch(raw_mode=True)
+        self._clear(wb, batch)
+        self._put(_Head.of(record), wb)
         return record
 
     @_storage_errors
@@ -478,6 +643,26 @@ class WalLog:
         if current.state not in (BatchState.FLUSHED, BatchState.DISCARDED):
             raise ValueError(f"batch {batch} is {current.state}: only finished batches are forgotten")
         wb = WriteBatch(raw_mode=True)
-        wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
+        self._clear(wb, batch)
         wb.delete(fmt.batch_key(batch))
         self.db.write(wb, self._sync)
+
+    def _upgrade_from_format_1(self) -> None:
+        """Rewrite a format-1 log (each record held its seal and its progress) to format 2, in
+        one synced write: a crash leaves it as it was (opened again, it is upgraded then) or
+        upgraded. Rows, marks and the repair fence are the same in both formats."""
+        self.format = 1
+        records = self.records()
+        wb = WriteBatch(raw_mode=True)
+        for record in records:
+            wb.put(fmt.batch_key(record.batch), _Head.of(record).encode())
+            if record.seal is not None:
+                wb.put(fmt.seal_key(record.batch),
+                       json.dumps(record.seal.to_dict(), sort_keys=True).encode())
+            if record.state is BatchState.FLUSHING and (record.next_segment or record.next_chunk):
+                wb.put(fmt.progress_key(record.batch, record.next_segment, record.next_chunk),
+                       _progress_value(record.flushed_rows, record.updated_at_us))
+        wb.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode())
+        self.db.write(wb, self._sync)
+        self.format = fmt.LOG_FORMAT_VERSION
+        self._seals.drop()

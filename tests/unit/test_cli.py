@@ -689,10 +689,11 @@ def test_newer_format_version(capsys, every, tmp_path, command):
 def test_newer_log_format_version(capsys, every, tmp_path):
     wal = every.copy(tmp_path / "copy")
     db = Rdict(os.path.join(wal, "log"), Options(raw_mode=True))
-    db[fmt.KEY_META_FORMAT] = b"2"
+    newer = str(fmt.LOG_FORMAT_VERSION + 1)
+    db[fmt.KEY_META_FORMAT] = newer.encode()
     db.close()
-    assert_one_line_error(cli(capsys, "inspect", wal), 3, "'2' is not supported")
-    assert_one_line_error(cli(capsys, "verify", wal), 3, "'2' is not supported")
+    assert_one_line_error(cli(capsys, "inspect", wal), 3, f"'{newer}' is not supported")
+    assert_one_line_error(cli(capsys, "verify", wal), 3, f"'{newer}' is not supported")
 
 
 @pytest.mark.parametrize("command", [["inspect"], ["dump", "--batch", "0"], ["verify"]])

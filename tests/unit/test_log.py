@@ -424,7 +424,7 @@ def test_reader_removes_its_scratch_folder_on_close(wal, log):
 
 def test_open_writer_refuses_a_newer_log_format(wal):
     with WalLog.open_writer(wal) as log:
-        log._db.put(fmt.KEY_META_FORMAT, b"2")
+        log._db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION + 1).encode())
     with pytest.raises(UnsupportedFormat):
         WalLog.open_writer(wal)
 
