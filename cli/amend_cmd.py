@@ -22,7 +22,7 @@ from wal import catalog
 from wal import checkpoint as ckpt
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
 from wal.layout import WalDir
-from wal.seal import Seal
+from wal.seal import Seal, next_base_timestamp
 
 NAME = "amend"
 
@@ -117,6 +117,13 @@ def plan(wal: WalDir, views: dict[int, catalog.BatchView], args,
     return _restamp(wal, views, batches, args, output)
 
 
+def _earlier(wal: WalDir, seal: Seal) -> Amendment | None:
+    """The amendment already recorded for ``seal`` (None: none, or one of another seal of its
+    batch, which says nothing of this one)."""
+    earlier = read_amendment(wal, seal.batch)
+    return earlier if earlier is not None and earlier.amends(seal) else None
+
+
 def _seal(view: catalog.BatchView) -> Seal:
     return view.seal or view.record.seal
 
@@ -130,7 +137,7 @@ def _without(wal: WalDir, view: catalog.BatchView, args) -> Amendment | None:
             raise CliError(f"batch {view.batch} does not write {', '.join(args.without)}",
                            f"it writes: {', '.join(columns)}")
         return None
-    earlier = read_amendment(wal, view.batch)
+    earlier = _earlier(wal, seal)
     return Amendment(view.batch, tuple(sorted(set(gone) | set(
         earlier.without_columns if earlier else ()))),
         earlier.base_ts_us if earlier else None,
@@ -151,7 +158,10 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
         seal = _seal(view)
         current = amended(wal, seal)
         hidden = output.dropped_after_seal(current) if batch in chosen else []
-        if not hidden and (next_base is None or current.base_ts_us >= next_base):
+        # Above every earlier batch as it is written (one re-stamped before included), and
+        # above what this plan re-stamps before it.
+        floor = max(next_base_timestamp(wal, batch, clock_us=0), next_base or 0)
+        if not hidden and current.base_ts_us >= floor:
             if args.batch is not None and batch == args.batch:
                 raise CliError(f"batch {batch} writes no column dropped after its seal: it "
                                f"lands as sealed", "nothing to amend")
@@ -159,7 +169,7 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
                 next_base = current.last_ts_us + 1
             continue
         why = (f"re-stamped above the drop of {', '.join(c for c, _ in hidden)}" if hidden
-               else f"re-stamped to stay above batch {out[-1].batch}, re-stamped before it")
+               else f"re-stamped to stay above batch {batch - 1}, re-stamped before it")
         write = output.current_target().as_sealed(seal.write).config.write
         if write.writetime_column or write.writetime_micros is not None:
             raise CliError(f"batch {batch} carries the user's own write timestamps "
@@ -170,9 +180,9 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
             raise CliError(f"batch {batch} is partly written ({view.flushed_rows} rows at its "
                            f"sealed timestamps): re-stamping the rest would split it",
                            "use --without-column for it (nothing was recorded)")
-        base = max([t for _, t in hidden] + ([next_base - 1] if next_base else [])) + 1
+        base = max([t + 1 for _, t in hidden] + [floor])
         next_base = base + seal.rows
-        earlier = read_amendment(wal, batch)
+        earlier = _earlier(wal, seal)
         out.append(Amendment(batch, earlier.without_columns if earlier else (), base, why,
                              seal_id=seal.seal_id))
     return out
@@ -190,7 +200,9 @@ def run(args) -> int:
         if output is not None:
             output.close()
     if not args.dry_run:
-        for amendment in amendments:
+        # Newest first: cut short (Ctrl-C, a store's error), every batch left as sealed is
+        # below every batch re-stamped already, never above a later one.
+        for amendment in reversed(amendments):
             write_amendment(wal, amendment)
     rows = [(a.batch, ", ".join(a.without_columns) or "-",
              a.base_ts_us if a.base_ts_us is not None else "as sealed", a.reason)

@@ -63,6 +63,11 @@ class _RunsByCheckpoint:
         with self._lock:
             return self._runs.get(normal_location(checkpoint), "")
 
+    def forget(self, checkpoint: str, run_id: str) -> None:
+        with self._lock:
+            if self._runs.get(normal_location(checkpoint)) == run_id:
+                del self._runs[normal_location(checkpoint)]
+
 
 _runs = _RunsByCheckpoint()
 
@@ -76,18 +81,28 @@ def note_run(checkpoint: str, run_id: str) -> None:
     _runs.note(checkpoint, run_id)
 
 
+def forget_run(checkpoint: str, run_id: str) -> None:
+    """Run ``run_id`` of the query checkpointed at ``checkpoint`` ended.
+
+    Runs: in the driver process, on Spark's listener thread (the registry's
+    ``onQueryTerminated``)."""
+    _runs.forget(checkpoint, run_id)
+
+
 def _run_id(spark, checkpoint: str) -> str:
-    """The query run calling the function: Spark runs a micro-batch under a job group named
-    after the run's id, a property of the query's thread; a function that calls its writers
-    from threads of its own (a thread pool writing tables side by side) reads none there, and
-    the run the registry saw start on ``checkpoint`` (resolved as Spark does) is taken. Empty
-    where neither is known: Spark Connect's server-side function, whose worker process lives
-    for one run."""
+    """The query run calling the function: the run the registry saw start on ``checkpoint``
+    (resolved as Spark does), whatever thread the function calls its writers from (a thread
+    pool writing tables side by side); else the job group Spark runs a micro-batch under,
+    named after the run's id, a property of the query's thread that the user's function may
+    change (``setJobGroup``), so second best. Empty where neither is known: Spark Connect's
+    server-side function, whose worker process lives for one run."""
+    noted = _runs.get(checkpoint)
+    if noted:
+        return noted
     try:
-        run = spark.sparkContext.getLocalProperty("spark.jobGroup.id") or ""
+        return spark.sparkContext.getLocalProperty("spark.jobGroup.id") or ""
     except Exception:  # noqa: BLE001 - no SparkContext here (Spark Connect)
         return ""
-    return run or _runs.get(checkpoint)
 
 
 class _StageTask:
@@ -202,8 +217,8 @@ class WriterCall:
             # commits without an entry reads as one the writer was never called for.
             log.error("cassandra_wal: batch %d of %s was refused before anything was recorded "
                       "(%s: %s): if the foreachBatch function catches this and goes on, Spark "
-                      "commits the batch and its rows for this table are lost without the WAL "
-                      "knowing: let the error fail the batch", self.batch_id, self.table,
+                      "commits the batch and its rows for this table may be lost without the "
+                      "WAL knowing: let the error fail the batch", self.batch_id, self.table,
                       type(exc).__name__, exc)
         if self.wal is not None:
             _claims.release(self.wal, self.run, self.batch_id)

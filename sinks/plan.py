@@ -32,11 +32,18 @@ from wal.binding import bind
 from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull, WalMoveRefused
 from wal.files import others_can_write, tree_size
-from wal.format import SEGMENTS_DIR, batch_name
+from wal.format import POINTER_FILE, SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
 from wal.move import follow_move
-from wal.pointer import pointed_wals, read_pointers, read_slot, table_slug, write_pointer
+from wal.pointer import (
+    pointed_wals,
+    pointer_name,
+    read_pointers,
+    read_slot,
+    table_slug,
+    write_pointer,
+)
 from wal.remote import is_remote, spool_dir
 from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
@@ -264,12 +271,14 @@ def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None) -
     previous = read_slot(checkpoint, slot)
     if previous is None or previous == wal.location:
         return
-    if slot is not None and list(read_pointers(checkpoint).values()).count(previous) > 1:
-        # Another table's pointer names the old WAL too: it is that table's WAL still, and
-        # this table never had it to itself (a writer refused a shared wal.path).
-        return
+    # Another table's pointer naming the old WAL too (not the data source's pointer, which an
+    # earlier release's foreachBatch writers shared): it stays that table's WAL, neither
+    # checked nor told of the move (a writer refused a shared wal.path never had it to itself).
+    others = {name: location for name, location in read_pointers(checkpoint).items()
+              if name not in (POINTER_FILE, pointer_name(slot))}
+    shared = slot is not None and previous in others.values()
     try:
-        follow_move(WalDir.at(previous), wal, checkpoint)
+        follow_move(WalDir.at(previous), wal, checkpoint, leave_old=not shared)
     except WalMoveRefused as exc:
         raise OptionError("wal.path", wal.location, str(exc)) from None
 

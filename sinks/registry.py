@@ -41,7 +41,7 @@ from .connect import (
     is_connect_session,
     tracked_checkpoint,
 )
-from .foreach_batch import note_run
+from .foreach_batch import forget_run, note_run
 from .listener import CassandraWalListener
 from .source import CassandraWalDataSource
 from .spark_jobs import SparkJobs
@@ -302,7 +302,9 @@ class FlushRegistry:
         self._stop_looking(run_id)
         with self._lock:
             flushers = list(self.flushers.pop(run_id, {}).values())
-            self.runs.pop(run_id, None)
+            ended = self.runs.pop(run_id, None)
+            if ended is not None:
+                forget_run(ended[1], run_id)
             if not flushers:
                 return
             self.stopping[run_id] = (query_id, flushers)

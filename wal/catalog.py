@@ -147,7 +147,8 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
         # None: not known (no checkpoint given, and beyond what the log saw committed).
         is_committed = True if batch <= highest else (False if listed is not None else None)
         seal, seal_error = (record.seal, "") if record and record.seal else _seal_or_error(wal, batch)
-        if record is None and seal is not None and batch in entered_ids:
+        if record is None and seal is not None and batch in entered_ids \
+                and batch > flushed_through:
             entry = read_entry(wal, batch)
             if entry is not None and not entry.sealed_by(seal):
                 seal = None     # an earlier call's (a run that died): this call sealed nothing

@@ -23,19 +23,25 @@ batches the other WAL wrote missing. Three things make a move safe:
 from __future__ import annotations
 
 from . import catalog
+from .entries import entered_batch_ids
 from .errors import WalMoveRefused
 from .layout import WalDir
 from .log import WalLog
+from .retention import remove_batch_files
 from .seal import COMMIT_POINT_CHECKPOINT, Seal, last_written_ts_us, read_seal, write_seal
 
 
-def follow_move(old: WalDir, new: WalDir, checkpoint: str) -> None:
+def follow_move(old: WalDir, new: WalDir, checkpoint: str, leave_old: bool = True) -> None:
     """Make ``new`` the stream's WAL in place of ``old`` (both this query's), or raise
     :class:`~wal.errors.WalMoveRefused` naming what ``old`` (or ``new``) still has to write.
-    Run before the first batch goes through ``new``."""
+    Run before the first batch goes through ``new``. ``leave_old`` False: ``old`` stays
+    another table's WAL (a foreachBatch function's tables that shared it): it is neither
+    checked nor told, and ``new`` still starts above its timestamps."""
     for wal, which in ((old, "old"), (new, "new")):
         if wal.remote:      # what the store holds, as the flusher would see it
             wal.remote.pull(wal.root, segments=False)
+        if wal is old and not leave_old:
+            continue
         pending = [v for v in catalog.describe_read_only(wal, checkpoint, query_running=True)
                    if v.action in (catalog.REPLAY, catalog.BROKEN)
                    and (wal is old or v.batch <= _last_batch_while_current(wal))]
@@ -43,19 +49,27 @@ def follow_move(old: WalDir, new: WalDir, checkpoint: str) -> None:
             raise WalMoveRefused(old.location, new.location, which,
                                  [(v.batch, v.rows - v.flushed_rows) for v in pending])
     highest, _ = catalog.committed_through(None, checkpoint)
-    # The old WAL holds nothing after this batch: a flusher of it still running until the
-    # registry sees the move must take no later batch, which Spark commits through the new
-    # WAL, for one of its own (missing, or a leftover seal to replay).
-    old.write_moved((new.location, highest))
+    if leave_old:
+        # The old WAL holds nothing after this batch: a flusher of it still running until the
+        # registry sees the move must take no later batch, which Spark commits through the
+        # new WAL, for one of its own (missing, or a leftover seal to replay).
+        old.write_moved((new.location, highest))
     new.write_moved(None)                  # a move back: the stream's WAL again
     if highest < 0 or new.read_flushed_through() >= highest:
         return
+    # What the new WAL holds of batches after it was last current, up to the last one Spark
+    # committed, is a leftover of executions Spark never committed there (it committed them
+    # through the other WAL): gone, before the floor is written over one of them.
+    was_current_through = _last_batch_while_current(new)
+    for batch in sorted(set(new.sealed_batch_ids()) | set(new.staged_batch_ids())
+                        | set(entered_batch_ids(new))):
+        if was_current_through < batch <= highest:
+            remove_batch_files(new, batch)
     newest = max((b for b in old.sealed_batch_ids() if b <= highest), default=None)
     last = read_seal(old, newest) if newest is not None else None
     if last is not None:
         # The floor: a seal of no rows at the last batch Spark committed, at the old WAL's
-        # last write timestamp (it writes nothing): the next seal starts above it. Written
-        # over a leftover of a move back: a seal of an execution Spark never committed.
+        # last write timestamp (it writes nothing): the next seal starts above it.
         write_seal(new, Seal(batch=highest, segments=(), base_ts_us=last_written_ts_us(old, last),
                              query_id=last.query_id, commit_point=COMMIT_POINT_CHECKPOINT))
     new.write_flushed_through(highest)

@@ -38,14 +38,16 @@ def table_slug(keyspace: str, table: str) -> str:
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_]{1,48}")
 
 
-def _slot(table: tuple[str, str] | None) -> str:
+def pointer_name(table: tuple[str, str] | None) -> str:
+    """The pointer file's name in the checkpoint (as :func:`read_pointers` keys it): the data
+    source's (``table`` None) or a foreachBatch writer's for ``table``."""
     return POINTER_FILE if table is None else f"{POINTERS_DIR}/{table_slug(*table)}.json"
 
 
 def read_slot(cp: str, table: tuple[str, str] | None = None) -> str | None:
     """Where the pointer of the data source's WAL (``table`` None), or of a foreachBatch
     writer's WAL for ``table``, says the WAL is now (None: nowhere yet)."""
-    raw = ckpt.open_checkpoint(cp).store.read(_slot(table))
+    raw = ckpt.open_checkpoint(cp).store.read(pointer_name(table))
     return json.loads(raw)["wal_path"] if raw is not None else None
 
 
@@ -54,7 +56,7 @@ def write_pointer(cp: str, wal_location: str, table: tuple[str, str] | None = No
     folder or a store's URI, resolved) is: a local folder or a store's URI. ``table``
     (keyspace, table): a foreachBatch writer's WAL for that table; None: the data source's.
     A WAL moved (``wal.path`` changed) is followed (:mod:`wal.move`) before this."""
-    name = _slot(table)
+    name = pointer_name(table)
     body = json.dumps({"wal_path": wal_location}).encode()
     if not ckpt.is_local(cp):
         store = ckpt.open_checkpoint(cp).store

@@ -57,14 +57,14 @@ from . import binding, catalog
 from . import checkpoint as ckpt
 from . import format as fmt
 from .amendments import amended_batch_ids
-from .entries import entered_batch_ids, read_runs, run_path
+from .entries import entered_batch_ids, entries_since, read_runs, run_path
 from .errors import RepairRefused, WalBoundElsewhere
 from .files import atomic_write, fsync_dir, make_private_dirs
 from .layout import WalDir
 from .log import WalLog
 from .pointer import pointed_wals
 from .remote import is_remote
-from .seal import now_us
+from .seal import last_written_ts_us, now_us
 
 KEPT_WAL = "wal"                     # the kept copy's folder of the WAL's files
 KEPT_CHECKPOINT = "checkpoint"       # and of Spark's
@@ -358,7 +358,8 @@ def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
     batches = tuple({"batch": v.batch, "state": v.state, "rows": v.rows,
                      "committed": v.committed, "written": v.batch in written,
                      "detail": v.detail} for v in later)
-    newest = max((v.seal.last_ts_us for v in later if v.seal is not None), default=0)
+    newest = max((last_written_ts_us(wal, v.seal) for v in later if v.seal is not None),
+                 default=0)
     return _Planned(WalPlan(wal=wal.root, kept_as=kept_as, batches=batches,
                             written=ranges(written), wal_files=tuple(wal_files(wal, from_batch)),
                             markers=markers, warnings=warnings), newest)
@@ -477,6 +478,7 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
         unblocked = True
         for each, log in pairs:
             _lower_flushed_through(each, from_batch)
+            _lower_entries_since(each, from_batch)
             log.rewind(from_batch)          # the last step that matters: lifts the fence
             if any(v.action == catalog.BROKEN for v in catalog.describe(each, log, checkpoint)):
                 unblocked = False
@@ -487,6 +489,15 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
     finally:
         for log in logs:
             log.close()
+
+
+def _lower_entries_since(wal: WalDir, from_batch: int) -> None:
+    """A WAL keeping entries from a later batch (its table first written after K) keeps them
+    from K on: Spark re-runs K.. and the writer records each call of the re-run, so a batch of
+    the re-run without an entry is one it was not called for (skipped), not a lost seal."""
+    since = entries_since(wal)
+    if since is not None and since > from_batch:
+        atomic_write(os.path.join(wal.entries, fmt.ENTRIES_SINCE_FILE), b"%d\n" % from_batch)
 
 
 def _lower_flushed_through(wal: WalDir, from_batch: int) -> None:

@@ -109,10 +109,15 @@ def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[i
         # that batch (same id), staging or sealed and not yet ingested: never ours to delete.
         log.forget(record.batch)
         removed.append(record.batch)
-    # Seals kept only for their timestamps become redundant once a newer batch is flushed.
+    # Seals kept only for their timestamps become redundant once a newer batch is flushed;
+    # the newest seal at or below flushed_through stays, whatever moved the mark past it (in
+    # a foreachBatch WAL, batches its writer was never called for): the next batch's
+    # timestamps start above it.
     through = log.flushed_through()
     known = {r.batch for r in log.records()}
-    for batch in wal.sealed_batch_ids():
-        if batch < through and batch not in known:
+    sealed = wal.sealed_batch_ids()
+    floor = max((b for b in sealed if b <= through), default=None)
+    for batch in sealed:
+        if batch < through and batch not in known and batch != floor:
             remove_batch_files(wal, batch)
     return sorted(removed)

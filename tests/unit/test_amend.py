@@ -210,3 +210,77 @@ def test_restamp_keeps_the_later_batches_above_the_one_it_restamps(tmp_path, mon
     assert got[2]["base_ts_us"] == got[1]["base_ts_us"] + 3     # sealed, not yet committed
     assert got[1]["without_columns"] == ["id"]                   # the earlier choice stays
     assert "to stay above batch 0" in got[1]["reason"]
+
+
+# -- what review 7 found ------------------------------------------------------------------------
+def _factory(tmp_path):
+    return WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
+                      target={"fingerprint": "f", "target": target().to_dict(),
+                              "checkpoint_location": str(tmp_path / "cp")})
+
+
+def _dropped(monkeypatch, **columns):
+    monkeypatch.setattr(output_module, "connect", lambda conn: (
+        SimpleNamespace(shutdown=lambda: None), Dropped(**columns)))
+
+
+def test_restamp_starts_above_a_batch_restamped_before(tmp_path, monkeypatch, capsys):
+    """Batch 0 was re-stamped above the drop by an earlier amend and written (its amendment
+    stays with its seal, the floor); batch 1 was sealed below the drop meanwhile. Started at
+    drop+1 again, batch 1 overlapped batch 0's re-stamped rows: on a key both write, the
+    earlier batch won."""
+    from wal.seal import last_written_ts_us, read_seal
+
+    drop_us = 4_000_000_000_000_000
+    f = _factory(tmp_path)
+    f.flushed(0, rows=(3,))
+    f.sealed(1, rows=(3,), write=target().write_record())
+    write_amendment(f.wal, Amendment(0, (), (drop_us // 1000 + 1) * 1000, "re-stamped",
+                                     seal_id=read_seal(f.wal, 0).seal_id))
+    f.close()
+    _dropped(monkeypatch, id=drop_us)
+    assert main(["amend", f.root, "--pending", "--restamp", "--json"]) == 0
+    got = {a["batch"]: a for a in json.loads(capsys.readouterr().out)["amendments"]}
+    assert got[1]["base_ts_us"] > last_written_ts_us(f.wal, read_seal(f.wal, 0))
+
+
+def test_a_restamp_cut_short_leaves_no_later_batch_below_an_earlier_one(tmp_path, monkeypatch):
+    """Batch 0 is hidden by the drop, batch 1 (sealed after it) is not, but falls below batch
+    0 re-stamped. The amendments were written oldest first: cut after the first (Ctrl-C, a
+    store's error), batch 0 was written above batch 1."""
+    import cli.amend_cmd as amend_cmd
+    from wal.seal import read_seal
+
+    f = _factory(tmp_path)
+    record = target().write_record()
+    f.sealed(0, rows=(3,), write=record)
+    f.sealed(1, rows=(3,), write=record)
+    f.close()
+    _dropped(monkeypatch, id=read_seal(f.wal, 1).base_ts_us - 1000)    # hides batch 0 only
+    real, written = amend_cmd.write_amendment, []
+
+    def cut_after_one(wal, amendment):
+        if written:
+            raise KeyboardInterrupt
+        written.append(amendment.batch)
+        real(wal, amendment)
+
+    monkeypatch.setattr(amend_cmd, "write_amendment", cut_after_one)
+    assert main(["amend", f.root, "--pending", "--restamp"]) == 130     # Ctrl-C
+    s0, s1 = (amended(f.wal, read_seal(f.wal, b)) for b in (0, 1))
+    assert written == [1] and s1.base_ts_us > s0.last_ts_us
+
+
+def test_amend_does_not_take_over_an_amendment_of_another_seal(tmp_path, monkeypatch):
+    """A stale amendment of an earlier seal of the batch (a working copy of a store WAL keeps
+    one the store dropped) said "without name": a re-stamp of this seal inherited it, and
+    dropped a column the operator never chose."""
+    f = _factory(tmp_path)
+    f.sealed(0, rows=(3,), write=target().write_record())
+    f.close()
+    write_amendment(f.wal, Amendment(0, ("name",), None, "of an earlier seal",
+                                     seal_id="an-earlier-seal-of-batch-0"))
+    _dropped(monkeypatch, id=4_000_000_000_000_000)
+    assert main(["amend", f.root, "--batch", "0", "--restamp"]) == 0
+    got = read_amendment(f.wal, 0)
+    assert got.seal_id == "seal-0000" and got.without_columns == ()

@@ -149,3 +149,10 @@ def test_a_writer_called_on_a_thread_of_the_function_takes_the_run_the_registry_
     on_the_query_thread = SimpleNamespace(sparkContext=SimpleNamespace(
         getLocalProperty=lambda key: "run-2"))
     assert foreach_batch._run_id(on_the_query_thread, "/elsewhere") == "run-2"
+    # A function that sets a job group of its own (sc.setJobGroup("etl", ...)) on the query's
+    # thread: the group is not the run, and its batches would be taken for another run's.
+    with_a_users_group = SimpleNamespace(sparkContext=SimpleNamespace(
+        getLocalProperty=lambda key: "etl"))
+    assert foreach_batch._run_id(with_a_users_group, "/cp/q") == "run-2"
+    registry.terminated("q", "run-2")            # ended: the group is all there is again
+    assert foreach_batch._run_id(with_a_users_group, "/cp/q") == "etl"

@@ -90,3 +90,89 @@ def test_a_move_back_to_a_wal_left_with_committed_batches_to_write_is_refused(tm
         with pytest.raises(WalMoveRefused) as info:
             follow_move(y.wal, x.wal, str(cp))
         assert info.value.which == "new" and info.value.pending == [(1, 5)]
+
+
+# -- what review 7 found ------------------------------------------------------------------------
+def _views(f: WalFactory) -> dict[int, catalog.BatchView]:
+    from wal.log import WalLog
+
+    with WalLog.open_writer(f.wal) as log:
+        return {v.batch: v for v in catalog.describe(f.wal, log, f.checkpoint, True)}
+
+
+@pytest.mark.parametrize("entry_seal_id", ["", "sA"], ids=["entry-of-a-release-before",
+                                                           "entry-naming-its-seal"])
+def test_a_move_back_over_a_dead_runs_leftover_does_not_block(tmp_path, entry_seal_id):
+    """Run A entered and sealed batch 5 in w1 and died before Spark committed it; run B moved
+    to w2 and committed 5 there; run C moves back to w1. The floor seal written at 5 had
+    another id than A's entry named: "entered, not sealed", blocking a batch written long
+    ago (Spark Connect: the entries name no run, so nothing told A's leftover apart)."""
+    from wal.entries import record_run
+
+    cp = tmp_path / "cp"
+    w1 = WalFactory(tmp_path / "w1", checkpoint=cp)
+    record_run(w1.wal, 0, "A")
+    for b in range(5):
+        w1.entered(b, run_id="")
+        w1.flushed(b)
+    w1.entered(5, run_id="", seal_id=entry_seal_id)
+    w1.seal(5, [])
+    w1.close()
+    w2 = WalFactory(tmp_path / "w2", checkpoint=cp)
+    follow_move(w1.wal, w2.wal, str(cp))            # run B: wal.path -> w2
+    w2.entered(5, run_id="")
+    w2.flushed(5)                                    # batch 5 committed and written via w2
+    w2.close()
+    follow_move(w2.wal, w1.wal, str(cp))            # run C: wal.path back to w1
+    assert _views(w1)[5].action != catalog.BROKEN
+
+
+@pytest.mark.parametrize("legacy_pointer", [False, True], ids=["this-release", "upgraded"])
+def test_a_foreach_batch_wal_moved_keeps_its_floor_and_is_told(tmp_path, legacy_pointer):
+    """A foreachBatch query upgraded from the release before one WAL per table has the data
+    source's pointer and the table's slot naming <cp>/cassandra_wal: a wal.path change for the
+    table was taken for leaving another table's WAL (no floor, no refusal, not told)."""
+    from sinks.plan import _follow_a_move
+    from wal.layout import WalDir
+    from wal.pointer import write_pointer
+    from wal.seal import last_written_ts_us
+
+    cp = tmp_path / "cp"
+    shared = cp / "cassandra_wal"
+    old = WalFactory(shared, checkpoint=cp)
+    for b in range(3):
+        old.entered(b, run_id="r1")
+        old.flushed(b)
+    old.close()
+    if legacy_pointer:
+        write_pointer(str(cp), str(shared))             # the earlier release's pointer
+    write_pointer(str(cp), str(shared), ("ks", "t"))    # this release's slot for ks.t
+    new = WalDir(str(tmp_path / "elsewhere")).create()
+    _follow_a_move(new, str(cp), ("ks", "t"))           # the user sets wal.path for ks.t
+    last = last_written_ts_us(old.wal, read_seal(old.wal, 2))
+    assert next_base_timestamp(new, 3, clock_us=last - 60_000_000) > last, "no floor"
+    assert new.read_flushed_through() == 2
+    assert WalDir(str(shared)).read_moved() is not None, "the old WAL was not told"
+
+
+def test_a_table_leaving_a_wal_another_table_writes_gets_a_floor_above_it(tmp_path):
+    """Two tables' slots name one WAL (each run called one writer); table u gets a WAL of its
+    own: the shared WAL stays t's (not told, not checked), and u's new WAL still starts above
+    its timestamps: u's earlier rows went through it."""
+    from sinks.plan import _follow_a_move
+    from wal.layout import WalDir
+    from wal.pointer import write_pointer
+
+    cp = tmp_path / "cp"
+    shared = tmp_path / "shared"
+    old = WalFactory(shared, checkpoint=cp)
+    for b in range(2):
+        old.flushed(b)
+    old.close()
+    write_pointer(str(cp), str(shared), ("ks", "t"))
+    write_pointer(str(cp), str(shared), ("ks", "u"))
+    new = WalDir(str(tmp_path / "own")).create()
+    _follow_a_move(new, str(cp), ("ks", "u"))
+    assert WalDir(str(shared)).read_moved() is None
+    last = read_seal(old.wal, 1).last_ts_us
+    assert next_base_timestamp(new, 2, clock_us=0) > last

@@ -547,3 +547,57 @@ def test_a_repair_takes_the_amendments_of_the_batches_it_forgets(tmp_path):
     assert "amended/00000000000000000002.json" in report.plan.wals[0].wal_files
     assert read_amendment(f.wal, 2) is None
     assert (Path(report.keep) / "wal" / "amended" / "00000000000000000002.json").exists()
+
+
+
+
+def test_a_repair_below_since_lowers_it_so_a_batch_the_rerun_skips_is_skipped(tmp_path):
+    """Table u's writer was first called at batch 3 (``since`` 3); another table's loss made
+    the operator repair the checkpoint from 1. The re-run's writer records batch 1 and is not
+    called for batch 2: with ``since`` left at 3, batch 2 read as missing and blocked the WAL
+    for good, though nothing was lost."""
+    from wal.entries import entries_since, record_run
+
+    cp = tmp_path / "cp"
+    f = WalFactory(tmp_path / "wal_u", checkpoint=cp, deterministic=False)
+    (cp / "metadata").write_text('{"id":"q-1"}\n')
+    for b in range(5):
+        spark_planned(cp, b)
+    for b in range(3):                   # table u not written by the function in 0..2
+        f.commit(b)
+    record_run(f.wal, 0, "r1")
+    for b in (3, 4):                     # first written at batch 3: since = 3
+        f.entered(b, run_id="r1")
+        f.flushed(b)
+    f.close()
+    repair(f.wal, str(cp), 1, rewrite=True)
+    assert entries_since(f.wal) == 1
+    record_run(f.wal, 1, "r2")           # run r2 starts at batch 1
+    spark_planned(cp, 1)
+    f.entered(1, run_id="r2")            # the writer is called for the re-run's batch 1 ...
+    f.sealed(1, committed=True)
+    spark_planned(cp, 2)
+    f.commit(2)                          # ... and not for batch 2 (empty for this table)
+    f.close()
+    seen = views(f)
+    assert seen[1].action == catalog.REPLAY
+    assert seen[2].action == catalog.NOTHING, (seen[2].state, seen[2].detail)
+
+
+def test_the_clock_check_counts_the_amended_timestamps(tmp_path):
+    """A batch re-stamped above a drop (on Cassandra's clock) may be above this machine's
+    clock: its re-run would be written below it, and the old cells win."""
+    from wal.amendments import Amendment, write_amendment
+    from wal.seal import now_us, read_seal
+
+    cp = tmp_path / "cp"
+    f = WalFactory(tmp_path / "wal", checkpoint=cp)
+    (cp / "metadata").write_text('{"id":"q-1"}\n')
+    for b in range(3):
+        spark_planned(cp, b)
+        f.flushed(b)
+    write_amendment(f.wal, Amendment(2, (), now_us() + 3_600_000_000, "re-stamped",
+                                     seal_id=read_seal(f.wal, 2).seal_id))
+    f.close()
+    with pytest.raises(RepairRefused, match="clock is behind"):
+        repair(f.wal, str(cp), 2, rewrite=True)

@@ -341,3 +341,28 @@ def test_wal_size_total_is_the_sum_of_its_parts(wal, log, clock):
     assert size.log > 0
     assert size.to_dict() == {"total": size.total, "segments": size.segments, "log": size.log,
                               "seals": size.seals}
+
+
+def test_the_floor_seal_stays_when_only_skipped_batches_follow_it(tmp_path):
+    """Review 7: in a foreachBatch WAL, batches the writer was never called for move
+    flushed_through past the newest flushed seal; retention took that seal (and its
+    amendment) for one kept only for its timestamps, and removed it: no floor left."""
+    from recovery.replay import Replayer
+    from tests.helpers.walfactory import WalFactory
+    from tests.unit.test_distributed_flush import RecordingUpserter
+    from wal.amendments import Amendment, write_amendment
+    from wal.seal import last_written_ts_us
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.entered(0)
+        f.flushed(0)
+        write_amendment(f.wal, Amendment(0, (), 4_000_000_000_000_000, "re-stamped",
+                                         seal_id=read_seal(f.wal, 0).seal_id))
+        floor = last_written_ts_us(f.wal, read_seal(f.wal, 0))
+        f.commit(1)
+        f.commit(2)                     # the writer was not called for 1 and 2: skipped
+        Replayer(f.wal, f.log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
+        assert f.log.flushed_through() == 2
+        for _ in range(2):
+            apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=0))
+        assert next_base_timestamp(f.wal, 3, clock_us=0) > floor
