@@ -29,9 +29,9 @@ from tests.helpers.node import fresh_keyspace
 from wal.log import WalLog
 from wal.states import BatchState
 
-from .test_multi_executor import (TABLE_DDL, Chain, _positions_from_log, _read_rows, _seals,
-                                  assert_restart_completed, check_batches, run_to_end,
-                                  run_until_crash, write_pending)
+from tests.helpers.cluster_chain import (TABLE_DDL, Chain, assert_restart_completed,
+                                         check_batches, positions_from_log, read_rows,
+                                         run_to_end, run_until_crash, seals_of, write_pending)
 
 pytestmark = pytest.mark.integration
 
@@ -74,9 +74,9 @@ def run_crash(xchain):
     assert run.crashed, (f"run 1 never reached flush.task_written in batch {CRASH_BATCH} "
                          f"(rc {run.returncode}):\n{run.tail()}")
     wal = chain.wal()
-    chain.seals_a = _seals(wal)
-    chain.positions = _positions_from_log(wal)      # batch 2 was ingested before its job ran
-    chain.rows_a = _read_rows(chain.cql, chain)
+    chain.seals_a = seals_of(wal)
+    chain.positions = positions_from_log(wal)      # batch 2 was ingested before its job ran
+    chain.rows_a = read_rows(chain.cql, chain)
     reader = WalLog.open_reader(wal)
     try:
         chain.state_at_crash = reader.get(CRASH_BATCH).state
@@ -95,10 +95,10 @@ def run_restart(run_crash):
         "--release", str(AFTER_BATCH)], {})
     assert run.returncode == 0, f"run 2 failed (rc {run.returncode}):\n{run.tail()}"
     wal = chain.wal()
-    chain.seals_b = _seals(wal)
-    chain.positions.update({b: ids for b, ids in _positions_from_log(wal).items()
+    chain.seals_b = seals_of(wal)
+    chain.positions.update({b: ids for b, ids in positions_from_log(wal).items()
                             if b not in chain.positions})
-    chain.rows_b = _read_rows(chain.cql, chain)
+    chain.rows_b = read_rows(chain.cql, chain)
     return chain
 
 

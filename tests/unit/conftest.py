@@ -1,9 +1,11 @@
-"""Fixtures the WAL unit tests share: a fresh WAL directory and its log opened for writing."""
+"""Fixtures the unit tests share: a fresh WAL directory and its log opened for writing, and the
+recording Upserter's writes emptied around every test (``tests.helpers.flush_fakes``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.helpers import flush_fakes
 from wal.layout import WalDir
 from wal.log import WalLog
 
@@ -17,3 +19,12 @@ def wal(tmp_path) -> WalDir:
 def log(wal):
     with WalLog.open_writer(wal) as opened:
         yield opened
+
+
+@pytest.fixture(autouse=True)
+def _recorded_writes_emptied():
+    flush_fakes.WRITES.clear()
+    flush_fakes.FAIL_IDS.clear()
+    yield
+    flush_fakes.WRITES.clear()
+    flush_fakes.FAIL_IDS.clear()

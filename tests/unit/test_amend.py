@@ -17,7 +17,7 @@ from recovery.errors import ColumnDroppedAfterSeal, is_transient
 from recovery.output import CassandraOutput
 from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import WRITES, RecordingUpserter, target
+from tests.helpers.flush_fakes import WRITES, RecordingUpserter, target
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
 from wal.seal import Seal
 

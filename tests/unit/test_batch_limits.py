@@ -12,7 +12,7 @@ from cql.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_si
 from cql.upsert import Upserter
 from sinks.options import WriteConfig
 
-from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, Ring, chunk
+from tests.helpers.upsert_fakes import COLUMNS, TABLE, PreparingSession, Ring, chunk
 
 pytestmark = pytest.mark.unit
 

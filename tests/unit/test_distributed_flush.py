@@ -11,93 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 
 import pytest
-from pyspark import cloudpickle
 
-from cql.table import TableSchema
 from recovery.errors import FlushFailed, RecoveryBlocked
 from recovery.executors import ExecutorsWriter, SegmentJob, _armed, segment_tasks, write_segments
 from recovery.replay import Replayer
-from recovery.target import Target
-from sinks.options import ConnectionConfig, SinkConfig
 from sinks.spark_jobs import SparkJobs
+from tests.helpers.flush_fakes import (FAIL_IDS, PASSWORD, WRITES, LocalJob, flusher_for,
+                                       recording_upserter, target)
+from tests.helpers.spark_fakes import FakeSpark
 from tests.helpers.walfactory import WalFactory
 from wal.crashpoints import ENV_POINT
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
-
-PASSWORD = "s3cret-for-the-closure-only"
-
-#: What the fake Upserter wrote, per test: (batch, first timestamp, row ids).
-WRITES: list[tuple[int, int, list[int]]] = []
-#: Row ids whose chunk fails, as a transient Cassandra failure would after its retries.
-FAIL_IDS: set[int] = set()
-
-
-class RecordingUpserter:
-    def write_chunk(self, rb, first_ts: int, batch_id: int) -> int:
-        ids = rb.column("id").to_pylist()
-        if FAIL_IDS & set(ids):
-            raise FlushFailed(batch_id, "injected: write timed out")
-        WRITES.append((batch_id, first_ts, ids))
-        return rb.num_rows
-
-    def write_chunks(self, chunks, batch_id: int, age=None):
-        for rb, first_ts, tag in chunks:
-            self.write_chunk(rb, first_ts, batch_id)
-            yield tag
-
-
-@contextlib.contextmanager
-def recording_upserter(target):
-    assert target.config.connection.password == PASSWORD   # the flusher's own credentials
-    yield RecordingUpserter()
-
-
-@pytest.fixture(autouse=True)
-def _clean():
-    WRITES.clear()
-    FAIL_IDS.clear()
-    yield
-    WRITES.clear()
-    FAIL_IDS.clear()
-
-
-def target() -> Target:
-    config = SinkConfig("ks", "t", connection=ConnectionConfig(username="u", password=PASSWORD))
-    table = TableSchema("ks", "t", (("id", "bigint"), ("name", "text"), ("value", "double")),
-                        ("id",))
-    return Target(config, table, ("id",))
-
-
-class LocalJob:
-    """Plays Spark: one partition per task, everything pickled on the way like a real job."""
-
-    def __init__(self, factory: WalFactory | None = None, drop_results: set[int] = frozenset(),
-                 fail_job: bool = False):
-        self.factory, self.drop, self.fail_job = factory, drop_results, fail_job
-        self.jobs: list[list[int]] = []        # segment indexes per job
-        self.states_during_job: list[str] = []
-        self.closures: list[bytes] = []
-        self.task_lists: list[bytes] = []
-
-    def __call__(self, batch, tasks, fn):
-        self.jobs.append([t.index for t in tasks])
-        if self.factory is not None:
-            self.states_during_job.append(self.factory.log.get(batch).state.value)
-        self.task_lists.append(cloudpickle.dumps(tasks))
-        self.closures.append(cloudpickle.dumps(fn))
-        if self.fail_job:
-            raise FlushFailed(batch, "the Spark job of the flush failed: executor lost")
-        fn = cloudpickle.loads(self.closures[-1])
-        out = []
-        for task in pickle.loads(self.task_lists[-1]):
-            out += [pickle.loads(pickle.dumps(r)) for r in fn(iter([task]))
-                    if r.index not in self.drop]
-        return out
 
 
 def writer(wal_root: str, job: LocalJob) -> ExecutorsWriter:
@@ -283,32 +211,6 @@ def test_a_task_without_a_session_reports_every_segment_failed(tmp_path):
 
 
 # -- which writer the flusher picks --------------------------------------------------------------
-class FakeSpark:
-    """Just enough of a SparkSession for QueryFlusher to ask whether Spark is up."""
-
-    def __init__(self, stopped: bool = False):
-        jsc = type("Jsc", (), {"sc": lambda _self: type("Sc", (), {
-            "isStopped": lambda _s: stopped})()})()
-        self.sparkContext = type("Ctx", (), {"_jsc": jsc})()
-
-
-def flusher_for(tmp_path, mode: str, spark):
-    from dataclasses import replace
-
-    from recovery.flusher import QueryFlusher
-    from wal.layout import WalDir
-
-    wal = WalDir(str(tmp_path / "wal")).create()
-    t = target()
-    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
-    wal.write_target({"fingerprint": "f", "target": t.to_dict()})
-    flusher = QueryFlusher(wal.root, str(tmp_path / "cp"),
-                           spark_jobs=SparkJobs(spark) if spark is not None else None)
-    runs = []
-    flusher.replayer.run = lambda query_running, prefix, writer=None: runs.append(writer)
-    return flusher, runs
-
-
 def test_the_flusher_writes_from_the_executors_only_when_asked_and_never_in_recovery(tmp_path):
     flusher, runs = flusher_for(tmp_path, "executors", FakeSpark())
     try:

@@ -13,7 +13,7 @@ import pytest
 from recovery.errors import RecoveryBlocked
 from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import WRITES, RecordingUpserter
+from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import catalog
 from wal.entries import entered_batch_ids, entries_since, read_entry
 

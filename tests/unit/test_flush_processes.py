@@ -24,7 +24,7 @@ from recovery.replay import Replayer
 from recovery.executors import ExecutorsWriter
 from recovery.processes import ProcessPool
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import PASSWORD, flusher_for, target
+from tests.helpers.flush_fakes import PASSWORD, flusher_for, target
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit

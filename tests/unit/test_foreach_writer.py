@@ -132,7 +132,7 @@ def test_a_writer_called_on_a_thread_of_the_function_takes_the_run_the_registry_
     property of the query's thread only. Read as "" there, the claims of every run were one:
     after a restart in the same process, the re-run of a batch the first run had claimed was
     refused as "written twice"."""
-    from tests.unit.test_flush_registry import FakeFlusher, FakeSpark, pointing
+    from tests.helpers.spark_fakes import FakeFlusher, FakeSpark, pointing
     from sinks import registry as driver
 
     FakeFlusher.made = []

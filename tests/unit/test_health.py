@@ -18,7 +18,7 @@ from recovery.errors import FlushFailed
 from recovery.flusher import QueryFlusher
 from recovery.health import BLOCKED, HEALTHY, LAGGING, FlushCounters, health_of, read_health
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_transient_errors import Outage, fake_cassandra, flusher_on
+from tests.helpers.outage import Outage, fake_cassandra, flusher_on
 from wal import catalog
 from wal.layout import WalDir
 

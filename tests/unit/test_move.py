@@ -8,7 +8,7 @@ import pytest
 
 from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import WRITES, RecordingUpserter
+from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import catalog
 from wal.errors import WalMoveRefused
 from wal.move import follow_move

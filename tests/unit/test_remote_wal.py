@@ -17,7 +17,7 @@ import pytest
 
 from recovery.replay import Replayer
 from tests.helpers.walfactory import simple_rows
-from tests.unit.test_distributed_flush import WRITES, RecordingUpserter
+from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import WalDir, WalLog
 from wal.binding import bind, read_binding
 from wal.errors import WalBoundElsewhere
@@ -480,7 +480,7 @@ def test_recover_on_a_store_writes_what_spark_committed_and_discards_nothing_wit
 
 
 def _target_fields(checkpoint: str) -> dict:
-    from tests.unit.test_distributed_flush import target
+    from tests.helpers.flush_fakes import target
 
     return target().to_dict()
 

@@ -17,7 +17,7 @@ import pytest
 import recovery.replay as replay
 from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import WRITES, RecordingUpserter
+from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit

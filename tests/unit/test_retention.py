@@ -349,7 +349,7 @@ def test_the_floor_seal_stays_when_only_skipped_batches_follow_it(tmp_path):
     amendment) for one kept only for its timestamps, and removed it: no floor left."""
     from recovery.replay import Replayer
     from tests.helpers.walfactory import WalFactory
-    from tests.unit.test_distributed_flush import RecordingUpserter
+    from tests.helpers.flush_fakes import RecordingUpserter
     from wal.amendments import Amendment, write_amendment
     from wal.seal import last_written_ts_us
 

@@ -33,7 +33,7 @@ from recovery.target import Target
 from tests.helpers.recording_session import RecordingSession, skewed_clock, visible
 from tests.helpers.recording_session import read as read_requests
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import LocalJob, target
+from tests.helpers.flush_fakes import LocalJob, target
 from wal import format as fmt
 from wal.errors import WalCorrupted
 from wal.seal import now_us

@@ -34,8 +34,8 @@ from recovery import output as driver
 from recovery.config import SinkConfig
 from wal.seal import Seal
 
-from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk
-from tests.unit.test_upsert_pipeline import ScriptedSession
+from tests.helpers.upsert_fakes import COLUMNS, TABLE, PreparingSession, chunk
+from tests.helpers.upsert_fakes import ScriptedSession
 
 pytestmark = pytest.mark.unit
 

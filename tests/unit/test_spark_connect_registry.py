@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from cql.errors import OptionError, SinkError
-from recovery.config import SinkConfig
 from sinks import connect, registry
+from tests.helpers.spark_fakes import FakeFlusher
 from wal import checkpoint as ckpt
 
 pytestmark = pytest.mark.unit
@@ -87,15 +87,6 @@ def test_the_server_refuses_what_the_client_flusher_cannot_follow(options, optio
         source.streamWriter(None, False)
     assert caught.value.option == option
     assert "Spark Connect" in str(caught.value) and "s3cret" not in str(caught.value)
-
-
-class FakeFlusher:
-    def __init__(self, wal_root, checkpoint, session_conf=None, spark_jobs="unset", run=None):
-        self.calls, self.checkpoint, self.spark_jobs = [], checkpoint, spark_jobs
-        self.target = SimpleNamespace(config=SinkConfig("ks", "t"))   # no wal.metrics.port
-
-    def __getattr__(self, name):   # recover, start, kick, stop, hand_over
-        return lambda *a, **k: self.calls.append(name)
 
 
 @pytest.fixture

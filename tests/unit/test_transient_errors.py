@@ -13,7 +13,6 @@ import contextlib
 import os
 import pickle
 import threading
-from dataclasses import replace
 
 import pytest
 from cassandra import OperationTimedOut, Unavailable
@@ -25,8 +24,8 @@ from recovery.executors import ExecutorsWriter
 from recovery.flusher import QueryFlusher
 from cql.errors import ConnectionFailed, OptionError
 from recovery.processes import ProcessPool
-from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import LocalJob, target
+from tests.helpers.flush_fakes import LocalJob
+from tests.helpers.outage import FakeUpserter, Outage, driver_side_up, fake_cassandra, flusher_on
 from wal.errors import SegmentTruncated, WalCorrupted, WalLocked
 from wal.states import BatchState
 
@@ -84,68 +83,6 @@ def test_errors_that_pickle_unchanged_travel_as_themselves():
 
 
 # -- the flusher: a fake Cassandra whose prepare fails during the outage ---------------------------
-class Outage:
-    """The fake cluster's state: ``down`` makes ``prepare`` raise ``error``."""
-
-    def __init__(self, error: Exception):
-        self.error, self.down, self.written = error, True, []
-
-
-class FakeUpserter:
-    """What the flusher makes per connection: it prepares first, as the real Upserter does."""
-
-    def __init__(self, session, table, columns, write, consistency_level=None, **_):
-        session.prepare("INSERT ...")
-        self.outage = session.outage
-
-    def write_chunks(self, chunks, batch_id, **_):
-        for rb, first_ts, tag in chunks:
-            self.outage.written.append((batch_id, rb.column("id").to_pylist()))
-            yield tag
-
-
-def fake_cassandra(monkeypatch, flusher: QueryFlusher, outage: Outage) -> None:
-    class Session:
-        def prepare(self, cql):
-            if outage.down:
-                raise outage.error
-
-        def execute(self, cql, parameters=None):     # system_schema.dropped_columns
-            if outage.down:
-                raise outage.error
-            return []
-
-    Session.outage = outage
-    cluster = type("Cluster", (), {"shutdown": lambda self: None})()
-    names = type(flusher.output).upserter.__globals__   # wherever CassandraOutput lives
-    monkeypatch.setitem(names, "connect", lambda conn: (cluster, Session()))
-    monkeypatch.setitem(names, "Upserter", FakeUpserter)
-
-
-def driver_side_up(monkeypatch, flusher: QueryFlusher) -> None:
-    """The driver's own session answers (what it asks before a batch: dropped columns); the
-    rows go through the flush tasks or workers the test arranges."""
-    up = Outage(None)
-    up.down = False
-    fake_cassandra(monkeypatch, flusher, up)
-
-
-@contextlib.contextmanager
-def flusher_on(tmp_path, batches: int = 2, mode: str = "driver"):
-    """A real QueryFlusher on a WAL holding ``batches`` sealed batches Spark committed."""
-    t = target()
-    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
-    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
-                    target={"fingerprint": "f", "target": t.to_dict()}) as f:
-        for b in range(batches):
-            f.sealed(b, rows=(3, 2))
-    flusher = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01)
-    try:
-        yield flusher
-    finally:
-        flusher.stop()
-
-
 def blocked(flusher: QueryFlusher) -> bool:
     return os.path.exists(os.path.join(flusher.wal.root, BLOCKED))
 

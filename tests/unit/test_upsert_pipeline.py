@@ -29,75 +29,9 @@ from cql.upsert import Upserter
 from sinks.options import WriteConfig
 from wal.errors import WalCorrupted
 
-from tests.unit.test_upsert import COLUMNS, TABLE, PreparingSession, chunk
+from tests.helpers.upsert_fakes import COLUMNS, TABLE, ScriptedSession, chunk
 
 pytestmark = pytest.mark.unit
-
-
-class Answer:
-    """The driver's ResponseFuture as the concurrent executor uses it."""
-
-    _col_names = _col_types = None
-
-    def __init__(self, statement, session: "ScriptedSession"):
-        self.statement, self.session = statement, session
-        self.callbacks = None
-        self.outcome = None
-        self.answered = False
-
-    def add_callbacks(self, callback, errback, callback_args=(), callback_kwargs=None,
-                      errback_args=(), errback_kwargs=None):
-        self.callbacks = (callback, callback_args, errback, errback_args)
-        if self.outcome is not None:
-            self._fire()
-
-    def clear_callbacks(self):
-        pass
-
-    def answer(self, error: Exception | None = None):
-        self.outcome = ("error", error) if error is not None else ("ok", None)
-        if self.callbacks is not None:
-            self._fire()
-
-    def _fire(self):
-        callback, callback_args, errback, errback_args = self.callbacks
-        self.answered = True
-        kind, error = self.outcome
-        if kind == "ok":
-            callback([], *callback_args)
-        else:
-            errback(error, *errback_args)
-
-
-class ScriptedSession(PreparingSession):
-    """``execute_async`` answers from ``script(statement, attempt)`` (an exception or None) at
-    once, or holds every answer until :meth:`release` when ``hold`` is set."""
-
-    def __init__(self, script=lambda statement, attempt: None, hold: bool = False):
-        super().__init__()
-        self.script, self.hold = script, hold
-        self.sent: list[Answer] = []
-        self.attempts: dict[int, int] = {}
-        self.lock = threading.Lock()
-
-    def execute_async(self, statement, parameters=None, execution_profile=None, **_):
-        assert parameters is None, "requests are bound already"
-        with self.lock:
-            attempt = self.attempts.get(id(statement), 0) + 1
-            self.attempts[id(statement)] = attempt
-            future = Answer(statement, self)
-            self.sent.append(future)
-        if not self.hold:
-            future.answer(self.script(statement, attempt))
-        return future
-
-    def release(self, count: int | None = None):
-        """Answer the held requests (the first ``count`` not answered yet), as the driver's
-        event loop would: from another thread."""
-        with self.lock:
-            waiting = [f for f in self.sent if f.outcome is None][:count]
-        for future in waiting:
-            future.answer(self.script(future.statement, self.attempts[id(future.statement)]))
 
 
 class Recording(Upserter):

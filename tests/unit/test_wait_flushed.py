@@ -22,8 +22,8 @@ import sinks.wait as driver
 from recovery.errors import NotFlushedYet, WalBlocked
 from cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
-from tests.unit.test_distributed_flush import target
-from tests.unit.test_transient_errors import Outage, fake_cassandra
+from tests.helpers.flush_fakes import target
+from tests.helpers.outage import Outage, fake_cassandra
 from wal.files import atomic_write
 from wal.retention import remove_batch_files
 
@@ -200,7 +200,7 @@ def test_after_stop_with_no_flusher_left_it_drains_the_wal_itself(tmp_path, regi
 
 def test_a_stop_retries_its_last_drain_while_cassandra_is_away_then_finishes(tmp_path,
                                                                               monkeypatch):
-    from tests.unit.test_transient_errors import flusher_on
+    from tests.helpers.outage import flusher_on
     from wal.log import WalLog
     from wal.states import BatchState
 
@@ -219,7 +219,7 @@ def test_a_stop_retries_its_last_drain_while_cassandra_is_away_then_finishes(tmp
 
 def test_a_stop_gives_up_after_its_bound_leaving_the_batches_in_the_wal(tmp_path, monkeypatch,
                                                                        caplog):
-    from tests.unit.test_transient_errors import flusher_on
+    from tests.helpers.outage import flusher_on
 
     with flusher_on(tmp_path) as flusher:
         fake_cassandra(monkeypatch, flusher, Outage(OSError(111, "Connection refused")))
@@ -235,7 +235,7 @@ def test_after_a_stop_whose_last_drain_gave_up_it_drains_the_wal_itself(
         tmp_path, registry, monkeypatch):
     # query.stop() during an outage longer than the last drain retries; Cassandra comes back
     # while wait_flushed waits: it must write the rest itself, not poll the closed flusher.
-    from tests.unit.test_transient_errors import flusher_on
+    from tests.helpers.outage import flusher_on
 
     monkeypatch.setattr(registry_module, "FINISH_ON_STOP_S", 0.3)
     with flusher_on(tmp_path) as flusher:

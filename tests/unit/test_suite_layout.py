@@ -1,0 +1,71 @@
+"""The suite's own layout: shared fakes and builders live in ``tests/helpers/``.
+
+A test module that imports another test module runs that module's fixtures and module-level
+state in a place nobody looks for them (a global list of writes cleared by a fixture the
+importer never gets), and makes the two modules move together. Every shared fake belongs in
+``tests/helpers/``; this test fails when a test module imports another one again.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+TESTS = pathlib.Path(__file__).resolve().parents[1]
+
+
+def suite_modules() -> list[pathlib.Path]:
+    return sorted(p for p in TESTS.rglob("test_*.py") if ".venv" not in p.parts)
+
+
+def imported_modules(source: str, path: pathlib.Path) -> set[str]:
+    """Every module the source of ``path`` imports, as dotted names (``from x import y``
+    gives both ``x`` and ``x.y``: ``y`` may be a module)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = (node.module or "") if node.level == 0 else _relative(path, node.module,
+                                                                         node.level)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _relative(path: pathlib.Path, module: str | None, level: int) -> str:
+    package = path.parent
+    for _ in range(level - 1):
+        package = package.parent
+    prefix = ".".join(package.relative_to(TESTS.parent).parts)
+    return f"{prefix}.{module}" if module else prefix
+
+
+def is_test_module(name: str) -> bool:
+    return name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
+
+
+def test_no_test_module_imports_another_test_module():
+    offenders = {}
+    for path in suite_modules():
+        names = sorted(n for n in imported_modules(path.read_text(), path) if is_test_module(n))
+        if names:
+            offenders[str(path.relative_to(TESTS.parent))] = names
+    assert not offenders, (
+        "test modules importing other test modules (move what they share to tests/helpers/): "
+        f"{offenders}")
+
+
+def test_the_check_sees_every_spelling_of_an_import_of_a_test_module():
+    source = ("from tests.unit.test_upsert import chunk\n"
+              "import tests.unit.test_lists\n"
+              "from .test_health import flusher_on\n"
+              "from . import test_wait_flushed\n"
+              "from tests.helpers.walfactory import WalFactory\n")
+    names = imported_modules(source, TESTS / "unit" / "test_probe.py")
+    assert {n for n in names if is_test_module(n)} == {
+        "tests.unit.test_upsert", "tests.unit.test_lists", "tests.unit.test_health",
+        "tests.unit.test_wait_flushed"}
