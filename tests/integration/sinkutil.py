@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable, Sequence
 import pyarrow as pa
 
 import sinks
+from tests.helpers.net import free_port  # noqa: F401  (the tests import it from here)
 from wal import checkpoint as ckpt
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -344,12 +344,6 @@ def sink_error_line(exc_or_text) -> str:
     lines = re.findall(r"^(cql\.errors\.\w+: .*)$", text, re.MULTILINE)
     assert lines, f"no cql.errors line in the error:\n{text}"
     return lines[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int, query_id: str) -> dict[str, float]:

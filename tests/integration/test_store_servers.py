@@ -5,13 +5,13 @@ store whose server is gone fails as StoreUnavailable, which the sink treats as t
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.net import free_port
 from tests.helpers.store_contract import StoreContract, assert_unavailable
 from wal.s3 import S3Store
 from wal.webhdfs import WebHdfsStore
@@ -19,12 +19,6 @@ from wal.webhdfs import WebHdfsStore
 pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def script(name: str, *args, timeout: float = 300) -> str:

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.net import free_port
 from recovery.config import SinkConfig
 from recovery.health import Health
 from sinks import metrics_endpoint
@@ -21,12 +22,6 @@ from sinks.metrics_endpoint import ServedQuery
 pytestmark = pytest.mark.unit
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def health(**kw) -> Health:
