@@ -155,17 +155,9 @@ def spark():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if not os.environ.get("JAVA_HOME"):
         os.environ.update(java_home_env())
-    from pyspark.sql import SparkSession
+    from tests.helpers.spark_session import local_builder
 
-    session = (SparkSession.builder
-               .master("local[2]")
-               .appName("cassandra-wal-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
+    session = local_builder("cassandra-wal-tests").getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

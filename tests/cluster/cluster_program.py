@@ -64,6 +64,10 @@ import sys
 import threading
 import time
 
+# This checkout first on the path: tests.helpers, and the sink's code beside them.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.helpers.spark_session import FAST_JVM, local_builder  # noqa: E402
+
 EXIT_OK, EXIT_USAGE, EXIT_QUERY_FAILED, EXIT_DEADLINE = 0, 2, 3, 4
 
 INPUT_SCHEMA = "id INT, batch_tag INT, payload STRING, amount BIGINT"
@@ -72,7 +76,6 @@ ROWS_PER_ARROW_BATCH = 32
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 # Every JVM of a run (driver, executors, standalone Master and Workers): the C1 compiler only
 # and a serial GC start several times cheaper on a small, busy machine. Functionally the same.
-JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def say(msg: str) -> None:
@@ -195,7 +198,7 @@ class StandaloneCluster:
         self.workers = workers
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        env = dict(os.environ, SPARK_HOME=self.home, SPARK_DAEMON_JAVA_OPTS=JVM_OPTS,
+        env = dict(os.environ, SPARK_HOME=self.home, SPARK_DAEMON_JAVA_OPTS=FAST_JVM,
                    SPARK_LOG_DIR=os.path.join(self.workdir, "logs"))
         log = open(os.path.join(self.workdir, f"{name}.log"), "ab")
         self.procs.append(subprocess.Popen([os.path.join(self.home, "bin", "spark-class")] + args,
@@ -402,8 +405,6 @@ def main(argv=None) -> int:
                                     int(master.split(":", 1)[1])).start()
         master = cluster.url
 
-    from pyspark.sql import SparkSession
-
     import sinks
     from wal import checkpoint as ckpt
     from wal.layout import WalDir
@@ -411,17 +412,9 @@ def main(argv=None) -> int:
     sizes = [os.path.getsize(os.path.join(d, n)) for d in (args.pending, args.input)
              for n in os.listdir(d) if n.endswith(".json")]
     split = max(sizes) // 2 + 1           # two tasks per batch
-    builder = (SparkSession.builder
-               .master(master)
-               .appName("cassandra-wal-cluster-driver")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.extraJavaOptions", JVM_OPTS)
-               .config("spark.executor.extraJavaOptions", JVM_OPTS)
+    builder = (local_builder("cassandra-wal-cluster-driver", master, fast_jvm=True)
+               .config("spark.executor.extraJavaOptions", FAST_JVM)
                .config("spark.task.maxFailures", "4")
-               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.files.maxPartitionBytes", str(split))
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")

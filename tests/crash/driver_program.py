@@ -48,6 +48,10 @@ import os
 import sys
 import time
 
+# This checkout first on the path: tests.helpers, and the sink's code beside them.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.helpers.spark_session import local_builder  # noqa: E402
+
 from wal import checkpoint as ckpt
 
 EXIT_OK, EXIT_USAGE, EXIT_QUERY_FAILED, EXIT_DEADLINE = 0, 2, 3, 4
@@ -177,24 +181,12 @@ def main(argv=None) -> int:
         f"crash point {crash or '-'}, pgid {os.getpgrp()}, "
         f"conf {[c.partition('=')[0] for c in args.conf]}")
 
-    from pyspark.sql import SparkSession
-
     import sinks
 
     # Two splits per file (two tasks, two segments per batch), several chunks per segment.
     split = max(os.path.getsize(f) for f in files) // 2 + 1
     started = time.monotonic()
-    builder = (SparkSession.builder
-               .master("local[2]")
-               .appName("cassandra-wal-crash-driver")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               # The C1 compiler only and a serial GC: the JVM starts several times cheaper on a
-               # small, busy machine, and each case starts Spark two or three times.
-               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2")
+    builder = (local_builder("cassandra-wal-crash-driver", fast_jvm=True)
                .config("spark.sql.files.maxPartitionBytes", str(split))
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")

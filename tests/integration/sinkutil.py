@@ -170,6 +170,24 @@ def start_file_stream(spark, node, keyspace: str, table: str, src: str | os.Path
             .trigger(processingTime="500 milliseconds").start())
 
 
+#: The events table most end-to-end tests stream into, and the schema of its JSON files.
+EVENTS_TABLE = "events (id int PRIMARY KEY, file int, name text)"
+EVENTS_SCHEMA = "id INT, file INT, name STRING"
+
+
+def event_rows(k: int, n: int, stride: int) -> list[dict]:
+    """File ``k`` of an events stream: ``n`` rows with ids ``k * stride + i`` (so a row's id
+    tells its batch: one file is one micro-batch)."""
+    return [{"id": k * stride + i, "file": k, "name": f"row {i} of file {k}"} for i in range(n)]
+
+
+def start_events_stream(spark, node, keyspace: str, src: str | os.PathLike,
+                        checkpoint: str | os.PathLike, **extra: str):
+    """:func:`start_file_stream` of :data:`EVENTS_SCHEMA` files into ``keyspace.events``."""
+    return start_file_stream(spark, node, keyspace, "events", src, checkpoint, EVENTS_SCHEMA,
+                             **extra)
+
+
 def write_json_files(folder: str | os.PathLike, files: Sequence[Sequence[dict]],
                      first_index: int = 0) -> list[Path]:
     """Write ``files[i]`` as JSON lines to ``folder/in-<first_index+i>.json``, atomically

@@ -19,6 +19,10 @@ import argparse
 import os
 import sys
 
+# This checkout first on the path: tests.helpers, and the sink's code beside them.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.helpers.spark_session import local_builder  # noqa: E402
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -34,17 +38,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
-    from pyspark.sql import SparkSession
-
     import sinks
 
-    spark = (SparkSession.builder.master("local[2]").appName("cassandra-wal-stop-and-exit")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-             .getOrCreate())
+    spark = local_builder("cassandra-wal-stop-and-exit", fast_jvm=True).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register(spark)
     writer = (spark.readStream.schema("id INT, file INT, name STRING")

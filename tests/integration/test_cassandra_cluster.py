@@ -37,15 +37,15 @@ from cassandra.query import BatchStatement, BatchType
 
 import recovery.output
 import sinks
-from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, flushed_through, running,
-                      start_file_stream, stream_wal, wait_all_flushed, wait_for, write_json_files)
+from sinkutil import (EVENTS_TABLE, REPO_ROOT, cassandra_wal, committed_batches, event_rows,
+                      flushed_through, running, start_events_stream,
+                      stream_wal, wait_all_flushed, wait_for, write_json_files)
 from tests.helpers.node import LocalCluster
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = "id INT, file INT, name STRING"
-TABLE = "events (id int PRIMARY KEY, file int, name text)"
+TABLE = EVENTS_TABLE
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +58,10 @@ def cluster():
 
 
 def file_rows(k: int, n: int) -> list[dict]:
-    return [{"id": k * 1_000_000 + i, "file": k, "name": f"row {i} of file {k}"}
-            for i in range(n)]
+    return event_rows(k, n, stride=1_000_000)
 
 
-def start_stream(spark, cluster, keyspace: str, src: Path, cp: Path, **extra: str):
-    return start_file_stream(spark, cluster, keyspace, "events", src, cp, SCHEMA, **extra)
+start_stream = start_events_stream
 
 
 def assert_every_replica_holds(cluster, keyspace: str, cp: Path, files: int, n: int) -> None:

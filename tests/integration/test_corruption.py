@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 
 import sinks
-from sinkutil import (cassandra_wal, committed_batches, connection_options, create_table,
-                      flushed_through, wait_all_flushed,
-                      free_port, read_table, register, running, scrape, sink_error_line,
-                      sink_options, stream_wal, wait_for, write_json_files)
+from sinkutil import (EVENTS_TABLE, cassandra_wal, committed_batches, connection_options,
+                      create_table, event_rows, flushed_through, free_port, read_table,
+                      register, running, scrape, sink_error_line,
+                      start_events_stream, stream_wal, wait_all_flushed, wait_for,
+                      write_json_files)
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ EXIT_CORRUPT = 3
 
 
 def file_rows(k: int) -> list[dict]:
-    return [{"id": k * 100 + i, "file": k, "name": f"row {i} of file {k}"} for i in range(30)]
+    return event_rows(k, 30, stride=100)
 
 
 def ids_in(cql, keyspace: str) -> set[int]:
@@ -48,18 +49,13 @@ def ids_of(*files: int) -> set[int]:
     return {r["id"] for k in files for r in file_rows(k)}
 
 
-def start_stream(spark, node, keyspace: str, src: Path, cp: Path, **extra: str):
-    return (spark.readStream.schema("id INT, file INT, name STRING")
-            .option("maxFilesPerTrigger", 1).json(str(src))
-            .writeStream.format("cassandra_wal")
-            .options(**sink_options(node, keyspace, "events", cp, **extra))
-            .trigger(processingTime="500 milliseconds").start())
+start_stream = start_events_stream
 
 
 def stage_three_committed_batches(spark, node, cql, keyspace: str, src: Path, cp: Path):
     """Batches 0..2 committed by Spark and sealed, none flushed; returns the WAL."""
     register(spark)
-    create_table(cql, keyspace, "events (id int PRIMARY KEY, file int, name text)")
+    create_table(cql, keyspace, EVENTS_TABLE)
     write_json_files(src, [file_rows(k) for k in range(3)])
     query = start_stream(spark, node, keyspace, src, cp, **{"wal.flush": "false"})
     with running(query):

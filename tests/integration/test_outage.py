@@ -39,9 +39,10 @@ from pathlib import Path
 import pytest
 
 import sinks
-from sinkutil import (REPO_ROOT, cassandra_wal, committed_batches, error_text, flushed_through,
-                      free_port, running, scrape, start_file_stream, stream_wal,
-                      wait_all_flushed, wait_for, write_json_files)
+from sinkutil import (EVENTS_TABLE, REPO_ROOT, cassandra_wal, committed_batches, error_text,
+                      event_rows, flushed_through, free_port, running, scrape,
+                      start_events_stream, stream_wal, wait_all_flushed,
+                      wait_for, write_json_files)
 from tests.crash.harness import CrashHarness
 
 from tests.helpers.node import RestartableNode, java_home_env
@@ -51,7 +52,6 @@ from wal.states import BatchState
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = "id INT, file INT, name STRING"
 ROWS_PER_FILE = 20
 OUTAGE_S = 35.0
 
@@ -68,17 +68,15 @@ def node():
 @pytest.fixture
 def keyspace(node):
     """A keyspace on the node with an empty ``events`` table."""
-    with node.keyspace("outage", "events (id int PRIMARY KEY, file int, name text)") as name:
+    with node.keyspace("outage", EVENTS_TABLE) as name:
         yield name
 
 
 def file_rows(k: int) -> list[dict]:
-    return [{"id": k * 1000 + i, "file": k, "name": f"row {i} of file {k}"}
-            for i in range(ROWS_PER_FILE)]
+    return event_rows(k, ROWS_PER_FILE, stride=1000)
 
 
-def start_stream(spark, node, keyspace: str, src: Path, cp: Path, **extra: str):
-    return start_file_stream(spark, node, keyspace, "events", src, cp, SCHEMA, **extra)
+start_stream = start_events_stream
 
 
 class BlockedSampler(threading.Thread):

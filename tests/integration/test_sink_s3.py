@@ -48,8 +48,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 PROGRAM = textwrap.dedent("""
     import json, os, sys, time
-    sys.path.insert(0, os.path.join(sys.argv[1], "tests", "integration"))
-    from pyspark.sql import SparkSession
+    sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests", "integration")]
+    from tests.helpers.spark_session import local_builder
     import sinks
     from sinks.registry import registries
     from sinkutil import write_json_files
@@ -57,10 +57,10 @@ PROGRAM = textwrap.dedent("""
     from wal.remote import working_copy_of
 
     repo, conf, cp, host, port, keyspace, src, types_src = sys.argv[1:9]
-    builder = SparkSession.builder.master("local[2]").appName("s3-sink")
+    builder = local_builder("s3-sink")
     for k, v in json.loads(conf).items():
         builder = builder.config(k, v)
-    spark = builder.config("spark.ui.enabled", "false").getOrCreate()
+    spark = builder.getOrCreate()
     sinks.register(spark)
 
     def events(k):
@@ -206,17 +206,17 @@ def test_a_stream_checkpointed_on_s3_lands_exactly_once_and_survives_a_lost_work
 # -- an outage of Cassandra with the WAL on S3 ---------------------------------------------------
 OUTAGE_PROGRAM = textwrap.dedent("""
     import json, os, sys, time
-    sys.path.insert(0, os.path.join(sys.argv[1], "tests", "integration"))
-    from pyspark.sql import SparkSession
+    sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests", "integration")]
+    from tests.helpers.spark_session import local_builder
     import sinks
     from sinkutil import write_json_files
     from wal.checkpoint import open_checkpoint
 
     repo, conf, cp, host, port, keyspace, src, signals = sys.argv[1:9]
-    builder = SparkSession.builder.master("local[2]").appName("s3-outage")
+    builder = local_builder("s3-outage")
     for k, v in json.loads(conf).items():
         builder = builder.config(k, v)
-    spark = builder.config("spark.ui.enabled", "false").getOrCreate()
+    spark = builder.getOrCreate()
     sinks.register(spark)
 
     def rows(k):
