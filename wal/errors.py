@@ -184,6 +184,25 @@ class WalMoveRefused(WalError):
                 f"them with the query stopped), then move; nothing was staged")
 
 
+class BatchTooWide(WalError):
+    """A batch with more segments (one per Spark task that wrote rows) or a segment with more
+    chunks than the log's keys can order (``wal.format.MAX_SEGMENTS_PER_BATCH``,
+    ``MAX_CHUNKS_PER_SEGMENT``): refused before its seal is written, so Spark never commits it
+    and nothing of it is lost; the query must write it in fewer tasks."""
+
+    def __init__(self, batch: int, what: str, count: int, limit: int):
+        super().__init__(batch, what, count, limit)
+        self.batch, self.what, self.count, self.limit = batch, what, count, limit
+
+    def __str__(self) -> str:
+        return (f"batch {self.batch}: {self.count:,} {self.what}; the WAL holds at most "
+                f"{self.limit:,} (its log orders them by a fixed-width key). Write the batch in "
+                f"fewer Spark tasks: fewer partitions before the sink (df.coalesce(n), or a "
+                f"lower spark.sql.shuffle.partitions); for chunks, a larger "
+                f"spark.sql.execution.arrow.maxRecordsPerBatch (a chunk is one Arrow batch "
+                f"Spark hands the sink); nothing of the batch was sealed")
+
+
 class WalRepairing(WalError):
     """A ``cassandra-wal repair`` of the WAL began and did not finish (``wal/repair.py``): its
     log is fenced (``m/repair``), so no flusher or recovery opens it before the repair is run

@@ -77,6 +77,15 @@ def progress_prefix(batch_id: int) -> bytes:
     return KEY_PROGRESS_PREFIX + batch_name(batch_id).encode() + b"/"
 
 
+#: The log's keys give a segment's index 5 digits and a chunk's 8, so that key order is flush
+#: order (the greatest progress key is the progress; rows are read in key order): a batch has
+#: at most this many segments (one per Spark task that wrote rows), a segment this many chunks.
+#: A seal beyond them is refused (``wal.errors.BatchTooWide``): a sixth digit would sort
+#: segment 100000 before 99999, and a drain would skip rows.
+MAX_SEGMENTS_PER_BATCH = 99_999
+MAX_CHUNKS_PER_SEGMENT = 99_999_999
+
+
 def progress_key(batch_id: int, next_segment: int, next_chunk: int) -> bytes:
     """Key order is flush order: the greatest key of a batch is its progress."""
     return progress_prefix(batch_id) + f"{next_segment:05d}/{next_chunk:08d}".encode()

@@ -39,7 +39,7 @@ from .errors import (
 )
 from .files import DIR_MODE, make_private_dirs
 from .layout import WalDir
-from .seal import Seal, now_us
+from .seal import Seal, check_width, now_us
 from .segment import SegmentReader
 from .states import BatchState, check_transition
 
@@ -400,8 +400,12 @@ class WalLog:
             key, value = bytes(it.key()), bytes(it.value())
         finally:
             del it
-        segment, chunk = (int(p) for p in key[len(prefix):].split(b"/"))
-        rows, at_us = (int(p) for p in value.split())
+        try:
+            segment, chunk = (int(p) for p in key[len(prefix):].split(b"/"))
+            rows, at_us = (int(p) for p in value.split())
+        except ValueError:
+            raise WalCorrupted(self.wal.log, f"unreadable progress {key!r} = {value!r}",
+                               batch=record.batch) from None
         return replace(record, next_segment=segment, next_chunk=chunk, flushed_rows=rows,
                        updated_at_us=max(at_us, record.updated_at_us))
 
@@ -432,7 +436,6 @@ class WalLog:
         if record is None or record.seal is None:
             return
         offsets = record.seal.row_offsets()
-        start = fmt.rows_key(batch, segment, chunk)
         current_seg, seen_rows = -1, 0
         prefix = fmt.rows_prefix(batch)
         for key, value in self._pages(prefix, fmt.prefix_end(prefix)):
@@ -443,7 +446,7 @@ class WalLog:
             payload = value[fmt.ROW_VALUE_HEAD.size:]
             first_row = offsets[seg_i] + seen_rows
             seen_rows += rows
-            if key < start:
+            if (seg_i, chunk_i) < (segment, chunk):
                 continue
             if zlib.crc32(payload) != crc:
                 raise WalCorrupted(self.wal.log, f"log chunk {seg_i}/{chunk_i} checksum mismatch",
@@ -505,6 +508,7 @@ class WalLog:
         if current is not None and current.seal_id == seal.seal_id:
             return self.get(seal.batch)
         check_transition(seal.batch, current.state if current else None, BatchState.SEALED)
+        check_width(seal.batch, seal.segments)
         lo, hi = fmt.rows_prefix(seal.batch), fmt.prefix_end(fmt.rows_prefix(seal.batch))
         self.db.delete_range(lo, hi)
         try:

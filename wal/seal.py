@@ -9,7 +9,7 @@ the seal; after that it is final. File format: ``wal/FORMAT.md``, "Seal files".
 from __future__ import annotations
 
 import json
-import os
+import hashlib
 import threading
 import uuid
 import zlib
@@ -19,7 +19,8 @@ from typing import Protocol
 
 from .amendments import read_amendment
 from .clock import now_us
-from .errors import WalCorrupted
+from . import format as fmt
+from .errors import BatchTooWide, WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
 from .segment import SegmentRef
@@ -111,31 +112,31 @@ def decode_seal(data: bytes, path: str, batch: int | None = None) -> Seal:
 
 
 class _DecodedSeals:
-    """Seal files decoded in this process, by path and by the file's identity (inode, size,
-    modification time): a seal is replaced by a rename, never rewritten in place, so a file
-    with the same identity holds the same bytes. A drain, a commit's backlog and a health look
-    each read every pending seal; a seal of 2,000 segments is ~285 KB of JSON (~8.5 ms to
-    decode), decoded once per process instead. Bounded; thread-safe."""
+    """Seal files decoded in this process, by path and by their bytes (a SHA-1 digest): a
+    drain, a commit's backlog and a health look each read every pending seal; a seal of 2,000
+    segments is ~285 KB of JSON (~8.5 ms to decode, well under 1 ms to read and digest), decoded
+    once per process while its bytes stay the same. Not by the file's inode, size and mtime: a
+    replaced seal often gets the freed inode of an earlier one, has the same size, and on a
+    filesystem with coarse timestamps the same mtime. Bounded; thread-safe."""
 
     LIMIT = 512
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seals: OrderedDict[str, tuple[tuple[int, int, int], Seal]] = OrderedDict()
+        self._seals: OrderedDict[str, tuple[bytes, Seal]] = OrderedDict()
 
     def read(self, path: str, batch: int) -> Seal | None:
         try:
             with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                identity = (st.st_ino, st.st_size, st.st_mtime_ns)
-                with self._lock:
-                    found = self._seals.get(path)
-                    if found is not None and found[0] == identity:
-                        self._seals.move_to_end(path)
-                        return found[1]
                 data = f.read()
         except FileNotFoundError:
             return None
+        identity = hashlib.sha1(data, usedforsecurity=False).digest()
+        with self._lock:
+            found = self._seals.get(path)
+            if found is not None and found[0] == identity:
+                self._seals.move_to_end(path)
+                return found[1]
         seal = decode_seal(data, path, batch)
         with self._lock:
             self._seals[path] = (identity, seal)
@@ -189,6 +190,16 @@ def last_written_ts_us(wal: WalDir, seal: Seal) -> int:
     return max(seal.last_ts_us, amendment.apply(seal).last_ts_us)
 
 
+def check_width(batch: int, segments: tuple[SegmentRef, ...]) -> None:
+    """Refuse a batch whose segments or chunks the log's keys cannot order (:class:`BatchTooWide`)."""
+    if len(segments) > fmt.MAX_SEGMENTS_PER_BATCH:
+        raise BatchTooWide(batch, "segments (one per Spark task that wrote rows)",
+                           len(segments), fmt.MAX_SEGMENTS_PER_BATCH)
+    widest = max((s.chunks for s in segments), default=0)
+    if widest > fmt.MAX_CHUNKS_PER_SEGMENT:
+        raise BatchTooWide(batch, "chunks in one segment", widest, fmt.MAX_CHUNKS_PER_SEGMENT)
+
+
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
                commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
                floor: TimestampFloor | None = None, seal_id: str | None = None) -> Seal:
@@ -199,6 +210,7 @@ def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: st
     its own, so its seals alone say nothing of other jobs' timestamps; the floor does, and is
     raised (durably) before the seal is written."""
     ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))
+    check_width(batch, ordered)
     if wal.remote:      # the previous seal may have been written on another host
         wal.remote.pull_seals(wal.root)
     base_ts_us = next_base_timestamp(wal, batch)

@@ -176,3 +176,71 @@ def test_a_seal_is_decoded_once_per_process_while_its_file_stays(tmp_path, monke
         again = f.sealed(0, rows=(4,), committed=False).seal      # replaced: a re-run
         assert seal_module.read_seal(f.wal, 0) == again != first
         assert decoded == [0, 0]
+
+
+def test_a_replaced_seal_is_read_anew_though_its_file_looks_the_same(tmp_path, monkeypatch):
+    """A seal replaced by a re-run often gets the freed inode of an earlier seal file and has
+    the same size; on a filesystem with 1 s timestamps (ext3, small-inode ext4, HFS+, some NFS)
+    the same mtime too. The cache went by (inode, size, mtime) and handed back the replaced
+    seal: the aborted run's timestamps and segments (review of log format 2, finding 2)."""
+    import os
+
+    from tests.helpers.walfactory import WalFactory
+    from wal import seal as seal_module
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        first = f.sealed(0, rows=(3, 2), committed=False).seal
+        looks = os.stat(f.wal.seal_path(0))
+        real_fstat = os.fstat
+
+        def same_look(fd):              # the filesystem cannot tell the two files apart
+            st = real_fstat(fd)
+            return os.stat_result(
+                (st.st_mode, looks.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid,
+                 looks.st_size, looks.st_atime, looks.st_mtime, looks.st_ctime),
+                {"st_mtime_ns": looks.st_mtime_ns})
+
+        monkeypatch.setattr(os, "fstat", same_look)
+        assert seal_module.read_seal(f.wal, 0) == first
+        again = f.sealed(0, rows=(2, 3), committed=False).seal      # a re-run's seal
+        assert seal_module.read_seal(f.wal, 0) == again != first
+
+
+def test_a_batch_wider_than_the_logs_keys_is_refused_before_its_seal(tmp_path):
+    """Segment indexes are 5 digits in the log's keys, whose order is flush order: a batch of
+    100,001 segments sorted segment 100000 before 99999, so its progress read as 99999 and a
+    drain in driver mode skipped segment 100000's rows and marked the batch FLUSHED (review of
+    log format 2, finding 1). Refused at the seal, naming the batch and what to change; and a
+    seal from elsewhere is refused by the log before it is ingested."""
+    from wal.errors import BatchTooWide
+    from wal.seal import Seal, seal_batch
+    from wal.segment import SegmentRef
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    refs = [SegmentRef(f"3/{i:05d}-000-t.seg", i, 0, 1, 1, 10, 0)
+            for i in range(fmt.MAX_SEGMENTS_PER_BATCH + 1)]
+    with pytest.raises(BatchTooWide) as refused:
+        seal_batch(wal, 3, refs)
+    assert "batch 3: 100,000 segments" in str(refused.value)
+    assert "coalesce" in str(refused.value) and "spark.sql.shuffle.partitions" in str(refused.value)
+    assert not Path(wal.seal_path(3)).exists()
+    seal = Seal(batch=3, segments=tuple(refs), base_ts_us=1)
+    with WalLog.open_writer(wal) as log, pytest.raises(BatchTooWide):
+        log.ingest(seal)
+    with pytest.raises(BatchTooWide, match="chunks in one segment"):
+        seal_batch(wal, 4, [SegmentRef("4/0.seg", 0, 0, 1, fmt.MAX_CHUNKS_PER_SEGMENT + 1, 1, 0)])
+
+
+def test_unreadable_progress_is_corruption_naming_the_batch(tmp_path):
+    """A damaged progress value was a bare ValueError: a block that named no batch."""
+    from tests.helpers.walfactory import WalFactory
+    from wal.errors import WalCorrupted
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.ingested(5, rows=(2, 2))
+        f.log.begin_flush(5)
+        f.log.record_progress(5, 1, 0, 2)
+        f.log.db.put(fmt.progress_key(5, 1, 0), b"garbage")
+        with pytest.raises(WalCorrupted) as damaged:
+            f.log.get(5)
+        assert damaged.value.batch == 5 and "progress" in str(damaged.value)
