@@ -146,10 +146,23 @@ class CountingStore:
         self._count("delete")
         self.store.delete(key)
 
-    def delete_folder(self, prefix: str) -> None:
+    def delete_many(self, keys: list[str]) -> None:
+        if keys:        # S3: one DeleteObjects per 1,000 keys; elsewhere one DELETE a key
+            s3 = getattr(self.store, "client", None) is not None
+            for _ in range(-(-len(keys) // 1000) if s3 else len(keys)):
+                self._count("delete")
+        self.store.delete_many(keys)
+
+    def delete_folder(self, prefix: str, recursive: bool = False) -> None:
         if getattr(self.store, "client", None) is None:    # S3 has no folders: no request
             self._count("delete")
-        self.store.delete_folder(prefix)
+        elif recursive:                                     # S3: a listing, then the keys
+            self._count("list")
+            keys = self.store.list(prefix)
+            if keys:
+                self.delete_many(keys)
+            return
+        self.store.delete_folder(prefix, recursive)
 
 
 _hooked_clients: set[int] = set()

@@ -31,7 +31,7 @@ from wal import checkpoint as ckpt
 from wal.binding import bind
 from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull, WalMoveRefused
-from wal.files import others_can_write, tree_size
+from wal.files import others_can_write
 from wal.format import POINTER_FILE, SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
@@ -342,18 +342,21 @@ def check_not_blocked(wal: WalDir) -> None:
 
 
 def backlog_bytes(wal: WalDir, committing: int) -> int:
-    """Bytes of staged segment files of every batch but ``committing``: the batches sealed
-    and not yet flushed (and leftovers of batches about to be discarded). On a store: the
-    bytes its seals name above the highest flushed batch (what the flusher has yet to write,
-    whichever host's working copy it pulls into)."""
+    """What ``wal.maxBytes`` caps: the bytes the seals name of every batch sealed above the
+    highest flushed batch but ``committing`` (what the flusher has yet to write). From the
+    seals' own byte counts (decoded once per process, :func:`wal.seal.read_seal`), never a
+    walk of the segment files: one look per pending batch, not per segment, at every commit
+    and every second a commit is held. Staged files no seal names are not counted: a losing
+    attempt's or an aborted batch's leftovers are never written, and the next drain removes
+    them (and a flushed batch's, should a crash have kept them). On a store, its seals and
+    its ``flushed_through`` marker (whichever host's working copy the flusher pulls into)."""
     if wal.remote:
         wal.remote.pull_state(wal.root)
         wal.remote.pull_seals(wal.root)
-        through = wal.read_flushed_through()
-        seals = (read_seal(wal, b) for b in wal.sealed_batch_ids()
-                 if b > through and b != committing)
-        return sum(seal.bytes for seal in seals if seal is not None)
-    return sum(tree_size(wal.batch_segments(b)) for b in wal.staged_batch_ids() if b != committing)
+    through = wal.read_flushed_through()
+    seals = (read_seal(wal, b) for b in wal.sealed_batch_ids()
+             if b > through and b != committing)
+    return sum(seal.bytes for seal in seals if seal is not None)
 
 
 def wait_for_room(plan: WritePlan, batch_id: int, sleep=time.sleep,

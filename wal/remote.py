@@ -175,10 +175,10 @@ class RemoteWal:
     def publish_flushed(self, batch: int) -> None:
         """``flushed/<batch>``; older markers go (the highest is the one read)."""
         self.store.create(f"{FLUSHED_MARKERS}/{fmt.batch_name(batch)}", b"")
-        for key in self.store.list(FLUSHED_MARKERS):
-            stem = key.rsplit("/", 1)[-1]
-            if stem.isdigit() and int(stem) < batch:
-                self.store.delete(key)
+        older = [key for key in self.store.list(FLUSHED_MARKERS)
+                 if (stem := key.rsplit("/", 1)[-1]).isdigit() and int(stem) < batch]
+        if older:
+            self.store.delete_many(older)
 
     def replace(self, name: str, data: bytes | None) -> None:
         """A status file that only informs (``blocked.json``): deleted, then created again.
@@ -188,13 +188,19 @@ class RemoteWal:
             self.store.create(name, data)
 
     # -- deleting ----------------------------------------------------------------------------
-    def delete_segments(self, batch: int, keep: set[str] = frozenset()) -> None:
-        """Every segment of ``batch`` on the store but those named in ``keep``."""
-        prefix = f"{fmt.SEGMENTS_DIR}/"
+    def delete_segments(self, batch: int, keep: set[str] | None = None) -> None:
+        """The segments of ``batch`` on the store: every one, its folder with them (one
+        request where the store can: HDFS), or (``keep``) all but those named, listed and
+        deleted together (S3: one request per 1,000 keys). Only a batch done with (flushed,
+        discarded, a late attempt's) goes whole; a batch in flight keeps its winners."""
         folder = f"{fmt.SEGMENTS_DIR}/{fmt.batch_name(batch)}"
-        for key in self.store.list(folder):
-            if key[len(prefix):] not in keep:
-                self.store.delete(key)
+        if keep is None:
+            self.store.delete_folder(folder, recursive=True)
+            return
+        prefix = f"{fmt.SEGMENTS_DIR}/"
+        losers = [key for key in self.store.list(folder) if key[len(prefix):] not in keep]
+        if losers:
+            self.store.delete_many(losers)
         self.store.delete_folder(folder)
 
     def delete_seal(self, batch: int) -> None:
@@ -207,9 +213,12 @@ class RemoteWal:
         self._delete_versions(f"{AMENDMENT_VERSIONS}/{fmt.batch_name(batch)}")
 
     def _delete_versions(self, folder: str) -> None:
-        for key in self.store.list(folder):
-            self.store.delete(key)
+        """Every version listed (a version published meanwhile, a re-run's seal, stays)."""
+        keys = self.store.list(folder)
+        for key in keys:
             self._immutable.pop(key, None)
+        if keys:
+            self.store.delete_many(keys)
         self.store.delete_folder(folder)
 
     # -- pulling -----------------------------------------------------------------------------
@@ -308,13 +317,12 @@ class RemoteWal:
         batch was flushed: wal/FORMAT.md, "States"): garbage, deleted from the store."""
         fetched = 0
         prefix = f"{fmt.SEGMENTS_DIR}/"
-        late: set[str] = set()
+        late: dict[str, list[str]] = {}
         for key in self.store.list(fmt.SEGMENTS_DIR):
             name = key[len(prefix):]
             batch = name.split("/", 1)[0]
             if batch.isdigit() and int(batch) <= above:
-                self.store.delete(key)
-                late.add(batch)
+                late.setdefault(batch, []).append(key)
                 continue
             if not batch.isdigit() or not name.endswith(fmt.SEGMENT_SUFFIX):
                 continue
@@ -327,8 +335,10 @@ class RemoteWal:
             make_private_dirs(os.path.dirname(path))
             atomic_write(path, data)
             fetched += 1
-        for batch in late:
-            self.store.delete_folder(f"{fmt.SEGMENTS_DIR}/{batch}")
+        if late:        # the keys listed: a re-run cannot stage into a flushed batch anyway
+            self.store.delete_many([key for keys in late.values() for key in keys])
+            for batch in late:
+                self.store.delete_folder(f"{fmt.SEGMENTS_DIR}/{batch}")
         return fetched
 
     def pull(self, root: str, segments: bool = True) -> None:

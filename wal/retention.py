@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 from dataclasses import dataclass
 
 from . import format as fmt
@@ -44,8 +46,61 @@ class WalSize:
 
 
 def wal_size(wal: WalDir) -> WalSize:
-    seg, log, seals = tree_size(wal.segments), tree_size(wal.log), tree_size(wal.seals)
+    seg, log, seals = _folder_sizes.segments(wal), tree_size(wal.log), tree_size(wal.seals)
     return WalSize(seg + log + seals, seg, log, seals)
+
+
+class _FolderSizes:
+    """The bytes under each batch's segment folder, walked again only when the folder changed:
+    a file added, removed or renamed in it changes its modification time, and a complete
+    segment is never rewritten. The health (every drain and every scrape) then looks at one
+    folder per batch, not at every segment file of every pending batch (issue 32). A folder
+    changed in the last :data:`QUIET_NS` is walked every time (a change within the clock's
+    granularity would not move its time); a task's ``.tmp`` growing in place is seen when
+    it is renamed. Thread-safe; holds the folders of the last listing of each WAL."""
+
+    QUIET_NS = 2_000_000_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sizes: dict[str, tuple[tuple[int, int], int]] = {}
+
+    def segments(self, wal: WalDir) -> int:
+        total, seen = 0, set()
+        try:
+            entries = list(os.scandir(wal.segments))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    seen.add(entry.path)
+                    total += self._folder(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue    # removed by retention while we look
+        with self._lock:
+            for path in [p for p in self._sizes
+                         if os.path.dirname(p) == wal.segments and p not in seen]:
+                del self._sizes[path]
+        return total
+
+    def _folder(self, path: str) -> int:
+        st = os.lstat(path)
+        identity = (st.st_ino, st.st_mtime_ns)
+        with self._lock:
+            found = self._sizes.get(path)
+        if found is not None and found[0] == identity:
+            return found[1]
+        size = tree_size(path)
+        if time.time_ns() - st.st_mtime_ns >= self.QUIET_NS:
+            with self._lock:
+                self._sizes[path] = (identity, size)
+        return size
+
+
+_folder_sizes = _FolderSizes()
 
 
 def remove_batch_files(wal: WalDir, batch: int, keep_seal: bool = False) -> None:

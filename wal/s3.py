@@ -16,6 +16,10 @@ from .errors import StoreUnavailable
 from .store import check_key
 
 
+#: Keys in one ``DeleteObjects`` request: S3's limit.
+DELETE_BATCH = 1000
+
+
 class S3Store:
     """A prefix in an S3 bucket (or another S3 API server), through boto3 (the ``s3`` extra).
 
@@ -77,8 +81,35 @@ class S3Store:
             raise self._failed(f"ListObjectsV2 {prefix or '/'}", exc) from None
         return sorted(out)
 
-    def delete_folder(self, prefix: str) -> None:
-        """S3 has no folders: nothing to remove."""
+    def delete_folder(self, prefix: str, recursive: bool = False) -> None:
+        """S3 has no folders: nothing to remove but, ``recursive``, the keys under it."""
+        if recursive:
+            self.delete_many(self.list(prefix))
+
+    def delete_many(self, keys: list[str]) -> None:
+        """One ``DeleteObjects`` per :data:`DELETE_BATCH` keys. A key the reply lists under
+        ``Errors`` stays (the next try deletes it); the first such error is raised once every
+        request was made."""
+        failed: list[str] = []
+        first: StoreUnavailable | None = None
+        for start in range(0, len(keys), DELETE_BATCH):
+            chunk = keys[start:start + DELETE_BATCH]
+            try:
+                reply = self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True})
+            except (ClientError, BotoCoreError) as exc:
+                failed += chunk
+                first = first or self._failed(f"DeleteObjects {chunk[0]} (+{len(chunk) - 1})",
+                                              exc)
+                continue
+            for error in reply.get("Errors", []):
+                failed.append(error.get("Key", "?"))
+                first = first or StoreUnavailable(
+                    self.uri, f"DeleteObjects {error.get('Key')}: {error.get('Code')}")
+        if first is not None:
+            raise StoreUnavailable(self.uri, f"{len(failed)} of {len(keys)} keys not deleted "
+                                             f"(kept for the next try); {first.detail}")
 
     def delete(self, key: str) -> None:
         try:

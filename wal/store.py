@@ -8,6 +8,12 @@ writer may take, complete or not at all:
   ``True`` if this call published it, ``False`` if the key was already taken (what is there is
   left untouched). Readers never see a part of an object.
 * ``read``, ``list`` (every key under a prefix, in key order) and ``delete``.
+* ``delete_many(keys)``: every key named, in as few requests as the store allows (S3: one
+  ``DeleteObjects`` per 1,000 keys); ``delete_folder(prefix, recursive=True)``: a folder and
+  everything under it (HDFS: one recursive ``DELETE``), for a folder that goes whole. A delete
+  is idempotent (an absent key is deleted); one the store refused raises
+  :class:`~wal.errors.StoreUnavailable` once every other key was tried, and what it refused
+  stays for the next try.
 
 How each store does it:
 
@@ -32,10 +38,12 @@ named by ``HADOOP_USER_NAME`` (or the process's), as Hadoop's own clients do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from typing import Protocol
 
+from .errors import StoreUnavailable
 from .files import fsync_dir, make_private_dirs
 
 
@@ -52,9 +60,14 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None: ...
 
-    def delete_folder(self, prefix: str) -> None:
+    def delete_many(self, keys: list[str]) -> None:
+        """Every key of ``keys``, in as few requests as the store allows. Raises
+        StoreUnavailable, once every key was tried, if some could not be deleted (they stay)."""
+
+    def delete_folder(self, prefix: str, recursive: bool = False) -> None:
         """Remove the folder ``prefix`` if it holds nothing (a store without folders: no-op).
-        Listings walk folders, so empty ones must not pile up."""
+        Listings walk folders, so empty ones must not pile up. ``recursive``: and every key
+        under it, whoever published it (only for a folder whose every key is meant to go)."""
 
 
 def check_key(key: str) -> str:
@@ -119,8 +132,32 @@ class LocalStore:
         except FileNotFoundError:
             pass
 
-    def delete_folder(self, prefix: str) -> None:
+    def delete_many(self, keys: list[str]) -> None:
+        delete_each(self, keys)
+
+    def delete_folder(self, prefix: str, recursive: bool = False) -> None:
+        if recursive:
+            for folder, _dirs, files in os.walk(self._path(prefix), topdown=False):
+                for name in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(folder, name))
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(folder)
+            return
         try:
             os.rmdir(self._path(prefix))
         except OSError:         # absent, or not empty (a key published meanwhile)
             pass
+
+
+def delete_each(store: Store, keys: list[str]) -> None:
+    """``delete_many`` for a store without a request that deletes several keys: one ``delete``
+    a key, every key tried; the first failure raised after the last key."""
+    failed: Exception | None = None
+    for key in keys:
+        try:
+            store.delete(key)
+        except (StoreUnavailable, OSError) as exc:     # raised once every key was tried
+            failed = failed or exc
+    if failed is not None:
+        raise failed

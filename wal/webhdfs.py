@@ -15,7 +15,7 @@ import urllib.request
 import uuid
 
 from .errors import StoreUnavailable
-from .store import check_key
+from .store import check_key, delete_each
 
 
 class WebHdfsStore:
@@ -119,7 +119,18 @@ class WebHdfsStore:
         if status != 200:
             raise StoreUnavailable(self.uri, f"WebHDFS DELETE {key}: HTTP {status}")
 
-    def delete_folder(self, prefix: str) -> None:
+    def delete_many(self, keys: list[str]) -> None:
+        """WebHDFS deletes one path a request: one ``DELETE`` a key (a folder that goes whole
+        is one request: :meth:`delete_folder`)."""
+        delete_each(self, keys)
+
+    def delete_folder(self, prefix: str, recursive: bool = False) -> None:
+        if recursive:       # one request, whatever the folder holds
+            status, _ = self._call("DELETE", self._path(prefix), "DELETE", recursive="true")
+            if status != 200:
+                raise StoreUnavailable(self.uri, f"WebHDFS DELETE {prefix}/ (recursive): "
+                                                 f"HTTP {status}")
+            return
         # recursive=false: the namenode refuses a folder that is not empty (a key published
         # meanwhile stays); either way nothing to raise.
         status, _ = self._call("DELETE", self._path(prefix), "DELETE", recursive="false")

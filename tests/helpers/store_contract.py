@@ -75,6 +75,26 @@ class StoreContract:
         store.delete("x/y")
         assert store.create("x/y", b"2") is True     # the name is free again
 
+    def test_delete_many_removes_the_keys_named_and_nothing_else(self, store):
+        for key in ("s/1/a.seg", "s/1/b.seg", "s/1/c.seg", "s/10/a.seg", "t.json"):
+            store.create(key, b"x")
+        store.delete_many(["s/1/a.seg", "s/1/c.seg", "s/1/never.seg"])   # an absent key: fine
+        assert store.list() == ["s/1/b.seg", "s/10/a.seg", "t.json"]
+        store.delete_many([])
+        store.delete_many(["s/1/b.seg"])
+        assert store.list("s/1") == []
+
+    def test_a_recursive_delete_folder_takes_everything_under_it_and_nothing_beside(self, store):
+        for key in ("segments/00000000000000000007/a.seg", "segments/00000000000000000007/b.seg",
+                    "segments/00000000000000000007/deeper/c", "segments/000000000000000000070/a.seg",
+                    "seals/00000000000000000007/1.seal"):
+            store.create(key, b"x")
+        store.delete_folder("segments/00000000000000000007", recursive=True)
+        assert store.list() == ["seals/00000000000000000007/1.seal",
+                                "segments/000000000000000000070/a.seg"]
+        store.delete_folder("segments/00000000000000000007", recursive=True)  # gone: harmless
+        assert store.create("segments/00000000000000000007/a.seg", b"again") is True
+
     @pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "./a"])
     def test_a_key_that_is_not_a_plain_relative_path_is_refused(self, store, key):
         with pytest.raises(ValueError, match="bad store key"):
@@ -84,6 +104,8 @@ class StoreContract:
 def assert_unavailable(store) -> None:
     """A store whose server is gone: every call fails as StoreUnavailable (transient)."""
     for call in (lambda: store.create("k", b"v"), lambda: store.read("k"),
-                 lambda: store.list(), lambda: store.delete("k")):
+                 lambda: store.list(), lambda: store.delete("k"),
+                 lambda: store.delete_many(["k", "l"]),
+                 lambda: store.delete_folder("f", recursive=True)):
         with pytest.raises(StoreUnavailable):
             call()

@@ -71,3 +71,28 @@ def test_a_store_whose_server_is_gone_fails_as_unavailable():
                           region_name="us-east-1",
                           config=Config(retries={"max_attempts": 1}, connect_timeout=2))
     assert_unavailable(S3Store("wal-bucket", "wal", client=client))
+
+
+def test_s3_deletes_many_keys_in_a_request_per_thousand_on_the_server(s3):
+    """Issue 32: 1,200 keys go in 2 DeleteObjects requests (were 1,200 DeleteObject), and a
+    recursive delete_folder is one listing and those requests; what is beside stays."""
+    store = S3Store("wal-bucket", f"wal-{uuid.uuid4().hex[:8]}", client=s3)
+    keys = [f"segments/00000000000000000005/{i:05d}-0-x.seg" for i in range(1200)]
+    for key in keys + ["segments/00000000000000000006/a.seg"]:
+        store.create(key, b"x")
+    sent = []
+
+    def count(request, **_):
+        sent.append((request.method, request.url.split("?", 1)[-1]))
+
+    s3.meta.events.register("before-send.s3", count)
+    try:
+        store.delete_many(keys[:1100])
+        assert [m for m, _ in sent] == ["POST", "POST"] and all("delete" in q for _, q in sent)
+        assert store.list("segments/00000000000000000005") == keys[1100:]
+        sent.clear()
+        store.delete_folder("segments/00000000000000000005", recursive=True)
+        assert len(sent) == 2           # the listing, one DeleteObjects
+    finally:
+        s3.meta.events.unregister("before-send.s3", count)
+    assert store.list("segments") == ["segments/00000000000000000006/a.seg"]

@@ -8,7 +8,8 @@ pointer and the binding run against it. What the world injects, on the sink's ca
 * ``down``: every call (create, read, list, delete) raises ``StoreUnavailable``;
 * ``flaky``: a call fails before it does anything, or a create applies and its reply is lost
   (it raises after the object was published);
-* while up, at rates drawn once per world: a create whose reply is lost, a delete refused.
+* while up, at rates drawn once per world: a create whose reply is lost, a delete refused (in
+  a ``delete_many``, each key on its own: some go, the others stay).
 
 Every injected failure counts in :attr:`StoreState.faults` (a drain that met one is not held to
 "a fault-free drain writes every committed batch"). Spark's own checkpoint writes and the
@@ -137,9 +138,21 @@ class SimStore:
             raise self._unavailable(f"delete {key!r}: refused")
         self._local().delete(key)
 
-    def delete_folder(self, prefix: str) -> None:
+    def delete_many(self, keys: list[str]) -> None:
+        """As S3's DeleteObjects: one request; while up, each key refused at the world's
+        rate (it stays), the refusal raised once every key was tried."""
+        self._enter("delete_many", f"{keys[:1]} (+{max(len(keys) - 1, 0)})")
+        refused = [key for key in keys if self._state.delete_fails()]
+        self._local().delete_many([key for key in keys if key not in refused])
+        if refused:
+            raise self._unavailable(f"delete_many: {len(refused)} of {len(keys)} refused, "
+                                    f"{refused[0]!r} first")
+
+    def delete_folder(self, prefix: str, recursive: bool = False) -> None:
         self._enter("delete_folder", prefix)
-        self._local().delete_folder(prefix)
+        if recursive and self._state.delete_fails():
+            raise self._unavailable(f"delete_folder {prefix!r} (recursive): refused")
+        self._local().delete_folder(prefix, recursive)
 
     def __getattr__(self, name: str):
         """A call of the Store contract this class does not know yet: the local store's,

@@ -7,6 +7,8 @@ so a batch larger than the cap is not refused forever.
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -15,15 +17,19 @@ from sinks.plan import WritePlan, backlog_bytes, commit_batch, wait_for_room
 from wal.errors import WalFull
 from wal.files import tree_size
 from wal.retention import remove_batch_files
+from wal.seal import read_seal, seal_batch
 from wal.segment import SegmentWriter
 
 pytestmark = pytest.mark.unit
 
 
-def stage(wal, batch: int, rows: int = 100) -> None:
+def stage(wal, batch: int, rows: int = 100, sealed: bool = True) -> None:
+    """A batch staged by one task and, unless ``sealed=False``, sealed by its commit."""
     with SegmentWriter(wal, batch, 0, 0) as writer:
         writer.append(pa.record_batch({"id": pa.array(range(rows), pa.int64())}))
-        writer.finish()
+        ref = writer.finish()
+    if sealed:
+        seal_batch(wal, batch, [ref])
 
 
 def plan_for(wal, **options: str) -> WritePlan:
@@ -85,7 +91,8 @@ def test_block_mode_holds_the_commit_until_the_flusher_drains(wal):
     drained_after = 3       # the flusher finishes batch 0 during the third pause
 
     def flusher(pauses: int) -> None:
-        if pauses == drained_after:
+        if pauses == drained_after:     # as the flusher does: the marker, then the files
+            wal.write_flushed_through(0)
             remove_batch_files(wal, 0, keep_seal=True)
 
     clock = FakeClock(flusher)
@@ -119,10 +126,53 @@ def test_a_full_wal_seals_nothing_and_keeps_every_staged_byte(wal):
     """The refused batch keeps its segments (Spark re-runs it) and gets no seal; earlier
     batches are untouched."""
     stage(wal, 0)
-    stage(wal, 1)
+    stage(wal, 1, sealed=False)
     before = {b: batch_bytes(wal, b) for b in (0, 1)}
     plan = plan_for(wal, **{"wal.maxBytes": "100", "wal.backpressure": "fail"})
     with pytest.raises(WalFull):
         commit_batch(plan, [], 1)
-    assert wal.sealed_batch_ids() == []
+    assert wal.sealed_batch_ids() == [0]
     assert {b: batch_bytes(wal, b) for b in (0, 1)} == before
+
+
+def test_the_backlog_is_what_the_seals_name_above_the_flushed_marker(wal):
+    """Flushed batches (their files kept by a crash before removal) and staged files no seal
+    names (an aborted batch's, a losing attempt's: never written, removed by the next drain)
+    are not the backlog that wal.maxBytes caps."""
+    for b in (0, 1, 2):
+        stage(wal, b)
+    stage(wal, 3, sealed=False)
+    with SegmentWriter(wal, 2, 1, 0) as loser:      # a losing attempt's leftover
+        loser.append(pa.record_batch({"id": pa.array(range(50), pa.int64())}))
+        loser.finish()
+    wal.write_flushed_through(0)
+    sealed = {b: read_seal(wal, b).bytes for b in (1, 2)}
+    assert backlog_bytes(wal, 4) == sealed[1] + sealed[2]
+    assert backlog_bytes(wal, 2) == sealed[1]
+
+
+def test_the_backlog_never_looks_at_a_segment_file(wal, monkeypatch):
+    """Issue 32: the backlog walked and lstat-ed every staged segment file of every pending
+    batch, at every commit and every second a commit was held. It reads one seal per pending
+    batch (decoded once per process) and nothing under the segments folder."""
+    for b in range(3):
+        refs = []
+        for partition in range(20):
+            with SegmentWriter(wal, b, partition, 0) as writer:
+                writer.append(pa.record_batch({"id": pa.array(range(10), pa.int64())}))
+                refs.append(writer.finish())
+        seal_batch(wal, b, refs)
+    looked = []
+
+    def counting(real):
+        def call(path=".", *args, **kwargs):
+            if os.fspath(path).startswith(wal.segments):
+                looked.append((real.__name__, os.fspath(path)))
+            return real(path, *args, **kwargs)
+        return call
+
+    for name in ("lstat", "stat", "scandir", "listdir", "walk"):
+        monkeypatch.setattr(os, name, counting(getattr(os, name)))
+    expected = sum(read_seal(wal, b).bytes for b in (0, 1))
+    assert backlog_bytes(wal, 2) == expected
+    assert looked == []

@@ -506,3 +506,78 @@ def _replaying(monkeypatch):
 
     monkeypatch.setattr(recover_module, "CassandraOutput", Output)
     return real
+
+
+class CountingStore:
+    """A store that records every call that deletes (method, first key, how many keys)."""
+
+    def __init__(self, store):
+        self.store, self.uri, self.deletes = store, store.uri, []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def delete(self, key):
+        self.deletes.append(("delete", key, 1))
+        self.store.delete(key)
+
+    def delete_many(self, keys):
+        self.deletes.append(("delete_many", keys[0] if keys else "", len(keys)))
+        self.store.delete_many(keys)
+
+    def delete_folder(self, prefix, recursive=False):
+        self.deletes.append(("delete_folder" + (" recursive" if recursive else ""), prefix, 0))
+        self.store.delete_folder(prefix, recursive)
+
+
+def segment_keys(batch: int, count: int) -> list[str]:
+    return [f"segments/{batch:020d}/{p:05d}-0-x.seg" for p in range(count)]
+
+
+def test_a_batch_that_goes_whole_is_deleted_in_one_request_not_one_per_segment(tmp_path):
+    """Issue 32: on a store, a flushed or discarded batch's segments were deleted one request
+    at a time (2,000 segments: 2,000 deletes). Its folder goes whole: one request."""
+    store = CountingStore(LocalStore(str(tmp_path / "store")))
+    for key in segment_keys(7, 2000) + segment_keys(8, 1):
+        store.create(key, b"x")
+    RemoteWal(store).delete_segments(7)
+    assert store.deletes == [("delete_folder recursive", "segments/00000000000000000007", 0)]
+    assert store.list("segments") == segment_keys(8, 1)
+
+
+def test_a_batch_in_flight_keeps_its_winners_and_its_losers_go_in_one_request(tmp_path):
+    store = CountingStore(LocalStore(str(tmp_path / "store")))
+    keys = segment_keys(7, 300)
+    for key in keys:
+        store.create(key, b"x")
+    winners = {k[len("segments/"):] for k in keys[::3]}
+    RemoteWal(store).delete_segments(7, winners)
+    assert [(m, n) for m, _, n in store.deletes] == [("delete_many", 200), ("delete_folder", 0)]
+    assert store.list("segments") == keys[::3]
+    RemoteWal(store).delete_segments(7, set())          # a seal of no segments: all go
+    assert store.list("segments") == []
+
+
+def test_a_flush_deletes_a_batch_of_many_segments_in_a_bounded_number_of_requests(
+        tmp_path, monkeypatch):
+    """End to end (stage, seal, pull, flush, retention): the requests that delete do not grow
+    with the batch's segments."""
+    import wal.remote as remote_module
+
+    stores = []
+
+    def counting_open(uri):
+        stores.append(CountingStore(LocalStore(uri[len("file:"):])))
+        return stores[-1]
+
+    monkeypatch.setattr(remote_module, "open_store", counting_open)
+    s = Stream(tmp_path)
+    refs = [s.stage(0, p, 1, p) for p in range(60)]
+    refs.append(s.stage(0, 0, 1, 0, attempt=1))          # a losing attempt
+    s.seal(0, refs[:60])
+    s.commit(0)
+    assert s.flush().replayed == [0]
+    assert s.store.list("segments") == []
+    deletes = [d for store in stores for d in store.deletes]
+    assert not [d for d in deletes if d[0] == "delete" and d[1].startswith("segments/")]
+    assert len([d for d in deletes if d[1].startswith("segments/")]) <= 3, deletes

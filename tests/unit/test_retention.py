@@ -366,3 +366,37 @@ def test_the_floor_seal_stays_when_only_skipped_batches_follow_it(tmp_path):
         for _ in range(2):
             apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=0))
         assert next_base_timestamp(f.wal, 3, clock_us=0) > floor
+
+
+def test_the_wal_size_looks_at_a_folder_per_batch_not_at_every_segment_file(wal, monkeypatch):
+    """Issue 32: the health (every drain and every scrape) walked and lstat-ed every staged
+    segment file of every pending batch for the WAL's size. A batch folder that has not
+    changed is not walked again; one that changed is."""
+    import time
+
+    from wal.retention import wal_size
+
+    for batch in range(3):
+        folder = wal.batch_segments(batch)
+        os.makedirs(folder)
+        for i in range(20):
+            with open(os.path.join(folder, f"{i:05d}-0-x.seg"), "wb") as f:
+                f.write(b"x" * 100)
+        past = time.time() - 10
+        os.utime(folder, (past, past))
+    first = wal_size(wal)
+    assert first.segments == 3 * 20 * 100
+    looked = []
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if os.fspath(path).startswith(wal.segments):
+            looked.append(os.fspath(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    assert wal_size(wal) == first
+    assert len(looked) <= 3, looked           # one per batch folder at most
+    with open(os.path.join(wal.batch_segments(1), "00020-0-x.seg"), "wb") as f:
+        f.write(b"y" * 50)                    # a late attempt: the folder changed
+    assert wal_size(wal).segments == first.segments + 50

@@ -87,3 +87,40 @@ def test_a_store_is_opened_by_its_uri(tmp_path, monkeypatch):
     assert isinstance(s3, S3Store) and (s3.bucket, s3.prefix) == ("wal-bucket", "streams/orders")
     with pytest.raises(ValueError, match="no store for the scheme 'gs'"):
         open_store("gs://bucket/cp")
+
+
+class FakeS3Client:
+    """Just enough of boto3's S3 client for ``S3Store.delete_many``: DeleteObjects requests
+    recorded; the keys in ``refuse`` come back under ``Errors`` (they stay)."""
+
+    def __init__(self, keys, refuse=()):
+        self.keys, self.refuse, self.requests = set(keys), set(refuse), []
+
+    def delete_objects(self, Bucket, Delete):
+        names = [o["Key"] for o in Delete["Objects"]]
+        assert len(names) <= 1000 and Delete["Quiet"] is True
+        self.requests.append(names)
+        self.keys -= set(names) - self.refuse
+        return {"Errors": [{"Key": k, "Code": "AccessDenied", "Message": "no"}
+                           for k in names if k in self.refuse]}
+
+
+def test_s3_deletes_a_thousand_keys_a_request_and_keeps_those_it_refused():
+    """Issue 32: one DeleteObjects per 1,000 keys (was one DeleteObject a key); a key the reply
+    lists under Errors stays for the next try, and the call raises StoreUnavailable
+    (transient) once every request was made."""
+    from wal.s3 import S3Store
+
+    keys = [f"segments/00000000000000000003/{i:05d}-0-x.seg" for i in range(2500)]
+    client = FakeS3Client([f"wal/{k}" for k in keys])
+    S3Store("bucket", "wal", client=client).delete_many(keys)
+    assert [len(r) for r in client.requests] == [1000, 1000, 500]
+    assert client.keys == set()
+
+    client = FakeS3Client([f"wal/{k}" for k in keys], refuse={f"wal/{keys[10]}", f"wal/{keys[2100]}"})
+    with pytest.raises(StoreUnavailable) as err:
+        S3Store("bucket", "wal", client=client).delete_many(keys)
+    assert is_transient(err.value)
+    assert "2 of 2500 keys not deleted" in str(err.value) and "AccessDenied" in str(err.value)
+    assert len(client.requests) == 3                    # every request made
+    assert client.keys == {f"wal/{keys[10]}", f"wal/{keys[2100]}"}
