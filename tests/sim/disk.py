@@ -270,9 +270,11 @@ def open_rdict(real_cls):
         disk = _disk()
         if disk is None or "access_type" in kwargs:
             return real_cls(path, *args, **kwargs)
+        db = real_cls(path, *args, **kwargs)     # RocksDB takes its lock before it writes
         if disk.failing("log") is not None:
+            db.close()
             raise _rocks_error(disk.fault("log", path), path, disk.kind)
-        return SimRdict(real_cls(path, *args, **kwargs), disk, path)
+        return SimRdict(db, disk, path)
     return Rdict
 
 

@@ -213,8 +213,9 @@ class Operators:
             OperatorCounts.count(f"{kind}: failed")
             return "failed"
         OperatorCounts.count(f"{kind}: done")
-        if force and inflight:
-            self.forced.update((id(e), location) for e in inflight)
+        discarded = re.search(r"discarded (\d+)", out.getvalue())
+        if force and inflight and (discarded is None or int(discarded.group(1)) > 0):
+            self.forced.update((id(e), location) for e in inflight)   # it may have taken them
         if calm:
             owners = self.wal_owners.get(location) or {q.owner}
             unwritten = _unwritten(self, owners)
@@ -247,6 +248,8 @@ class Operators:
         again from the source: the sim's checkpoint has lost ``offsets/K..`` and
         ``commits/K..``, so the next run plans K anew, with rows drawn again."""
         rng = self.orng
+        if self.disk.kind is not None:
+            return self.say("operator: the disk is full: room first, the repair later")
         candidates = [q for q in self.queries if q.run is None and q.runs and q.refused is None]
         if not candidates:
             return self.say("operator: no stopped query to repair")
@@ -294,7 +297,7 @@ class Operators:
             if self._repair_view(q, wals) != before:
                 raise Violation("a refused repair changes nothing",
                                 f"{what}: exit {code}, yet the WAL or the checkpoint changed")
-            if stateful and "state/" not in err.getvalue() and code != 2:
+            if stateful and not on_store and "state/" not in err.getvalue() and code != 2:
                 raise Violation("repair refuses a stateful query's checkpoint",
                                 f"{what}: exit {code}: {err.getvalue().strip()!r}")
             return "refused"
