@@ -243,6 +243,8 @@ class WalLog:
         except Exception as exc:  # rocksdict raises a plain Exception carrying RocksDB's text
             if "lock" in str(exc).lower():
                 raise WalLocked(wal.log, str(exc)) from None
+            if str(exc).startswith("IO error"):   # a full or read-only disk: transient
+                raise WalStorageError(wal.log, str(exc)) from None
             raise
         log = cls(wal, db, writable=True)
         found = db.get(fmt.KEY_META_FORMAT)

@@ -89,7 +89,11 @@ class SegmentWriter:
         head = dict(header or {}, batch=batch_id, partition=partition, attempt=attempt,
                     format=fmt.FORMAT_VERSION)
         body = json.dumps(head, sort_keys=True).encode()
-        self._write(fmt.SEGMENT_MAGIC + fmt.HEADER_LEN.pack(len(body)) + body)
+        try:
+            self._write(fmt.SEGMENT_MAGIC + fmt.HEADER_LEN.pack(len(body)) + body)
+        except BaseException:   # a full disk: no writer to abort yet, so the file goes here
+            self.abort()
+            raise
 
     def _write(self, data: bytes) -> None:
         self._crc = zlib.crc32(data, self._crc)

@@ -113,6 +113,8 @@ def check_step(world) -> None:
                 raise Violation("the sink never blocks where a retry could proceed",
                                 f"{location}/{BLOCKED_FILE} on the store: {reason.decode()}")
     for owner, inflight in _live(world):
+        if world.excused(inflight.execution):     # a forced recover took it (operators.py)
+            continue
         plan = getattr(inflight.plan, "plan", inflight.plan)
         if getattr(plan, "wal_store", None):
             _check_live_on_store(store, owner, inflight, plan.wal_store)
@@ -209,8 +211,8 @@ def _unwritten(world, owners=None) -> list[tuple]:
     for e in world.oracle.executions:
         if not e.committed or e.owner in exempt or (owners is not None and e.owner not in owners):
             continue
-        if world.after_loss(e):       # its WAL blocks at a batch before it, rightly
-            continue
+        if world.after_loss(e) or world.excused(e):   # its WAL blocks before it, rightly; or
+            continue                                     # a forced recover took it (operators.py)
         missing = world.oracle.missing(e, now_s)
         if missing:
             out.append((e, missing))

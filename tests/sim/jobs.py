@@ -54,12 +54,15 @@ class BatchJobs:
         refusal = self.refuses_lists and options.unaccepted_list
         root = self._jobs_root(options) if refusal else None
         staged = self.staged_files(root) if refusal else None
+        faults = self.store_faults()
         try:
             with self.job_process(name):
                 writer = source.writer(options.spark_schema(), False)
         except ConnectionFailed as exc:
             return self.say(f"{name}: writer() failed, job fails: {exc}")
         except Exception as exc:
+            if self.store_failed(exc, faults):          # the disk (disk.py)
+                return self.say(f"{name}: writer() failed, job fails: {exc}")
             if refusal and self.refused_for_lists(exc):
                 self.list_refused(name, "its writer()", exc, root, staged)
                 return "refused"
@@ -90,6 +93,7 @@ class BatchJobs:
         e = inflight.execution
         messages = [inflight.winners[p] for p in sorted(inflight.winners)]
         faults, healthy = self.node.faults, self.node.mode == cassandra.UP
+        disk_faults = self.store_faults()
         self.seals_written.clear()
         self.arm(("commit.", "flush.", "recover."), 0.1)
         self.jobs.remove(job)
@@ -101,9 +105,10 @@ class BatchJobs:
             error = f"driver crashed at {crash}"
         except Exception as exc:   # noqa: BLE001 - judged below: was anything at fault?
             error = f"{type(exc).__name__}: {exc}"
-            if not _typed(exc):
+            if not _typed(exc) and not self.store_failed(exc, disk_faults):
                 raise
-            if healthy and self.node.faults == faults and self.node.mode == cassandra.UP:
+            if healthy and self.node.faults == faults and self.node.mode == cassandra.UP and \
+                    self.store_faults() == disk_faults:
                 raise Violation("a batch job fails only for a reason outside the sink",
                                 f"{e.label}: commit raised {error}") from exc
         finally:

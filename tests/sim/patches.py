@@ -163,6 +163,9 @@ class Patches:
         else:
             self._set(cql.clock, "machine_id", _machine_id)
         self._install_store()
+        from . import disk
+
+        disk.install(self)                  # the disk's seams (disk.py)
         for module in (tenacity, tenacity.nap):
             self._set(module, "time", SIM_TIME)
         for module in self._sink_modules():

@@ -99,6 +99,12 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
         if w.zombie_commits:
             add(1.0, _zombie_commit, w)
     add(0.6, _clock_jump, w)
+    if w.operators_on:                     # operators.py
+        add(0.8, w.operator_recover)
+        if w.repairs:
+            add(0.3, w.operator_repair)
+    if w.disk.on:                          # disk.py
+        add(1.0, w.disk_room) if w.disk.kind is not None else add(0.3, w.disk_fill)
     return out
 
 

@@ -242,6 +242,10 @@ class Streams:
             self.refuse(q, "the flusher's start", exc)
         except WalError as exc:   # Spark's listener bus logs it; the query goes on without one
             self.say(f"{q.owner}: listener error, no flusher: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the disk (disk.py): as the registry sorts it
+            if not self.disk_error(exc):
+                raise
+            self.flusher_failed_on_disk(q, exc)
 
     def refuse(self, q: Query, where: str, exc: Exception) -> None:
         self.say(f"{q.owner}: REFUSED at {where}: {type(exc).__name__}: {exc}")
@@ -410,7 +414,7 @@ class Streams:
         flusher = q.run.flushers[location]
         recover = what == "recover"
         faults, healthy = self.node.faults, self.node.mode == cassandra.UP
-        store_faults = self.store_faults()
+        store_faults, disk_faults = self.store_faults(), self.disk.faults
         self.arm(("flush.", "recover."), 0.12)
         crashed = None
         try:
@@ -431,6 +435,7 @@ class Streams:
         if healthy and self.node.faults == faults and self.node.mode == cassandra.UP and \
                 self.store_calm_since(store_faults):
             check_live(self, q, what, flusher)
+        self.check_disk_drain(q, flusher, what, disk_faults)      # disk.py
         return what
 
     def kill(self, q: Query, graceful: bool = False) -> None:

@@ -7,7 +7,9 @@ checkpoint resets and shared WALs; concurrent batch jobs; foreachBatch functions
 two tables (``tests/sim/foreach.py``); Cassandra outages and timeouts that did or did not apply
 the write; list columns, with and without ``wal.lists.atLeastOnce``; clocks that differ between
 hosts and step, and flush tasks on executors whose clocks are hours off
-(``tests/sim/clocks.py``). The invariants (``tests/sim/invariants.py``) are checked after
+(``tests/sim/clocks.py``); an operator's ``cassandra-wal recover`` and ``repair`` beside a
+live query or after it stopped (``tests/sim/operators.py``); a full or read-only disk at any
+write of the sink's files (``tests/sim/disk.py``). The invariants (``tests/sim/invariants.py``) are checked after
 every step. 5,000 schedules by default, in blocks so progress shows, 100,000 with
 ``--full-matrix`` (``tests/helpers/matrix.py``). ``CASSANDRA_WAL_SIM_SEED=<n>``
 replays one seed, printing its schedule step by step (run with ``-s``). Schedules run on

@@ -25,6 +25,8 @@ from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
 from .clocks import JOBS, Clocks
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
+from .disk import Disk
+from .operators import Operators
 from .oracle import (KEYSPACE, LISTS_OPTION, TABLES, WRITETIME_COLUMN, Execution, Oracle,
                      RunOptions)
 from .patches import SimCrash, has_module
@@ -87,7 +89,7 @@ def is_store(location: str | None) -> bool:
 
 
 @dataclass
-class World(Streams, BatchJobs, ForeachBatch):
+class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
     seed: int
     root: str
     rng: random.Random = None
@@ -156,6 +158,8 @@ class World(Streams, BatchJobs, ForeachBatch):
         if shape is not None and self.frng.randrange(int(os.environ.get(ENV_FOREACH_SHARE,
                                                                           "4"))) == 0:
             self.foreach = shape
+        self.init_operators()            # operators.py, disk.py: RNGs of their own
+        self.init_disk()
         self._setup()
 
     # -- the schedule's cast ------------------------------------------------------------------
@@ -373,18 +377,21 @@ class World(Streams, BatchJobs, ForeachBatch):
 
     # -- the store ------------------------------------------------------------------------------
     def store_faults(self) -> int:
-        return self.store.faults if self.store is not None else 0
+        """The store's faults so far, and the disk's (disk.py): both outside the sink."""
+        return (self.store.faults if self.store is not None else 0) + self.disk.faults
 
     def store_failed(self, exc: Exception, faults_before: int) -> bool:
-        """``exc`` is the sink reporting a store failure the world injected since then."""
+        """``exc`` is the sink reporting a store (or disk) failure the world injected since."""
         from wal.errors import StoreUnavailable
 
-        return isinstance(exc, StoreUnavailable) and self.store_faults() != faults_before
+        return self.store_faults() != faults_before and \
+            (isinstance(exc, StoreUnavailable) or self.disk_error(exc))
 
     def store_calm_since(self, faults_before: int) -> bool:
         from .store import UP
 
-        return self.store is None or (self.store.mode == UP and self.store.faults == faults_before)
+        return (self.store is None or self.store.mode == UP) and \
+            self.store_faults() == faults_before
 
     def set_store(self, mode: str) -> str:
         self.store.mode = mode
@@ -447,6 +454,7 @@ class World(Streams, BatchJobs, ForeachBatch):
         self.step += 1
         self.doing = "final recovery"
         self.node.mode = cassandra.UP
+        self.disk.room()
         if self.store is not None:
             self.store.mode, self.store.calm = "up", True
         self.say("final: every driver stops, Cassandra up" + (", the store up" if self.store

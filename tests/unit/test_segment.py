@@ -477,3 +477,20 @@ def test_finish_syncs_the_segment_and_its_batch_folders_entry(tmp_path, monkeypa
         ref = writer.finish()
     assert os.path.exists(wal.segment_path(ref.name))
     assert synced == [wal.batch_segments(7), wal.segments]
+
+
+def test_a_header_that_cannot_be_written_leaves_no_file(wal, monkeypatch):
+    """Found by the simulation's disk faults (tests/sim/README.md, "Disk full", seed 2118): on
+    a full disk the header's write in the constructor failed, and with no writer returned
+    nothing aborted it: the partial .tmp stayed (a store's task spool, which nothing else
+    cleans, kept one per failed attempt) and so did its file descriptor."""
+    import errno
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(SegmentWriter, "_write", full)
+    with pytest.raises(OSError):
+        SegmentWriter(wal, 0, 0, 0)
+    folder = wal.batch_segments(0)
+    assert os.listdir(folder) == []

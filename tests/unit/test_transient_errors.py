@@ -485,3 +485,37 @@ def test_recovery_at_query_start_retries_a_request_twice_at_most(tmp_path, monke
         flusher.drain(query_running=True)
         assert made == [RECOVERY_RETRIES, flusher.target.config.write.retry_count]
         assert RECOVERY_RETRIES < flusher.target.config.write.retry_count
+
+
+def test_a_flusher_that_cannot_open_its_log_on_a_full_disk_does_not_block_the_wal(
+        tmp_path, monkeypatch):
+    """Issue 31, item 7, found by the simulation (tests/sim/README.md, "Disk full", seed 19):
+    a run starting on a full or read-only disk could not open the RocksDB log; rocksdict's
+    plain "IO error" Exception was not transient, so the registry wrote blocked.json ("the
+    flusher cannot start") and the query's next commit failed, though room on the disk cures
+    it. It is a WalStorageError now: the registry tries again at the next event."""
+    import sinks.registry as driver
+    import wal.log
+    from tests.helpers.flush_fakes import target
+    from tests.helpers.spark_fakes import FakeSpark
+    from tests.helpers.walfactory import WalFactory
+    from wal.errors import WalStorageError
+    from wal.layout import WalDir
+    from wal.log import WalLog
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
+                    target={"fingerprint": "f", "target": target().to_dict()}) as f:
+        f.sealed(0, rows=(3, 2))
+
+    def full(path, *args, **kwargs):
+        raise Exception(f"IO error: While open a file for appending: {path}/000009.log: "
+                        f"No space left on device")
+
+    monkeypatch.setattr(wal.log, "Rdict", full)
+    with pytest.raises(WalStorageError) as raised:
+        WalLog.open_writer(WalDir(str(tmp_path / "wal")))
+    assert is_transient(raised.value)
+    monkeypatch.setattr(driver, "registries", [])
+    registry = driver.FlushRegistry(FakeSpark(), {})
+    assert registry._make_flusher(str(tmp_path / "wal"), str(tmp_path / "cp"), None) is None
+    assert not os.path.exists(tmp_path / "wal" / BLOCKED)
