@@ -30,9 +30,10 @@ NAME = "recover"
 
 DESCRIPTION = """\
 Replay what Spark committed and the sink did not finish writing to Cassandra, as the sink
-does when the query restarts: batches Spark never committed are discarded, committed ones are
-written in order with their sealed write timestamps (the same cells, so a batch written twice
-ends the same). --dry-run prints the plan and changes nothing."""
+does when the query restarts: committed batches are written in order with their sealed write
+timestamps (the same cells, so a batch written twice ends the same). Batches Spark never
+committed are left (the query's next start discards them; Spark re-runs them), or discarded
+with --force. --dry-run prints the plan and changes nothing."""
 
 EPILOG = f"""\
 Credentials are never stored in the WAL: pass --username and set the password in the
@@ -43,10 +44,12 @@ certificate PEM paths); a client key's password comes from the variable named by
 --keystore-password-env (default {ENV_KEYSTORE_PASSWORD}). Secrets are never printed.
 
 Stop the streaming query first: recover takes the WAL's writer lock (exit 1 if a running sink
-holds it). Restarting the query runs the same recovery automatically. On HDFS or S3 that lock
-is only this host's working copy: a query running on another host is not seen, and a batch it
-sealed but Spark has not committed yet looks like one Spark never will. So on a store recover
-writes what Spark committed and leaves the rest, unless --force says the query is stopped.
+holds it). Restarting the query runs the same recovery automatically. The lock does not see
+every live run: a run whose flusher has not started yet (its first batch still staging) holds
+nothing, and on HDFS or S3 the lock is only this host's working copy, so a query running on
+another host is not seen. A batch such a run staged or sealed and Spark has not committed yet
+looks like one Spark never will. So recover writes what Spark committed and leaves the rest,
+unless --force says no run of the query is live anywhere.
 
 exit codes: 0 done (or plan printed), 1 a flush failed (Cassandra down, lock held),
             2 usage, 3 corruption: a batch cannot be replayed (named), see docs/runbook.md
@@ -61,8 +64,8 @@ Examples:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(NAME, help="replay committed batches not yet flushed, discard the rest "
-                            "(takes the WAL's lock)",
+    p = sub.add_parser(NAME, help="replay committed batches not yet flushed; --force: discard "
+                            "the rest (takes the WAL's lock)",
                        description=DESCRIPTION,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("wal_dir", metavar="WAL_DIR", help=WAL_DIR_HELP)
@@ -70,8 +73,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="Spark checkpoint folder (default: target.json's checkpoint_location)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     p.add_argument("--force", action="store_true",
-                   help="on HDFS or S3, discard what Spark never committed too: only when no "
-                        "run of the query is live anywhere (a local WAL always does)")
+                   help="discard what Spark never committed too: only when no run of the "
+                        "query is live anywhere (the next start of the query does it anyway)")
     p.add_argument("--host", help="contact points, comma separated (default: recorded)")
     p.add_argument("--port", type=int, help="native port (default: recorded)")
     p.add_argument("--username", help=f"user name (default: ${ENV_USERNAME})")
@@ -150,15 +153,17 @@ class _Reporter:
               file=sys.stderr)
 
 
-#: Why recover leaves uncommitted batches of a WAL on a store (without --force).
-STORE_NOTE = ("on a store recover cannot tell a stopped query from one running on another "
-              "host, whose batch Spark is about to commit: it never discards without --force")
+#: Why recover leaves uncommitted batches (without --force).
+LEFT_NOTE = ("recover cannot tell a stopped query from a live run it does not see (one whose "
+             "flusher has not started, or on another host when the WAL is on a store), whose "
+             "batch Spark is about to commit: it never discards without --force; the query's "
+             "next start discards what Spark never committed")
 
 
 def run(args) -> int:
     wal = working_wal(args.wal_dir)
     checkpoint = _checkpoint(wal, args)
-    discard = wal.remote is None or args.force
+    discard = args.force
     if args.dry_run:
         plan = catalog.describe_read_only(wal, checkpoint, query_running=not discard)
         todo = [v for v in plan if v.action != catalog.NOTHING]
@@ -182,11 +187,11 @@ def run(args) -> int:
     left = report.waiting_at
     if args.json:
         print(json.dumps(dict(report.to_dict(), left_from=left,
-                              note=STORE_NOTE if left is not None else None), indent=2))
+                              note=LEFT_NOTE if left is not None else None), indent=2))
     else:
         print(f"replayed {len(report.replayed)} batches ({report.rows_written} rows), "
               f"discarded {len(report.discarded)}, in {report.seconds:.1f}s")
         if left is not None:
             print(f"left batch {left} and later ones, which Spark has not committed: "
-                  f"{STORE_NOTE}", file=sys.stderr)
+                  f"{LEFT_NOTE}", file=sys.stderr)
     return EXIT_OK

@@ -581,3 +581,28 @@ def test_a_flush_deletes_a_batch_of_many_segments_in_a_bounded_number_of_request
     deletes = [d for store in stores for d in store.deletes]
     assert not [d for d in deletes if d[0] == "delete" and d[1].startswith("segments/")]
     assert len([d for d in deletes if d[1].startswith("segments/")]) <= 3, deletes
+
+
+def test_recover_on_a_local_wal_beside_a_run_it_cannot_see_discards_nothing_without_force(
+        tmp_path, monkeypatch, capsys):
+    """The lock recover takes is the flusher's: a live run whose flusher has not started yet
+    (its first batch still staging) holds none. recover took the run's batch in flight for one
+    Spark never commits and discarded it, segments and all (the simulation's operators, seed
+    154). Now it leaves what Spark has not committed, as on a store; --force discards it."""
+    from cli.main import main
+    from tests.helpers.walfactory import WalFactory
+
+    monkeypatch.setattr("cli.recover_cmd.replay_wal", _replaying(monkeypatch))
+    cp = tmp_path / "cp"
+    with WalFactory(tmp_path / "wal", checkpoint=cp,
+                    target={"fingerprint": "f", "target": _target_fields(str(cp))}) as f:
+        f.sealed(0, rows=(3,))
+        live = f.staged(1, rows=(2,))                # the live run's batch, still staging
+    wal = f.wal
+    assert main(["recover", wal.root, "--checkpoint", str(cp)]) == 0
+    err = capsys.readouterr().err
+    assert "left batch 1" in err and "--force" in err
+    assert sorted(i for _, _, ids in WRITES for i in ids) == [0, 1, 2]
+    assert all(os.path.exists(wal.segment_path(s.name)) for s in live.segments)
+    assert main(["recover", wal.root, "--checkpoint", str(cp), "--force"]) == 0
+    assert not any(os.path.exists(wal.segment_path(s.name)) for s in live.segments)
