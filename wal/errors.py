@@ -176,12 +176,19 @@ class WalMoveRefused(WalError):
         shown = ", ".join(f"batch {b} ({rows} rows)" for b, rows in self.pending[:10])
         more = f" and {len(self.pending) - 10} more" if len(self.pending) > 10 else ""
         holder = self.old if self.which == "old" else self.new
-        return (f"the WAL moved from {self.old} to {self.new}, but {holder} still holds "
+        said = (f"the WAL moved from {self.old} to {self.new}, but {holder} still holds "
                 f"batches Spark committed that are not written to Cassandra yet: {shown}{more}. "
-                f"Moving now would leave them behind. Restart with wal.path={holder} (the "
-                f"sink writes them once Cassandra answers; 'cassandra-wal status {holder}' "
-                f"says when nothing is pending, or 'cassandra-wal recover {holder}' writes "
-                f"them with the query stopped), then move; nothing was staged")
+                f"Moving now would leave them behind. ")
+        if self.which == "old":
+            return said + (f"Restart with wal.path={holder} (the sink writes them once "
+                           f"Cassandra answers; 'cassandra-wal status {holder}' says when "
+                           f"nothing is pending, or 'cassandra-wal recover {holder}' writes "
+                           f"them with the query stopped), then move; nothing was staged")
+        # A move back to a WAL left with batches of its own: no run writes them but recover.
+        return said + (f"With the query stopped, 'cassandra-wal recover {holder}' writes them "
+                       f"(once Cassandra answers), then restart with wal.path={holder}; or "
+                       f"restart with wal.path={self.old} to stay where the query is; "
+                       f"nothing was staged")
 
 
 class BatchTooWide(WalError):

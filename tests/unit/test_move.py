@@ -90,6 +90,10 @@ def test_a_move_back_to_a_wal_left_with_committed_batches_to_write_is_refused(tm
         with pytest.raises(WalMoveRefused) as info:
             follow_move(y.wal, x.wal, str(cp))
         assert info.value.which == "new" and info.value.pending == [(1, 5)]
+        said = str(info.value)     # the remedy is not the move that was just refused
+        assert f"'cassandra-wal recover {x.wal.location}' writes them" in said
+        assert f"restart with wal.path={y.wal.location} to stay" in said
+        assert f"Restart with wal.path={x.wal.location} (the sink writes them" not in said
 
 
 # -- what review 7 found ------------------------------------------------------------------------
