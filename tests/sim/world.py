@@ -22,6 +22,7 @@ from cql.table import TableSchema
 
 from . import cassandra
 from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
+from .changes import Changes, check_rising
 from .clocks import JOBS, Clocks
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
@@ -110,6 +111,8 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         # clocks draws from self.rng what it drew before they were simulated.
         self.clocks = Clocks(self.seed)
         self.oracle.tombstones = self.clocks.tombstones
+        # What users change between runs (changes.py), from an RNG of its own too.
+        self.changes = Changes(self.seed)
         self.seal_clocks = self.oracle.seal_clocks       # filled by patches._spy_write_seal
         self.table = "tc" if self.rng.random() < 0.25 else "t"
         # Lists from an RNG of their own, as the store's: a world without lists draws from
@@ -474,6 +477,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         if any(e.owner.startswith("job") for e in self.oracle.executions):
             self._final_job()
         check_written(self)
+        check_rising(self)
         self.check_foreach_end()
         if self.store is not None and self.store.known_failures:
             check_store_end(self)
