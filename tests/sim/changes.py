@@ -89,7 +89,8 @@ class Changes:
         used = self.used.setdefault((q.name, q.generation), [q.options.wal_path])
         if q.options.wal_path not in used:
             used.append(q.options.wal_path)
-        self.moving.pop(q.name, None)
+        if q.name in self.moving and self._arrived(w, q):
+            del self.moving[q.name]           # the move went through (or was given up)
         if not self.on or q.writers is not None or q.runs == 0 or q.invalid is not None or \
                 self.rng.random() >= 0.4:
             return
@@ -115,7 +116,7 @@ class Changes:
             else:
                 new = self.rng.choice([p for p in used if p != old])
             q.options = dataclasses.replace(q.options, wal_path=new)
-            self.moving[q.name] = old
+            self.moving.setdefault(q.name, old)     # a move not made yet: from where it was
             self.count(f"wal.path moved: {how}")
             w.say(f"{q.owner}: the user restarts it with wal.path="
                   f"{new.rsplit('/', 1)[-1] if new else '(default)'} ({how})")
@@ -127,6 +128,14 @@ class Changes:
                                                          else ())
             w.set_node(self.rng.choice(away))
             self.count("node away across the restart")
+
+    @staticmethod
+    def _arrived(w, q) -> bool:
+        """The pointer names the WAL ``q``'s options put it in (or names none yet)."""
+        from wal.pointer import read_pointer
+
+        pointed = read_pointer(q.checkpoint.path) if q.checkpoint.exists() else None
+        return pointed is None or pointed == w.stream_wal_location(q)
 
     def count(self, what: str) -> None:
         self.counts[what] += 1
