@@ -181,6 +181,18 @@ class Changes:
             return None
         return w.staged_files(w.stream_wal_location(q))
 
+    @staticmethod
+    def floor_seal(w, q, moving: list[str] | None) -> str | None:
+        """The floor a move followed in ``q``'s first ``prepare_write`` writes in the new WAL
+        before anything can refuse the batch (``wal.move.follow_move``: a seal of no rows at
+        the last batch Spark committed), or None when no move was pending."""
+        if moving is None:
+            return None
+        from wal.format import batch_name
+
+        committed = [e.batch for e in w.oracle.executions if e.owner == q.owner and e.committed]
+        return os.path.join("seals", batch_name(max(committed)) + ".seal") if committed else None
+
     # -- the registry at a progress event --------------------------------------------------------
     def follow_pointer(self, w, q) -> None:
         """The registry reads the pointer at a progress event: a flusher of a WAL the run moved

@@ -368,11 +368,12 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
             f"{LISTS_OPTION}=l" in str(exc)
 
     def list_refused(self, owner: str, what: str, exc: Exception, location: str,
-                     staged: list[str]) -> None:
+                     staged: list[str], floor: str | None = None) -> None:
         """The sink refused a write of the non-frozen list "l" without the opt-in, as it must:
-        nothing was staged or recorded meanwhile."""
+        nothing was staged or recorded meanwhile (but ``floor``: the seal of no rows a move
+        of the WAL followed before the table's lookup leaves in the new WAL, changes.py)."""
         self.say(f"{owner}: {what} refused, as it must be: {type(exc).__name__}: {exc}")
-        now = self.staged_files(location)
+        now = [p for p in self.staged_files(location) if p != floor]
         if now != staged:
             raise Violation("a refused query stages nothing",
                             f"{owner}: {what}, refused, left {sorted(set(now) - set(staged))} "
