@@ -33,6 +33,9 @@ TABLES = {
 }
 TABLES.update({name + "l": (columns + LIST_COLUMNS, pk, ck)
                for name, (columns, pk, ck) in list(TABLES.items())})
+# Each table's twin ("t2" for "t": the same columns, another table), which a stream may be
+# restarted with (tests/sim/changes.py).
+TABLES.update({name + "2": shape for name, shape in list(TABLES.items())})
 SPARK_TYPES = {"int": T.IntegerType(), "text": T.StringType(),
                "list<text>": T.ArrayType(T.StringType()),
                "frozen<list<text>>": T.ArrayType(T.StringType())}

@@ -112,6 +112,7 @@ class Streams:
             q.options = self.draw_options(q.options.wal_path)
             if q.writers is not None:
                 self.redraw_writers(q)
+        self.changes.at_restart(self, q)      # another table or wal.path (changes.py)
         if not q.checkpoint.available():
             return self.say(f"{q.owner}: start failed: its checkpoint's store is down")
         if self.store is not None and q.runs and q.wal_uris and self.srng.random() < 0.3:
@@ -276,6 +277,7 @@ class Streams:
         faults = self.store_faults()
         refusal = self.refuses_lists and q.options.unaccepted_list
         staged = self.staged_files(self.stream_wal_location(q)) if refusal else None
+        moving = self.changes.staged_before(self, q)
         try:
             with self.driver_process(q):
                 plan = prepare_write(q.options.spark_options(q.checkpoint.path), {},
@@ -287,9 +289,11 @@ class Streams:
         except SinkError as exc:
             if refusal and self.refused_for_lists(exc):
                 self.list_refused(q.owner, f"batch {batch}", exc, self.stream_wal_location(q),
-                                  staged)
+                                  staged, self.changes.floor_seal(self, q, moving))
                 q.lists_refused = True
                 self.kill(q, graceful=True)
+                return "refused"
+            if self.changes.refused(self, q, exc, moving):
                 return "refused"
             self.refuse(q, f"prepare_write of batch {batch}", exc)
             return "refused"
@@ -379,6 +383,7 @@ class Streams:
         q.run.inflight = None
         self.say(f"{q.owner}: Spark wrote commits/{e.batch}")
         q.run.awaiting_pointer = False        # the progress event: the registry stops looking
+        self.changes.follow_pointer(self, q)
         if q.run.flusher is None and self._pointer(q) is not None:
             self._open_flusher(q)                         # onQueryProgress, as FlushRegistry
         if q.run is not None and q.run.flusher is not None and self.rng.random() < 0.7:
