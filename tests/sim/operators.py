@@ -149,16 +149,10 @@ class Operators:
         if not candidates:
             return self.say("operator: no query to recover")
         q = rng.choice(candidates)
-        faults = self.store_faults()
-        try:
-            wals = self.wals_at_end(q)
-        except Exception as exc:   # noqa: BLE001 - the store away: the operator tries later
-            if not self.store_failed(exc, faults):
-                raise
-            return self.say(f"operator: {q.owner}'s pointers unreadable: {exc}")
+        wals, why = self._wals_of(q, "no WAL yet")
         if not wals:
-            return self.say(f"operator: {q.owner} has no WAL yet")
-        location = rng.choice(sorted(wals))
+            return why
+        location = rng.choice(wals)
         on_store = "://" in location
         live = q.run is not None
         holds = live and location in q.run.flushers
@@ -238,6 +232,20 @@ class Operators:
                                 f"of {len(e.expected)} rows never reached Cassandra")
         return "recovered"
 
+    def _wals_of(self, q, none: str) -> tuple[list[str], str | None]:
+        """Every WAL ``q``'s pointers name, sorted; or none and what the operator was told
+        (the store away: pointers unreadable; or ``none``)."""
+        faults = self.store_faults()
+        try:
+            wals = sorted(self.wals_at_end(q))
+        except Exception as exc:   # noqa: BLE001 - the store away: the operator tries later
+            if not self.store_failed(exc, faults):
+                raise
+            return [], self.say(f"operator: {q.owner}'s pointers unreadable: {exc}")
+        if not wals:
+            return [], self.say(f"operator: {q.owner} has {none}")
+        return wals, None
+
     def _may_block(self, location: str) -> bool:
         return bool(self.lost_batches(location)) or bool(self.forced_lost(location))
 
@@ -266,15 +274,9 @@ class Operators:
         if not candidates:
             return self.say("operator: no stopped query to repair")
         q = rng.choice(candidates)
-        faults = self.store_faults()
-        try:
-            wals = sorted(self.wals_at_end(q))
-        except Exception as exc:   # noqa: BLE001 - the store away: the operator tries later
-            if not self.store_failed(exc, faults):
-                raise
-            return self.say(f"operator: {q.owner}'s pointers unreadable: {exc}")
+        wals, why = self._wals_of(q, "no WAL to repair")
         if not wals:
-            return self.say(f"operator: {q.owner} has no WAL to repair")
+            return why
         location = wals[0]
         offsets = q.checkpoint._ids("offsets")
         batch = rng.choice(offsets) if offsets and rng.random() < 0.9 else rng.randrange(5)
