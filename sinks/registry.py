@@ -91,6 +91,7 @@ class FlushRegistry:
         self._lock = threading.Lock()
         self._making = threading.Lock()      # one flusher made and started per run
         self._looking: dict[str, threading.Event] = {}    # run id -> set: stop looking
+        self._told_no_target: set = set()    # (WAL, run) said to have no target yet, once
         registries.append(self)
         _register_exit_hook()
 
@@ -154,7 +155,9 @@ class FlushRegistry:
             # Pointed at before its first batch looked the table up (which failed, or is
             # under way): nothing of it can be written yet; tried again at the next event.
             try:
-                if not block_if_lost(wal_root, checkpoint, run):
+                if not block_if_lost(wal_root, checkpoint, run) \
+                        and (wal_root, run) not in self._told_no_target:
+                    self._told_no_target.add((wal_root, run))
                     log.info("cassandra_wal: %s: no batch recorded its target yet; its "
                              "flusher starts once one has", wal_root)
             except Exception as exc:  # noqa: BLE001 - a store away: looked at again next time
@@ -193,14 +196,28 @@ class FlushRegistry:
         interval = POINTER_POLL_S[is_local(checkpoint)]
         stop = self._looking.setdefault(run_id, threading.Event())
 
+        def waiting_for_a_target() -> bool:
+            """A WAL pointed at has no flusher only because no batch recorded its target
+            yet (any other reason is said, and tried again at the next event)."""
+            with self._lock:
+                have = set(self.flushers.get(run_id, {}))
+            return any(wal not in have and run[0] == run_id
+                       for wal, run in self._told_no_target)
+
         def watch() -> None:
+            # The pointer comes first, the target a moment later (the first batch records it
+            # once it has looked the table up): look until every WAL pointed at has its
+            # flusher, making each as soon as it can be made.
             try:
-                while not pointed_wals(checkpoint):
+                while not stop.is_set():
+                    if pointed_wals(checkpoint):
+                        flushers = self._running_flushers(run_id)
+                        if not waiting_for_a_target():
+                            for flusher in flushers:
+                                flusher.kick()
+                            return
                     if stop.wait(interval):
                         return
-                if not stop.is_set():
-                    for flusher in self._running_flushers(run_id):
-                        flusher.kick()
             except Exception:  # noqa: BLE001 - the next progress event makes it instead
                 log.exception("cassandra_wal: looking for the WAL of run %s failed", run_id)
             finally:
