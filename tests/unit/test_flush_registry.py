@@ -299,3 +299,38 @@ def test_a_flusher_that_cannot_start_yet_is_tried_again_without_blocking(
     monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
     registry.progressed("q", "run-1")
     assert FakeFlusher.made[-1].calls == ["start", "kick"]
+
+
+def test_a_new_querys_flusher_is_made_once_its_target_is_recorded_before_any_event(
+        registry, monkeypatch):
+    """A new query's first batch writes its pointer, then records its target once it has
+    looked the table up. The pointer watch made no flusher while the target was missing and
+    stopped looking: the flusher came at the first progress event, after Spark's commit, so
+    the first batch paid for the session (test_sink_streaming's
+    test_a_new_querys_flusher_connects_while_its_first_batch_stages)."""
+    import time
+
+    from recovery.target import TargetNotRecorded
+
+    there = {"pointer": False, "target": False}
+    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: (
+        [checkpoint + "/cassandra_wal"] if there["pointer"] else []))
+    monkeypatch.setattr(driver, "block_if_lost", lambda *a: False)
+
+    def flusher(*args, **kwargs):
+        if not there["target"]:
+            raise TargetNotRecorded("no batch recorded its target yet")
+        return FakeFlusher(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "QueryFlusher", flusher)
+    registry.started("q", "run-1")               # a new query: no pointer yet
+    there["pointer"] = True                      # the first batch's planning names the WAL
+    time.sleep(0.5)
+    assert FakeFlusher.made == []                # its target is not recorded yet
+    there["target"] = True                       # the first batch looked the table up
+    deadline = time.monotonic() + 5
+    while not FakeFlusher.made and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (made,) = FakeFlusher.made                   # no progress event yet
+    assert made.calls[:1] == ["start"] and "kick" in made.calls
+    registry.terminated("q", "run-1")
