@@ -68,7 +68,7 @@ def twin(table: str) -> str:
 
 
 class Changes:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, counts: Counter):
         self.rng = random.Random(f"changes:{seed}")
         setting = os.environ.get(ENV_CHANGES, "")
         forced = setting in ("1", "all", "tables", "moves")
@@ -77,7 +77,7 @@ class Changes:
         self.follow = follows_moves()
         self.on = (self.tables or self.moves) and \
             (setting == "all" or self.rng.randrange(SHARE) == 0)
-        self.counts: Counter = Counter()
+        self.counts = counts                  # the world's tally (World.counts)
         self.used: dict[tuple[str, int], list[str | None]] = {}   # (query, generation) -> paths
         self.moving: dict[str, str | None] = {}   # query -> the wal.path it moves away from
         self.moved = False                        # a move or a table change happened

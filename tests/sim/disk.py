@@ -51,17 +51,6 @@ def disk_setting() -> str:
     return os.environ.get(ENV_DISK, "1")
 
 
-class DiskCounts:
-    """What the disks did in this process's worlds (README.md: each draw is reached)."""
-
-    worlds = 0
-    faults: dict[str, int] = {}
-
-    @classmethod
-    def count(cls, site: str) -> None:
-        cls.faults[site] = cls.faults.get(site, 0) + 1
-
-
 def site_of(path: str) -> str:
     from wal import format as fmt
 
@@ -84,8 +73,9 @@ def site_of(path: str) -> str:
 class DiskState:
     """A world's disk: whether it fails now, at which sites, how."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, counts):
         self.rng = random.Random(f"disk:{seed}")
+        self.counts = counts                   # the world's tally (World.counts)
         setting = disk_setting()
         self.on = setting != "0" and self.rng.randrange(SHARE) == 0
         self.all = setting == "all"
@@ -95,7 +85,7 @@ class DiskState:
         self.broken_handles: set[int] = set()  # id() of RocksDB handles that met an I/O error
         self.handles: list = []                # and the handles themselves (ids stay unique)
         if self.on:
-            DiskCounts.worlds += 1
+            self.counts["disk: worlds"] += 1
 
     def failing(self, site: str) -> int | None:
         if self.kind is None or site not in self.sites:
@@ -104,7 +94,7 @@ class DiskState:
 
     def fault(self, site: str, path: str = "") -> OSError:
         self.faults += 1
-        DiskCounts.count(site)
+        self.counts[f"disk: faults at {site}"] += 1
         return OSError(self.kind, os.strerror(self.kind), path)
 
     # -- the world's actions ----------------------------------------------------------------------
@@ -124,7 +114,7 @@ class Disk:
     """The disk actions and checks of :class:`tests.sim.world.World`."""
 
     def init_disk(self) -> None:
-        self.disk = DiskState(self.seed)
+        self.disk = DiskState(self.seed, self.counts)
 
     def disk_fill(self) -> str:
         return self.say(self.disk.fill())

@@ -81,17 +81,6 @@ def knows_repair() -> bool:
     return has_module("cli.repair_cmd")
 
 
-class OperatorCounts:
-    """What the operators did in this process's worlds (README.md: each draw is reached)."""
-
-    worlds = 0
-    recover: dict[str, int] = {}
-
-    @classmethod
-    def count(cls, what: str) -> None:
-        cls.recover[what] = cls.recover.get(what, 0) + 1
-
-
 class Operators:
     """The operator actions of :class:`tests.sim.world.World`."""
 
@@ -103,7 +92,7 @@ class Operators:
         self.repairs = self.operators_on and knows_repair()
         self.forced: dict[int, str] = {}       # id() of executions a forced recover took -> WAL
         if self.operators_on:
-            OperatorCounts.worlds += 1
+            self.counts["operators: worlds"] += 1
 
     # -- the oracle's hooks -----------------------------------------------------------------------
     def forced_lost(self, location: str | None, owner: str | None = None) -> set[int]:
@@ -200,25 +189,25 @@ class Operators:
         calm = node_up and self.node.mode == cassandra.UP and self.node.faults == faults \
             and self.store_calm_since(store_faults)
         if holds and (not on_store or host == q.host):    # the lock of the same copy
-            OperatorCounts.count(f"{kind}: refused")
+            self.counts[f"operators: recover, {kind}: refused"] += 1
             if code != 1 or "open for writing by another process" not in err.getvalue():
                 raise Violation("recover is refused while a query holds its local WAL",
                                 f"{what}: exit {code}, said {err.getvalue().strip()!r}")
             return "refused"
         if code == 1 and not calm:
-            OperatorCounts.count(f"{kind}: failed")
+            self.counts[f"operators: recover, {kind}: failed"] += 1
             return "failed"                  # Cassandra or the store away: said, exit 1
         if code == 2 and "records no target" in err.getvalue():
-            OperatorCounts.count(f"{kind}: no target")   # a WAL no batch recorded a target in yet:
+            self.counts[f"operators: recover, {kind}: no target"] += 1   # a WAL no batch recorded a target in yet:
             return "no target"                   # nothing to write, said plainly
         if code != 0:
             if calm and (code != 3 or not self._may_block(location)):
                 raise Violation("recover runs when nothing holds the WAL",
                                 f"{what}, with Cassandra and the store up: exit {code}: "
                                 f"{err.getvalue().strip()!r}")
-            OperatorCounts.count(f"{kind}: failed")
+            self.counts[f"operators: recover, {kind}: failed"] += 1
             return "failed"
-        OperatorCounts.count(f"{kind}: done")
+        self.counts[f"operators: recover, {kind}: done"] += 1
         discarded = re.search(r"discarded (\d+)", out.getvalue())
         if force and inflight and (discarded is None or int(discarded.group(1)) > 0):
             self.forced.update((id(e), location) for e in inflight)   # it may have taken them
@@ -307,7 +296,7 @@ class Operators:
         self.say(f"{what}: exit {code}" + (f": {said[:200]}" if code else ""))
         on_store = "://" in location or "://" in q.checkpoint.path
         if code != 0:
-            OperatorCounts.count(f"repair: refused ({'store' if on_store else 'stateful' if stateful else 'checks'})")
+            self.counts[f"operators: repair refused ({'store' if on_store else 'stateful' if stateful else 'checks'})"] += 1
             if self._repair_view(q, wals) != before:
                 raise Violation("a refused repair changes nothing",
                                 f"{what}: exit {code}, yet the WAL or the checkpoint changed")
@@ -318,7 +307,7 @@ class Operators:
         if on_store or stateful:
             raise Violation("repair refuses a store and a stateful checkpoint",
                             f"{what}: it ran")
-        OperatorCounts.count("repair: done" + (" --rewrite" if rewrite else ""))
+        self.counts["operators: repair done" + (" --rewrite" if rewrite else "")] += 1
         # Spark re-runs K.. from the source: what it had committed of them is no longer
         # expected in Cassandra (it may be there, written before: --rewrite).
         for e in self.oracle.executions:

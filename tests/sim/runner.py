@@ -33,7 +33,7 @@ class Outcome:
     detail: str = ""
     trace: list[str] = field(default_factory=list)
     error: str = ""                    # the traceback of an unexpected exception
-    counts: dict = field(default_factory=dict)   # what the world drew (changes.py)
+    counts: dict = field(default_factory=dict)   # what the world drew (World.counts)
 
     @property
     def ok(self) -> bool:
@@ -267,7 +267,7 @@ def run_seed(seed: int, verbose: bool = False, base: str | None = None) -> Outco
     if verbose:
         print(f"the schedule's WALs and checkpoints are kept in {root}", flush=True)
     outcome.trace = w.trace
-    outcome.counts = dict(w.changes.counts)
+    outcome.counts = dict(w.counts)
     return outcome
 
 

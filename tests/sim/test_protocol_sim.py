@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections import Counter
 
 import pytest
 
@@ -65,6 +66,8 @@ def test_schedules_keep_the_invariants(seeds, pool):
         outcomes = pool.map(runner.run_quiet, seeds, chunksize=10)
     seconds = time.perf_counter() - started
     print(f"{len(seeds)} schedules in {seconds:.1f} s ({len(seeds) / seconds:.0f}/s)")
+    drawn = sum((Counter(o.counts) for o in outcomes), Counter())
+    print("drawn: " + ", ".join(f"{what} {n}" for what, n in sorted(drawn.items())))
     failed = [o for o in outcomes if not o.ok]
     if failed:
         pytest.fail(runner.summary(failed, len(seeds)), pytrace=False)

@@ -15,6 +15,7 @@ import gc
 import os
 import random
 import uuid
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -111,8 +112,11 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         # clocks draws from self.rng what it drew before they were simulated.
         self.clocks = Clocks(self.seed)
         self.oracle.tombstones = self.clocks.tombstones
+        # What the world's classes drew (changes, operators, disks), summed over a run's
+        # schedules and printed by test_protocol_sim: each draw is seen to be reached.
+        self.counts: Counter = Counter()
         # What users change between runs (changes.py), from an RNG of its own too.
-        self.changes = Changes(self.seed)
+        self.changes = Changes(self.seed, self.counts)
         self.seal_clocks = self.oracle.seal_clocks       # filled by patches._spy_write_seal
         self.table = "tc" if self.rng.random() < 0.25 else "t"
         # Lists from an RNG of their own, as the store's: a world without lists draws from
