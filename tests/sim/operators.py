@@ -184,8 +184,8 @@ class Operators:
         said = (err.getvalue().strip().splitlines() or out.getvalue().strip().splitlines()
                 or [""])[-1]
         self.say(f"{what}: exit {code}: {said[:200]}")
-        kind = (f"{'store, ' + ('same host' if host == q.host else 'other host') if on_store else 'local'}"
-                f", {'live' if live else 'stopped'}{', --force' if force else ''}")
+        where = f"store, {'same host' if host == q.host else 'other host'}" if on_store else "local"
+        kind = f"{where}, {'live' if live else 'stopped'}{', --force' if force else ''}"
         calm = node_up and self.node.mode == cassandra.UP and self.node.faults == faults \
             and self.store_calm_since(store_faults)
         if holds and (not on_store or host == q.host):    # the lock of the same copy
@@ -198,8 +198,9 @@ class Operators:
             self.counts[f"operators: recover, {kind}: failed"] += 1
             return "failed"                  # Cassandra or the store away: said, exit 1
         if code == 2 and "records no target" in err.getvalue():
-            self.counts[f"operators: recover, {kind}: no target"] += 1   # a WAL no batch recorded a target in yet:
-            return "no target"                   # nothing to write, said plainly
+            # a WAL no batch recorded a target in yet: nothing to write, said plainly
+            self.counts[f"operators: recover, {kind}: no target"] += 1
+            return "no target"
         if code != 0:
             if calm and (code != 3 or not self._may_block(location)):
                 raise Violation("recover runs when nothing holds the WAL",
@@ -296,7 +297,8 @@ class Operators:
         self.say(f"{what}: exit {code}" + (f": {said[:200]}" if code else ""))
         on_store = "://" in location or "://" in q.checkpoint.path
         if code != 0:
-            self.counts[f"operators: repair refused ({'store' if on_store else 'stateful' if stateful else 'checks'})"] += 1
+            why = "store" if on_store else "stateful" if stateful else "checks"
+            self.counts[f"operators: repair refused ({why})"] += 1
             if self._repair_view(q, wals) != before:
                 raise Violation("a refused repair changes nothing",
                                 f"{what}: exit {code}, yet the WAL or the checkpoint changed")
