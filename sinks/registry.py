@@ -155,9 +155,7 @@ class FlushRegistry:
             # Pointed at before its first batch looked the table up (which failed, or is
             # under way): nothing of it can be written yet; tried again at the next event.
             try:
-                if not block_if_lost(wal_root, checkpoint, run) \
-                        and (wal_root, run) not in self._told_no_target:
-                    self._told_no_target.add((wal_root, run))
+                if not block_if_lost(wal_root, checkpoint, run) and self._first_told(wal_root, run):
                     log.info("cassandra_wal: %s: no batch recorded its target yet; its "
                              "flusher starts once one has", wal_root)
             except Exception as exc:  # noqa: BLE001 - a store away: looked at again next time
@@ -179,6 +177,14 @@ class FlushRegistry:
                 WalDir.at(wal_root).write_blocked(f"the flusher cannot start: {reason}")
             return None
 
+    def _first_told(self, wal_root: str, run: tuple[str, int] | None) -> bool:
+        """Whether ``wal_root`` is said to have no target yet for the first time in ``run``
+        (noted: the pointer watch waits for it)."""
+        with self._lock:
+            told = (wal_root, run) in self._told_no_target
+            self._told_no_target.add((wal_root, run))
+        return not told
+
     def _running_flushers(self, run_id: str) -> list[QueryFlusher]:
         """The run's flushers, those of WALs that had none made and started first."""
         with self._making:
@@ -196,13 +202,13 @@ class FlushRegistry:
         interval = POINTER_POLL_S[is_local(checkpoint)]
         stop = self._looking.setdefault(run_id, threading.Event())
 
-        def waiting_for_a_target() -> bool:
+        def waiting_for_a_target(pointed: list[str]) -> bool:
             """A WAL pointed at has no flusher only because no batch recorded its target
             yet (any other reason is said, and tried again at the next event)."""
             with self._lock:
                 have = set(self.flushers.get(run_id, {}))
-            return any(wal not in have and run[0] == run_id
-                       for wal, run in self._told_no_target)
+                return any(wal not in have and run[0] == run_id
+                           for wal, run in self._told_no_target if wal in pointed)
 
         def watch() -> None:
             # The pointer comes first, the target a moment later (the first batch records it
@@ -210,9 +216,10 @@ class FlushRegistry:
             # flusher, making each as soon as it can be made.
             try:
                 while not stop.is_set():
-                    if pointed_wals(checkpoint):
+                    pointed = pointed_wals(checkpoint)
+                    if pointed:
                         flushers = self._running_flushers(run_id)
-                        if not waiting_for_a_target():
+                        if not waiting_for_a_target(pointed):
                             for flusher in flushers:
                                 flusher.kick()
                             return
@@ -318,6 +325,8 @@ class FlushRegistry:
     def terminated(self, query_id: str, run_id: str) -> None:
         self._stop_looking(run_id)
         with self._lock:
+            self._told_no_target = {told for told in self._told_no_target
+                                    if told[1][0] != run_id}
             flushers = list(self.flushers.pop(run_id, {}).values())
             ended = self.runs.pop(run_id, None)
             if ended is not None:
