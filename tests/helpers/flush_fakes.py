@@ -56,6 +56,12 @@ def target() -> Target:
     return Target(config, table, ("id",))
 
 
+def target_flushed_by(mode: str) -> Target:
+    """:func:`target` with ``wal.flush.mode`` = ``mode``."""
+    t = target()
+    return replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
+
+
 class LocalJob:
     """Plays Spark: one partition per task, everything pickled on the way like a real job."""
 
@@ -88,9 +94,7 @@ def flusher_for(tmp_path, mode: str, spark):
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    t = target()
-    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
-    wal.write_target({"fingerprint": "f", "target": t.to_dict()})
+    wal.write_target({"fingerprint": "f", "target": target_flushed_by(mode).to_dict()})
     flusher = QueryFlusher(wal.root, str(tmp_path / "cp"),
                            spark_jobs=SparkJobs(spark) if spark is not None else None)
     runs = []

@@ -5,10 +5,9 @@ lasts; rows written go to :attr:`Outage.written`."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 
 from recovery.flusher import QueryFlusher
-from tests.helpers.flush_fakes import target
+from tests.helpers.flush_fakes import target_flushed_by
 from tests.helpers.walfactory import WalFactory
 
 
@@ -61,10 +60,8 @@ def driver_side_up(monkeypatch, flusher: QueryFlusher) -> None:
 @contextlib.contextmanager
 def flusher_on(tmp_path, batches: int = 2, mode: str = "driver"):
     """A real QueryFlusher on a WAL holding ``batches`` sealed batches Spark committed."""
-    t = target()
-    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode=mode)))
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
-                    target={"fingerprint": "f", "target": t.to_dict()}) as f:
+                    target={"fingerprint": "f", "target": target_flushed_by(mode).to_dict()}) as f:
         for b in range(batches):
             f.sealed(b, rows=(3, 2))
     flusher = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +21,7 @@ import sinks.wait as driver
 from recovery.errors import NotFlushedYet, WalBlocked
 from cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
-from tests.helpers.flush_fakes import target
+from tests.helpers.flush_fakes import target_flushed_by
 from tests.helpers.outage import Outage, fake_cassandra
 from wal.files import atomic_write
 from wal.retention import remove_batch_files
@@ -64,7 +63,7 @@ def registry(monkeypatch):
     reg.flushers, reg.runs, reg.stopping, reg.checkpoints = {}, {}, {}, {}
     reg.newest, reg._pointers = {}, {}
     reg.session_conf, reg._lock = {}, threading.Lock()
-    reg._making, reg._looking = threading.Lock(), {}
+    reg._making, reg._looking, reg._told_no_target = threading.Lock(), {}, set()
     registry_module.registries.append(reg)
     return reg
 
@@ -174,10 +173,9 @@ def test_a_query_not_writing_through_the_sink_is_refused(tmp_path, registry):
 def test_after_stop_with_no_flusher_left_it_drains_the_wal_itself(tmp_path, registry,
                                                                    monkeypatch):
     """The stopped run's last drain gave up (Cassandra was away); now it is back."""
-    t = target()
-    t = replace(t, config=replace(t.config, wal=replace(t.config.wal, flush_mode="driver")))
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
-                    target={"fingerprint": "f", "target": t.to_dict()}) as f:
+                    target={"fingerprint": "f",
+                            "target": target_flushed_by("driver").to_dict()}) as f:
         f.sealed(0)
         f.sealed(1)
         pointed(f)
