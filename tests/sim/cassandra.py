@@ -18,6 +18,12 @@ Besides the ``INSERT`` it applies the Upserter's ``DELETE <columns> ... USING TI
 <key>`` (a row whose TTL ran out while it was pending): a tombstone per column at that
 timestamp (a non-frozen list: a deletion of its cells up to it).
 
+One node stands for two clusters (``changes.py``): contact points naming
+:data:`OTHER_HOST` reach the other one, whose cluster name differs and whose tables are kept
+apart (their writes name the table ``b:t``: :func:`qualified`); both fail together. A column
+dropped and added back (``dropped``, by qualified table) hides every cell of it written at or
+before the drop, as Cassandra does, in what a SELECT shows.
+
 Faults come from the world's seeded RNG, so a seed replays them exactly: ``down`` (every
 request, ``prepare`` and new connections fail: ``Unavailable``, ``NoHostAvailable``,
 ``ConnectionFailed``; nothing is applied) and ``flaky`` (each request may time out, with the
@@ -47,6 +53,24 @@ DRIVER_TYPES = {"int": cqltypes.Int32Type, "text": cqltypes.UTF8Type, "bigint": 
 NON_FROZEN = frozenset({"list<text>"})     # a cell per element (ListCells)
 UP, DOWN, FLAKY = "up", "down", "flaky"
 NO_DELETION = float("inf")   # a live, non-expiring cell
+OTHER_HOST = "cluster-b"     # contact points of the other cluster (changes.py)
+OTHER = "b"                  # its tables' prefix in writes and rows: "b:t"
+CLUSTER_NAMES = {"": "sim cluster", OTHER: "sim cluster b"}
+
+
+def qualified(table: str, cluster: str = "") -> str:
+    """A table as the node keeps it: ``t`` on the first cluster, ``b:t`` on the other."""
+    return f"{cluster}:{table}" if cluster else table
+
+
+def bare(table: str) -> str:
+    """The table's own name (its schema's), without its cluster."""
+    return table.rsplit(":", 1)[-1]
+
+
+def cluster_of(connection) -> str:
+    hosts = getattr(connection, "hosts", None) or ()
+    return OTHER if any(OTHER_HOST in str(h) for h in hosts) else ""
 
 
 @dataclass(frozen=True)
@@ -158,27 +182,30 @@ class SimCassandra:
     prepared: dict = field(default_factory=dict)      # query id -> PreparedStatement
     sessions_opened: int = 0
     cell_ids: int = 0                                 # the last list element's cell id
-    dropped: dict = field(default_factory=dict)       # (table, column) -> drop time (µs)
+    dropped: dict = field(default_factory=dict)       # (qualified table, column) -> drop (µs)
+    clusters: dict = field(default_factory=dict)      # query id -> its session's cluster
     proc: str = ""                                    # the sink's process writing now
     uncounted_s: float = 0.0                          # a flush task's wait (Write.uncounted_s)
     deletes: dict = field(default_factory=dict)       # query id -> (table, columns deleted)
 
     # -- the driver's entry points ----------------------------------------------------------
-    def connect(self, _connection=None):
-        """``cql.connection.connect``: (cluster, session), or ConnectionFailed when down."""
+    def connect(self, connection=None):
+        """``cql.connection.connect``: (cluster, session), or ConnectionFailed when down; the
+        other cluster when the contact points name it."""
         if self.mode == DOWN:
             self.faults += 1
             raise ConnectionFailed(["sim-node"], "NoHostAvailable: the simulated node is down")
         self.sessions_opened += 1
-        session = SimSession(self)
+        session = SimSession(self, cluster_of(connection))
         return session.cluster, session
 
-    def prepare(self, cql: str) -> PreparedStatement:
+    def prepare(self, cql: str, cluster: str = "") -> PreparedStatement:
         if self.mode == DOWN or (self.mode == FLAKY and self.rng.random() < 0.2):
             self.faults += 1
             raise (NoHostAvailable("simulated node down", {"sim-node": "down"})
                    if self.mode == DOWN else OperationTimedOut(last_host="sim-node"))
-        query_id = hashlib.sha1(cql.encode()).digest()
+        query_id = hashlib.sha1((cluster + cql).encode()).digest()
+        self.clusters[query_id] = cluster
         if cql.startswith("DELETE"):
             table, deleted, names = parse_delete(cql)
             self.deletes[query_id] = (table, deleted)
@@ -201,16 +228,25 @@ class SimCassandra:
         self.prepared[query_id] = statement
         return statement
 
-    def dropped_columns(self, table: str) -> list:
+    def dropped_columns(self, table: str, cluster: str = "") -> list:
         """``system_schema.dropped_columns`` of ``table`` (what ``session.execute`` of that
         query answers): rows of ``column_name`` and ``dropped_time`` (a datetime to the ms).
         Down: the request fails, as any does. Draws nothing from the seed."""
         if self.mode == DOWN:
             self.faults += 1
             raise NoHostAvailable("simulated node down", {"sim-node": "down"})
+        return self.dropped_rows(table, cluster)
+
+    def dropped_rows(self, table: str, cluster: str = "") -> list:
+        """The rows of ``system_schema.dropped_columns`` of ``table``, whatever the node does."""
         return [SchemaRow(column, datetime.datetime.fromtimestamp(us // 1000 / 1000,
                                                                   datetime.timezone.utc))
-                for (t, column), us in sorted(self.dropped.items()) if t == table]
+                for (t, column), us in sorted(self.dropped.items())
+                if t == qualified(table, cluster)]
+
+    def hidden(self, table: str, column: str, ts: int) -> bool:
+        """A cell of ``column`` at ``ts`` is hidden by a drop of the column at or after it."""
+        return self.dropped.get((table, column), -(2**63)) >= ts
 
     def execute(self, statement) -> Exception | None:
         """Run one request; the error the client sees, or None."""
@@ -250,8 +286,8 @@ class SimCassandra:
             self._apply_delete(prepared, values)
             return
         meta = prepared.column_metadata
-        table = meta[0].table_name
-        schema = self.tables[table]
+        schema = self.tables[meta[0].table_name]
+        table = qualified(meta[0].table_name, self.clusters[prepared.query_id])
         decoded = {}
         for column, raw in zip(meta, values):
             if raw is UNSET_VALUE:
@@ -283,6 +319,7 @@ class SimCassandra:
     def _apply_delete(self, prepared: PreparedStatement, values) -> None:
         table, columns = self.deletes[prepared.query_id]
         schema = self.tables[table]
+        table = qualified(table, self.clusters[prepared.query_id])
         meta = prepared.column_metadata
         ts = meta[0].type.deserialize(values[0], PROTOCOL)
         key = tuple(m.type.deserialize(v, PROTOCOL) for m, v in zip(meta[1:], values[1:]))
@@ -304,8 +341,12 @@ class SimCassandra:
 
     # -- reading ----------------------------------------------------------------------------
     def decode(self, table: str, column: str, raw: bytes):
-        return _plain(DRIVER_TYPES[self.tables[table].column_type(column)].deserialize(
+        return _plain(DRIVER_TYPES[self.tables[bare(table)].column_type(column)].deserialize(
             raw, PROTOCOL))
+
+    def table_names(self) -> set[str]:
+        """Every table that holds rows, qualified (``b:t`` on the other cluster)."""
+        return {table for table, _key in self.rows}
 
     def visible(self, table: str) -> dict:
         """What a SELECT would show now: key -> {column: value} (expired cells hidden; a list
@@ -320,7 +361,8 @@ class SimCassandra:
                 if isinstance(cell, ListCells):
                     if cell.shown(now_s):
                         live[c] = cell.shown(now_s)
-                elif not cell.tombstone and cell.local_deletion > now_s:
+                elif not cell.tombstone and cell.local_deletion > now_s and \
+                        not self.hidden(table, c, cell.ts):
                     live[c] = self.decode(table, c, cell.raw)
             if live:
                 out[key] = live
@@ -350,7 +392,10 @@ class SchemaRow:
 class SimMetadata:
     """What the sink reads of the driver's cluster metadata: the cluster's name."""
 
-    cluster_name = "sim cluster"
+    def __init__(self, cluster: str = ""):
+        self.cluster_name = CLUSTER_NAMES[cluster]
+
+
 def parse_delete(cql: str) -> tuple[str, list[str], list[str]]:
     """``DELETE "v", "w" FROM "ks"."t" USING TIMESTAMP ? WHERE "k" = ? AND "c" = ?`` ->
     (table, columns deleted, key columns bound)."""
@@ -362,8 +407,8 @@ def parse_delete(cql: str) -> tuple[str, list[str], list[str]]:
 
 
 class SimCluster:
-    def __init__(self):
-        self.metadata = SimMetadata()
+    def __init__(self, cluster: str = ""):
+        self.metadata = SimMetadata(cluster)
 
     def shutdown(self):
         pass
@@ -372,18 +417,18 @@ class SimCluster:
 class SimSession:
     """Enough of a driver Session for the Upserter and ``execute_concurrent``."""
 
-    def __init__(self, node: SimCassandra):
-        self.node = node
-        self.cluster = SimCluster()
+    def __init__(self, node: SimCassandra, cluster: str = ""):
+        self.node, self.name = node, cluster
+        self.cluster = SimCluster(cluster)
 
     def prepare(self, cql: str) -> PreparedStatement:
-        return self.node.prepare(cql)
+        return self.node.prepare(cql, self.name)
 
     def execute(self, cql: str, parameters=None):
         """The one query the sink makes other than its writes: the table's dropped columns
         (``cql.table.dropped_columns``)."""
         assert "system_schema.dropped_columns" in cql, cql
-        return self.node.dropped_columns(parameters[1])
+        return self.node.dropped_columns(parameters[1], self.name)
 
     def execute_async(self, statement, parameters=None, execution_profile=None, **_):
         assert parameters is None, "requests are bound already"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from .cassandra import NON_FROZEN, ListCells
+from .cassandra import NON_FROZEN, ListCells, bare
 from .oracle import fmt
 
 # The file the sink writes when it cannot go on (wal/FORMAT.md). Named here, not imported:
@@ -58,6 +58,11 @@ def absorb_writes(world) -> None:
                             f"{oracle.judged.label} comes after a batch its WAL lost (the "
                             f"function caught its writer's error): Cassandra got {fmt(w)} at "
                             f"{w.at_s:.3f}s")
+        changes = getattr(world, "changes", None)
+        hidden = changes.hidden_on_arrival(world, w, oracle.judged) if changes else None
+        if hidden is not None:
+            world.writes_seen = i + 1
+            raise Violation("no cell a drop hides counts as written", hidden)
         oracle.first.setdefault((w.table, w.key, w.ts), w)
         oracle.applied.add(expected)
     world.writes_seen = len(writes)
@@ -284,7 +289,7 @@ def check_table(world) -> None:
     for e in world.oracle.executions:
         if not e.committed:
             continue
-        for w in e.expected:
+        for w in e.expected + e.earlier:     # an amended batch: its rows written before too
             if w not in world.oracle.applied:
                 continue
             for column, value in w.cells:
@@ -292,16 +297,18 @@ def check_table(world) -> None:
                 if cell not in want or w.ts > want[cell][0]:
                     want[cell] = (w.ts, value, w.ttl, e)
     shown = {}
-    for (table, key, column), (_ts, value, ttl, _e) in want.items():
-        if value is not None and not ttl:
+    for (table, key, column), (ts, value, ttl, _e) in want.items():
+        # A column dropped (and added back) since hides every cell of it at or before the drop.
+        if value is not None and not ttl and not world.node.hidden(table, column, ts):
             shown.setdefault((table, key), {})[column] = value
-    have = {(table, key): cells for table in world.tables
+    have = {(table, key): cells for table in set(world.tables) | world.node.table_names()
             for key, cells in world.node.visible(table).items()}
     for (table, key, column), (_ts, value, _ttl, e) in want.items():
         # A list written at least once may show the winning row's elements several times
         # (check_lists made sure they are whole copies).
         cells = have.get((table, key), {})
-        if e.options.lists_opt_in and world.tables[table].column_type(column) in NON_FROZEN \
+        if e.options.lists_opt_in and \
+                world.tables[bare(table)].column_type(column) in NON_FROZEN \
                 and value and \
                 len(cells.get(column, ())) > len(value) and \
                 cells[column] == value * (len(cells[column]) // len(value)):

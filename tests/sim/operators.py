@@ -103,7 +103,8 @@ class Operators:
                 and (owner is None or e.owner == owner)}
 
     def block_allowed(self, where: str, reason: str) -> bool:
-        if super().block_allowed(where, reason):
+        if super().block_allowed(where, reason) or \
+                self.changes.block_allowed(self, where, reason):      # a drop: changes.py
             return True
         if not self.forced:
             return False
@@ -123,12 +124,13 @@ class Operators:
 
     def excused(self, e) -> bool:
         """``e`` is exempt from "every committed batch is written": a forced recover beside
-        its live run may have discarded it before Spark committed it."""
-        return id(e) in self.forced
+        its live run may have discarded it before Spark committed it; or it waits behind a
+        batch of its stream a dropped column hides, until an operator amends it (changes.py)."""
+        return id(e) in self.forced or self.changes.held(self, e)
 
     def expects_block(self, flusher) -> bool:
-        return super().expects_block(flusher) or bool(self.forced
-                                                      and self.forced_lost(flusher.wal.location))
+        return super().expects_block(flusher) or bool(self.forced and self.forced_lost(
+            flusher.wal.location)) or self.changes.expects_block(flusher)
 
     # -- the action -------------------------------------------------------------------------------
     def operator_recover(self) -> str:
@@ -149,6 +151,10 @@ class Operators:
                 and not leaves_uncommitted():
             return self.say(f"operator: would recover {q.owner}'s WAL beside its live run "
                             f"without a flusher (held back: README.md, \"Operators\")")
+        if self.changes.held_back and self.changes.pending_drop(
+                self, self.wal_owners.get(location) or {q.owner}):
+            return self.say(f"operator: would recover {q.owner}'s WAL, which a dropped column "
+                            f"blocks (held back: README.md, \"Changes\")")
         force = on_store and rng.random() < 0.25 and knows_force()
         host = None
         if on_store:

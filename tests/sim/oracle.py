@@ -63,6 +63,12 @@ class RunOptions:
     with_lists: bool = False           # the list columns (l, fl) of a list table are written
     lists_opt_in: bool = False         # wal.lists.atLeastOnce=l
     flush_mode: str = "driver"         # wal.flush.mode (a clock world's: clocks.py)
+    cluster: str = ""                  # "" the first cluster; "b" the other (changes.py)
+
+    @property
+    def where(self) -> str:
+        """The table as the simulated node keeps it: ``b:t`` on the other cluster."""
+        return f"{self.cluster}:{self.table}" if self.cluster else self.table
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -109,6 +115,8 @@ class RunOptions:
             out[LISTS_OPTION] = "l"
         if self.flush_mode != "driver":
             out["wal.flush.mode"] = self.flush_mode
+        if self.cluster:
+            out["spark.cassandra.connection.host"] = f"cluster-{self.cluster}"
         return out
 
     def describe(self) -> str:
@@ -128,6 +136,8 @@ class RunOptions:
             parts.append(f"{LISTS_OPTION}=l")
         if self.flush_mode != "driver":
             parts.append(f"wal.flush.mode={self.flush_mode}")
+        if self.cluster:
+            parts.append(f"connection.host=cluster-{self.cluster}")
         return " ".join(parts)
 
 
@@ -158,6 +168,10 @@ class Execution:
     # ``entered``: the call had recorded its entry (wal/entries.py) when it failed.
     lost: bool = False
     entered: bool = False
+    # An operator's amendment (changes.py, ``cassandra-wal amend``): its expected writes are
+    # the amended seal's; ``earlier``, what was expected before (rows written then count).
+    amendment: object | None = None
+    earlier: tuple[Expected, ...] = ()
 
     @property
     def label(self) -> str:
@@ -169,9 +183,9 @@ class Execution:
         return sum(len(r) for r in self.rows.values())
 
 
-def expected_writes(execution: Execution, seal) -> tuple[Expected, ...]:
+def expected_writes(execution: Execution, seal, without=()) -> tuple[Expected, ...]:
     """The writes of a sealed execution: its rows in seal order at the sealed timestamps, with
-    the options in force when it was sealed."""
+    the options in force when it was sealed (``without``: columns an amendment leaves out)."""
     o = execution.options
     out, position = [], 0
     for ref in seal.segments:
@@ -181,8 +195,9 @@ def expected_writes(execution: Execution, seal) -> tuple[Expected, ...]:
         for row in rows:
             ts = row[WRITETIME_COLUMN] if o.writetime else seal.base_ts_us + position
             cells = tuple(sorted((c, row[c]) for c in o.written
-                                 if c not in o.key and not (o.ignore_nulls and row[c] is None)))
-            out.append(Expected(o.table, tuple(row[c] for c in o.key), ts, o.ttl or None, cells))
+                                 if c not in o.key and not (o.ignore_nulls and row[c] is None)
+                                 and c not in without))
+            out.append(Expected(o.where, tuple(row[c] for c in o.key), ts, o.ttl or None, cells))
             position += 1
     return tuple(out)
 
@@ -222,6 +237,22 @@ class Oracle:
         execution.expected = expected_writes(execution, seal)
         for e in execution.expected:
             self.by_stamp.setdefault(e[:3], []).append((execution, e))
+
+    def amend(self, execution: Execution, amendment) -> bool:
+        """``execution`` is written as an operator's amendment says from now on (without some
+        columns, or at another base timestamp): its expected writes become the amended seal's
+        (a row written before counts for its amended twin). Whether that changed anything."""
+        if execution.amendment == amendment:
+            return False
+        before = execution.earlier or execution.expected
+        now = expected_writes(execution, amendment.apply(execution.seal),
+                              amendment.without_columns)
+        for old, new in zip(execution.expected, now):
+            if old in self.applied:
+                self.applied.add(new)
+            self.by_stamp.setdefault(new[:3], []).append((execution, new))
+        execution.amendment, execution.earlier, execution.expected = amendment, before, now
+        return True
 
     def sealed_s(self, execution: Execution) -> float:
         """When ``execution`` was sealed, on the world's clock (seconds)."""

@@ -104,6 +104,11 @@ def actions(w: World) -> list[tuple[float, object, tuple]]:
         add(0.8, w.operator_recover)
         if w.repairs:
             add(0.3, w.operator_repair)
+    if w.changes.schema_eligible(w) and w.node.mode != cassandra.UP and \
+            w.changes.pending_streams(w):                           # changes.py
+        add(0.4, w.changes.schema_step, w)
+    if w.changes.schema_changes and w.changes.drop_blocks(w):
+        add(1.0, w.changes.operator_amend, w)
     if w.disk.on:                          # disk.py
         add(1.0, w.disk_room) if w.disk.kind is not None else add(0.3, w.disk_fill)
     return out

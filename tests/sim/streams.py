@@ -348,10 +348,10 @@ class Streams:
         except SimCrash as crash:
             crashed = str(crash)   # not the exception: its traceback holds the dead frames
         except Exception as exc:
-            if not self.store_failed(exc, faults):
+            if not self.store_failed(exc, faults) and not self.changes.commit_blocked(exc):
                 raise Violation("a commit fails only for a reason outside the sink",
                                 f"{e.label}: commit failed: {type(exc).__name__}: {exc}") from exc
-            failed = str(exc)
+            failed = str(exc)          # the store away, or the WAL blocked on a drop, rightly
         finally:
             self.armed = None
         if failed is not None:       # the batch fails, and with it the query (Spark re-runs it)

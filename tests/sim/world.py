@@ -479,6 +479,11 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                 if q.refused is not None:
                     break
                 self._final_recovery(q, wal_root, QueryFlusher, SinkError, moved)
+                for _ in range(3):       # blocked on a drop: the operator amends (changes.py)
+                    if q.refused is not None or not self.changes.amend_at_end(self, wal_root):
+                        break
+                    self._final_recovery(q, wal_root, QueryFlusher, SinkError, moved)
+        self.changes.final = True
         if any(e.owner.startswith("job") for e in self.oracle.executions):
             self._final_job()
         check_written(self)
