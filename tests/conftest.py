@@ -39,7 +39,36 @@ def pytest_configure(config):
         "markers", "full_matrix(reason): runs only with --full-matrix (tests/helpers/matrix.py)")
 
 
+def pytest_collection_finish(session):
+    """A run that starts Spark makes the class archive its Spark drivers start from, once per
+    checkout, and gives its processes the environment that uses it
+    (``tests/helpers/spark_session.py``)."""
+    if session.config.option.collectonly:
+        return
+    if not any(item.get_closest_marker("integration") for item in session.items):
+        return
+    if not os.environ.get("JAVA_HOME"):
+        os.environ.update(java_home_env())
+    from tests.helpers.spark_session import class_archive, make_class_archive, spark_environment
+
+    if not class_archive().exists():
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("making the Spark class archive (once per checkout) ...")
+        made = make_class_archive()
+        if reporter is not None:
+            reporter.write_line(f"  {made or 'not made: Spark starts without it'}")
+    # Every Spark the tests start, in this process or a program of theirs, starts from it.
+    os.environ.update(spark_environment())
+
+
 def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (scripts/test runs two processes, --dist loadgroup): every test that
+    # runs servers or Spark in one process, in order, with the session's one node, Spark
+    # session and HDFS; the unit tests and the simulation in the other, beside them.
+    for item in items:
+        if item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.xdist_group("servers"))
     if full_matrix(config):
         return
     for item in items:
