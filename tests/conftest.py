@@ -62,6 +62,7 @@ def pytest_collection_finish(session):
     os.environ.update(spark_environment())
 
 
+@pytest.hookimpl(tryfirst=True)    # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist (scripts/test runs two processes, --dist loadgroup): every test that
     # runs servers or Spark in one process, in order, with the session's one node, Spark
