@@ -62,14 +62,7 @@ def pytest_collection_finish(session):
     os.environ.update(spark_environment())
 
 
-@pytest.hookimpl(tryfirst=True)    # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    # Under pytest-xdist (scripts/test runs two processes, --dist loadgroup): every test that
-    # runs servers or Spark in one process, in order, with the session's one node, Spark
-    # session and HDFS; the unit tests and the simulation in the other, beside them.
-    for item in items:
-        if item.get_closest_marker("integration"):
-            item.add_marker(pytest.mark.xdist_group("servers"))
     if full_matrix(config):
         return
     for item in items:
