@@ -1,0 +1,115 @@
+"""Review 31 (issue 31, "what users change and operators do"): failing tests of what the
+review found. Each test names its finding; each fails on the code as it is."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery.replay import Replayer
+from tests.helpers.flush_fakes import WRITES, RecordingUpserter
+from tests.helpers.walfactory import WalFactory
+from wal import catalog
+from wal import move as move_mod
+from wal.errors import WalMoveRefused
+from wal.move import follow_move
+
+pytestmark = pytest.mark.unit
+
+
+class Killed(BaseException):
+    """kill -9 at this point: nothing after it runs."""
+
+
+# -- finding 1: a move back killed half-way ---------------------------------------------------
+def _moved_away_and_written_elsewhere(tmp_path):
+    """X wrote 0-1 and left a never-committed seal of batch 2 (7 rows); the stream moved to Y,
+    which wrote 2-3; X's flusher (or 'cassandra-wal recover X') ran after the move and noted
+    Spark's commits in X's log (m/committed_through = 2), as it does."""
+    cp = tmp_path / "cp"
+    x = WalFactory(tmp_path / "x", checkpoint=cp)
+    y = WalFactory(tmp_path / "y", checkpoint=cp)
+    x.flushed(0)
+    x.flushed(1)
+    x.log.note_committed(1)
+    x.sealed(2, committed=False, rows=(7,))          # never committed: re-run through Y
+    follow_move(x.wal, y.wal, str(cp))
+    y.sealed(2)
+    y.flush(2)
+    Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(True)
+    assert x.log.committed_through() == 2             # noted from Spark's commits/2 (via Y)
+    y.sealed(3)
+    y.flush(3)
+    x.close()
+    y.close()
+    return cp, x, y
+
+
+def test_finding1_a_move_back_killed_after_clearing_moved_json_is_not_refused_on_restart(
+        tmp_path, monkeypatch):
+    """The move back to X is killed right after X's moved.json is removed (before X's
+    leftovers go and its flushed_through is raised). The restart follows the same move again:
+    X's last batch while current is then read from m/committed_through (2, noted after the
+    move), so X's never-committed seal of batch 2 is taken for a committed batch to write and
+    the move is refused ("cassandra-wal recover X writes them"): a restart can never cure it,
+    and the remedy it names writes the rows of an execution Spark never committed."""
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+
+    def killed(*_a, **_k):
+        raise Killed()
+
+    with monkeypatch.context() as m:
+        m.setattr(move_mod, "entered_batch_ids", killed)   # the first step after the clear
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    assert x.wal.read_moved() is None                       # the clear was made
+    follow_move(y.wal, x.wal, str(cp))                      # the restart: same wal.path
+
+
+def test_finding1_the_remedy_named_by_that_refusal_writes_a_never_committed_batch(
+        tmp_path, monkeypatch):
+    """Following the refusal's advice ('cassandra-wal recover X', here its replay) writes
+    X's leftover seal of batch 2: 7 rows of an execution Spark never committed."""
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+
+    def killed(*_a, **_k):
+        raise Killed()
+
+    with monkeypatch.context() as m:
+        m.setattr(move_mod, "entered_batch_ids", killed)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    views = {v.batch: v for v in catalog.describe_read_only(x.wal, str(cp))}
+    assert views[2].action != catalog.REPLAY, (
+        "X's leftover seal of batch 2 (never committed) is to be replayed")
+
+
+# -- finding 2: a move that failed after telling the old WAL, then a revert -------------------
+def test_finding2_a_move_that_failed_half_way_then_a_revert_never_writes_later_batches(
+        tmp_path, monkeypatch):
+    """The stream runs on Y (X before it) and is restarted with wal.path=X. follow_move tells
+    Y first (Y/moved.json: moved to X after batch 3), then fails writing X's floor seal (X's
+    disk full, or kill -9): the start fails before the checkpoint's pointer names X. The user
+    goes back to wal.path=Y (where the pointer still is: no move to follow). Y's moved.json
+    stays, and every batch Spark commits through Y from then on is called 'moved' (NOTHING):
+    never written to Cassandra, while Spark has committed it."""
+    import errno
+
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(move_mod, "write_seal", full)
+        with pytest.raises(OSError):
+            follow_move(y.wal, x.wal, str(cp))
+    # Back to wal.path=Y: the pointer names Y, so sinks.plan follows no move.
+    y4 = WalFactory(tmp_path / "y", checkpoint=cp)
+    y4.sealed(4)                                     # committed by Spark through Y
+    WRITES.clear()
+    report = Replayer(y4.wal, y4.log, lambda s: RecordingUpserter(), str(cp)).run(True)
+    views = {v.batch: v for v in catalog.describe(y4.wal, y4.log, str(cp))}
+    y4.close()
+    assert report.replayed == [4] and views[4].action != catalog.NOTHING, (
+        f"batch 4, committed through Y, is {views[4].state}/{views[4].action}: "
+        f"{views[4].detail}")
