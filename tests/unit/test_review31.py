@@ -163,3 +163,56 @@ def test_finding3_the_block_offers_restamp_for_a_column_not_in_the_table_any_mor
     offered = text[text.index("--restamp"):] if "--restamp" in text else ""
     assert not offered or "ADD" in text or "add the column" in text, (
         f"--restamp is offered for {column}, which the table no longer has: {text}")
+
+
+# -- finding 4: a repair naming the WAL the stream moved away from --------------------------
+def test_finding4_a_repair_of_the_wal_moved_away_from_leaves_it_missing_the_rerun(tmp_path):
+    """X wrote batches 0-3, the stream moved to Y (wal.path changed), which wrote 4-5. Cassandra
+    lost rows (a restore from an old backup): the operator re-delivers from batch 2 with
+    'cassandra-wal repair X --from 2 --rewrite', naming X, which wrote batch 2. The repair
+    lowers X's flushed_through to 1 though X stays moved away (moved.json: after batch 3);
+    Spark re-runs 2.. through Y (the pointer's WAL) and commits them: X now calls batches 2-3
+    committed and missing ('Spark committed it but the WAL holds no seal', BROKEN): status
+    says blocked, and a move back to X is refused for batches no one can ever write."""
+    from tests.unit.test_repair import spark_committed, spark_planned
+    from wal.log import WalLog
+    from wal.pointer import write_pointer
+    from wal.repair import repair
+
+    cp = tmp_path / "cp"
+    x = WalFactory(tmp_path / "x", checkpoint=cp)
+    (cp / "metadata").write_text('{"id":"q-1"}\n')
+    for b in range(4):
+        spark_planned(cp, b)
+        x.flushed(b)
+        spark_committed(x, b)
+    x.log.note_committed(3)
+    x.close()
+    y = WalFactory(tmp_path / "y", checkpoint=cp)
+    follow_move(x.wal, y.wal, str(cp))
+    write_pointer(str(cp), y.wal.location)
+    for b in (4, 5):
+        spark_planned(cp, b)
+        y.sealed(b)
+        spark_committed(y, b)
+        y.flush(b)
+    y.close()
+
+    repair(x.wal, str(cp), 2, rewrite=True)
+    for b in range(2, 6):                            # Spark re-runs 2.. through Y
+        spark_planned(cp, b)
+        y.sealed(b)
+        spark_committed(y, b)
+        y.flush(b)
+    y.close()
+    with WalLog.open_writer(x.wal) as log:
+        broken = [(v.batch, v.detail) for v in catalog.describe(x.wal, log, str(cp))
+                  if v.action == catalog.BROKEN]
+    refused = None
+    try:
+        follow_move(y.wal, x.wal, str(cp))           # a move back to X
+    except WalMoveRefused as exc:
+        refused = exc.pending
+    assert (broken, refused) == ([], None), (
+        f"X, moved away from after batch 3, now blocks on {broken}; a move back to it is "
+        f"refused for {refused}")
