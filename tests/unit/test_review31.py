@@ -166,6 +166,17 @@ def test_finding3_the_block_offers_restamp_for_a_column_not_in_the_table_any_mor
 
 
 # -- finding 4: a repair naming the WAL the stream moved away from --------------------------
+def spark_planned(cp, batch: int) -> None:
+    """Spark's ``offsets/N`` (as tests/unit/test_repair.py writes it)."""
+    (cp / "offsets").mkdir(parents=True, exist_ok=True)
+    (cp / "offsets" / str(batch)).write_text(
+        f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{batch}}}\n')
+
+
+def spark_committed(f: WalFactory, batch: int) -> None:
+    f.commit(batch)
+
+
 def test_finding4_a_repair_of_the_wal_moved_away_from_leaves_it_missing_the_rerun(tmp_path):
     """X wrote batches 0-3, the stream moved to Y (wal.path changed), which wrote 4-5. Cassandra
     lost rows (a restore from an old backup): the operator re-delivers from batch 2 with
@@ -174,7 +185,6 @@ def test_finding4_a_repair_of_the_wal_moved_away_from_leaves_it_missing_the_reru
     Spark re-runs 2.. through Y (the pointer's WAL) and commits them: X now calls batches 2-3
     committed and missing ('Spark committed it but the WAL holds no seal', BROKEN): status
     says blocked, and a move back to X is refused for batches no one can ever write."""
-    from tests.unit.test_repair import spark_committed, spark_planned
     from wal.log import WalLog
     from wal.pointer import write_pointer
     from wal.repair import repair
