@@ -83,38 +83,6 @@ def test_finding1_the_remedy_named_by_that_refusal_writes_a_never_committed_batc
         "X's leftover seal of batch 2 (never committed) is to be replayed")
 
 
-# -- finding 2: a move that failed after telling the old WAL, then a revert -------------------
-def test_finding2_a_move_that_failed_half_way_then_a_revert_never_writes_later_batches(
-        tmp_path, monkeypatch):
-    """The stream runs on Y (X before it) and is restarted with wal.path=X. follow_move tells
-    Y first (Y/moved.json: moved to X after batch 3), then fails writing X's floor seal (X's
-    disk full, or kill -9): the start fails before the checkpoint's pointer names X. The user
-    goes back to wal.path=Y (where the pointer still is: no move to follow). Y's moved.json
-    stays, and every batch Spark commits through Y from then on is called 'moved' (NOTHING):
-    never written to Cassandra, while Spark has committed it."""
-    import errno
-
-    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
-
-    def full(*_a, **_k):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    with monkeypatch.context() as m:
-        m.setattr(move_mod, "write_seal", full)
-        with pytest.raises(OSError):
-            follow_move(y.wal, x.wal, str(cp))
-    # Back to wal.path=Y: the pointer names Y, so sinks.plan follows no move.
-    y4 = WalFactory(tmp_path / "y", checkpoint=cp)
-    y4.sealed(4)                                     # committed by Spark through Y
-    WRITES.clear()
-    report = Replayer(y4.wal, y4.log, lambda s: RecordingUpserter(), str(cp)).run(True)
-    views = {v.batch: v for v in catalog.describe(y4.wal, y4.log, str(cp))}
-    y4.close()
-    assert report.replayed == [4] and views[4].action != catalog.NOTHING, (
-        f"batch 4, committed through Y, is {views[4].state}/{views[4].action}: "
-        f"{views[4].detail}")
-
-
 # -- finding 3: --restamp offered for a column that is gone -----------------------------------
 def test_finding3_the_block_offers_restamp_for_a_column_not_in_the_table_any_more(monkeypatch):
     """The column was dropped and not added again, as the runbook says ('do not add the column
