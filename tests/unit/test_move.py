@@ -273,3 +273,92 @@ def test_clearing_moved_json_syncs_the_folder(tmp_path, monkeypatch):
         monkeypatch.setattr(layout, "fsync_dir", synced.append)
         x.wal.write_moved(None)
     assert x.wal.read_moved() is None and synced == [x.wal.root]
+
+
+def _kill_at(m, step: str, x: WalFactory, y: WalFactory) -> None:
+    """kill -9 of a move from Y back to X at ``step``."""
+    from wal.layout import WalDir
+
+    def killed(*_a, **_k):
+        raise Killed()
+
+    if step in ("leftovers", "floor"):
+        m.setattr(move_mod, {"leftovers": "entered_batch_ids", "floor": "write_seal"}[step],
+                  killed)
+        return
+    write_moved, write_flushed = WalDir.write_moved, WalDir.write_flushed_through
+
+    def moved_then_killed(wal, moved):
+        write_moved(wal, moved)
+        if (step == "told" and wal.root == y.root) or (step == "cleared" and wal.root == x.root):
+            raise Killed()
+
+    def flushed_killed(wal, batch):
+        if wal.root == x.root:
+            raise Killed()
+        write_flushed(wal, batch)
+
+    m.setattr(WalDir, "write_moved", moved_then_killed)
+    if step == "flushed_through":
+        m.setattr(WalDir, "write_flushed_through", flushed_killed)
+
+
+KILL_STEPS = ["leftovers", "floor", "flushed_through", "told", "cleared"]
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_move_back_killed_at_any_step_is_followed_again_on_restart(tmp_path, monkeypatch,
+                                                                       step):
+    """Review 31, finding 1. The move back to X is killed at ``step`` ('cleared': right
+    after X's moved.json is removed, the reviewer's case) and the restart follows the same
+    move again. Before, X's moved.json went first: the restart read X's last batch while
+    current from m/committed_through (2, noted after the move), took X's never-committed seal
+    of batch 2 for a committed batch to write and refused the move ('cassandra-wal recover X
+    writes them') on every restart. The restart now ends where an uninterrupted move does."""
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    with monkeypatch.context() as m:
+        _kill_at(m, step, x, y)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    follow_move(y.wal, x.wal, str(cp))                      # the restart: same wal.path
+    assert x.wal.read_moved() is None and y.wal.read_moved() == (x.root, 3)
+    assert x.wal.read_flushed_through() == 3 and 2 not in x.wal.sealed_batch_ids()
+    assert next_base_timestamp(x.wal, 4, clock_us=1) == read_seal(y.wal, 3).last_ts_us + 1
+    assert all(v.action == catalog.NOTHING for v in catalog.describe_read_only(x.wal, str(cp)))
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_move_back_killed_at_any_step_leaves_no_leftover_to_replay(tmp_path, monkeypatch,
+                                                                       step):
+    """Review 31, finding 1: what X holds after the kill, as 'cassandra-wal recover X' (the
+    remedy the refusal named) would read it: X's leftover seal of batch 2, 7 rows of an
+    execution Spark never committed, is never one to replay."""
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    with monkeypatch.context() as m:
+        _kill_at(m, step, x, y)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    views = {v.batch: v for v in catalog.describe_read_only(x.wal, str(cp))}
+    assert all(v.action != catalog.REPLAY for v in views.values()), (
+        f"X holds {[(b, v.state, v.action) for b, v in views.items()]} after the kill")
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_move_back_killed_at_any_step_then_a_revert_writes_the_old_wals_batches(
+        tmp_path, monkeypatch, step):
+    """The user goes back to wal.path=Y instead (the pointer still names it): Y's next
+    batches are written, and a move to X later is followed."""
+    from sinks.plan import _follow_a_move
+    from wal.pointer import write_pointer
+
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    write_pointer(str(cp), y.wal.location)
+    with monkeypatch.context() as m:
+        _kill_at(m, step, x, y)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    _follow_a_move(y.wal, str(cp), None)             # back to wal.path=Y: its next batch
+    _batch_4_through_y_is_written(tmp_path, cp)
+    follow_move(y.wal, x.wal, str(cp))               # later, the move to X once more
+    assert x.wal.read_flushed_through() == 4 and y.wal.read_moved() == (x.root, 4)
+    assert all(v.action == catalog.NOTHING for v in catalog.describe_read_only(x.wal, str(cp)))
