@@ -33,8 +33,9 @@ Crash safety: every log is fenced first (``m/repair``, :meth:`~wal.log.WalLog.be
 until its last step, no flusher, recovery or ``recover`` opens it
 (:class:`~wal.errors.WalRepairing`), and running the repair again finishes it. Then the WALs'
 files of batches K.. and Spark's ``commits/K..``, ``offsets/K..`` are *moved* into the kept
-copy (each move fsynced at both ends), and for each WAL the shared ``flushed_through`` is
-lowered and one synced write rewinds its log and lifts its fence. The kept copy
+copy (each move fsynced at both ends), and for each WAL the shared ``flushed_through`` (and
+a WAL the stream moved away from: its ``moved.json``'s last batch) is lowered and one synced
+write rewinds its log and lifts its fence. The kept copy
 (``<WAL_DIR>/repair-<UTC time>/`` unless given) holds ``repair.json`` (what was planned and
 removed, the logs' records of those batches) and the files under ``wal/`` (the WAL named),
 ``wals/<folder name>/`` (the others) and ``checkpoint/``, by their paths there.
@@ -351,6 +352,9 @@ def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
                "m/flushed_through": [log_flushed, min(log_flushed, lowest)],
                fmt.FLUSHED_THROUGH_FILE: [wal.read_flushed_through(),
                                           min(wal.read_flushed_through(), lowest)]}
+    moved = wal.read_moved()
+    if moved is not None:       # a WAL the stream moved away from: _lower_moved
+        markers[f"{fmt.MOVED_FILE} after"] = [moved[1], min(moved[1], lowest)]
     warnings = tuple(
         f"{wal.root}: batch {v.batch} (before {from_batch}) cannot be written either "
         f"({v.detail}): the sink stays blocked there; repair from batch {v.batch} instead"
@@ -479,6 +483,7 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
         for each, log in pairs:
             _lower_flushed_through(each, from_batch)
             _lower_entries_since(each, from_batch)
+            _lower_moved(each, from_batch)
             log.rewind(from_batch)          # the last step that matters: lifts the fence
             if any(v.action == catalog.BROKEN for v in catalog.describe(each, log, checkpoint)):
                 unblocked = False
@@ -498,6 +503,17 @@ def _lower_entries_since(wal: WalDir, from_batch: int) -> None:
     since = entries_since(wal)
     if since is not None and since > from_batch:
         atomic_write(os.path.join(wal.entries, fmt.ENTRIES_SINCE_FILE), b"%d\n" % from_batch)
+
+
+def _lower_moved(wal: WalDir, from_batch: int) -> None:
+    """A WAL the stream moved away from after a batch from K on held that batch last; Spark
+    runs K.. again through the WAL its pointer names, so this one now holds nothing after K-1:
+    its ``moved.json`` says so, or its catalog would call the re-run's batches up to the old
+    'after' committed and missing (a block no one can cure), and a move back to it would be
+    refused for them."""
+    moved = wal.read_moved()
+    if moved is not None and moved[1] >= from_batch:
+        wal.write_moved((moved[0], from_batch - 1))
 
 
 def _lower_flushed_through(wal: WalDir, from_batch: int) -> None:
