@@ -41,7 +41,8 @@ removed, the logs' records of those batches) and the files under ``wal/`` (the W
 ``wals/<folder name>/`` (the others) and ``checkpoint/``, by their paths there.
 
 Local WAL and local checkpoint only; the query must be stopped (the repair takes the WAL's
-writer lock, as ``recover`` does).
+writer lock, as ``recover`` does; a WAL of the checkpoint with no target recorded yet may be a
+live run's whose flusher, and lock, has not started: refused unless ``force``).
 """
 
 from __future__ import annotations
@@ -283,16 +284,20 @@ def _kept_as(wals: list[WalDir]) -> list[str]:
 
 
 def plan_repair(wals: list[tuple[WalDir, WalLog | None]], checkpoint: str, from_batch: int,
-                rewrite: bool = False, check: bool = True) -> RepairPlan:
+                rewrite: bool = False, check: bool = True, force: bool = False) -> RepairPlan:
     """What a repair from ``from_batch`` would do to ``wals`` (each with its log, a reader
     will do, or None if it has none: :func:`checkpoint_wals`, the WAL named first) and to the
     local Spark checkpoint ``checkpoint``; raises :class:`RepairRefused` (changing nothing)
     when it must not, unless ``check`` is False (finishing a repair begun earlier, whose
-    checks were made then). Reads only."""
+    checks were made then). ``force``: no run of the query is live anywhere (a WAL with no
+    target yet is then no run's first batch: :func:`_check_no_unseen_run`). Reads only."""
     if check:
         for wal, _log in wals:
             _check_where(wal, checkpoint)
         _check_checkpoint(checkpoint)
+        if not force:
+            for wal, _log in wals:
+                _check_no_unseen_run(wal)
     offsets = offset_ids(checkpoint)
     if check:
         _check_offsets(checkpoint, offsets, from_batch)
@@ -392,6 +397,23 @@ def _check_where(wal: WalDir, checkpoint: str) -> None:
                             "(nothing was changed)", usage=True) from None
 
 
+def _check_no_unseen_run(wal: WalDir) -> None:
+    """The writer lock the repair takes is the flusher's, and a live run's flusher starts only
+    once a batch recorded the WAL's target (``target.json``): a WAL of the checkpoint with
+    none may be a live run's, its first batch under way (a new query, a table a foreachBatch
+    function writes for the first time, a moved ``wal.path``). The repair would move that
+    batch's files and Spark's ``offsets/`` from under it (the gap ``recover`` closed by never
+    discarding without ``--force``)."""
+    if wal.read_target() is None:
+        raise RepairRefused(
+            f"{wal.root} records no target yet (target.json): a run of the query may be live, "
+            f"its first batch through this WAL under way, and its flusher, whose lock the "
+            f"repair takes, not started yet; the repair would move that batch's files and "
+            f"Spark's offsets from under it",
+            "stop every run of the query, then run the repair again with --force (nothing "
+            "was changed)")
+
+
 def _check_checkpoint(checkpoint: str) -> None:
     state = os.path.join(checkpoint, STATE)
     if os.path.isdir(state) and os.listdir(state):
@@ -438,11 +460,12 @@ def default_keep(wal: WalDir) -> str:
 
 
 def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = False,
-           keep: str | None = None) -> RepairReport:
+           keep: str | None = None, force: bool = False) -> RepairReport:
     """Repair ``wal``, every other WAL the local Spark checkpoint ``checkpoint`` names, and the
     checkpoint, from batch ``from_batch`` (the module docstring), keeping what it removes in
     ``keep`` (default :func:`default_keep`). Takes each WAL's writer lock (``WalLocked`` if a
-    sink holds one); :class:`RepairRefused` changes nothing. A repair that began and did not
+    sink holds one; ``force``: no run of the query is live, whatever the locks say);
+    :class:`RepairRefused` changes nothing. A repair that began and did not
     finish (a log is fenced) is finished, with the kept copy it began."""
     checkpoint = os.path.abspath(checkpoint)
     wals = checkpoint_wals(wal, checkpoint) if ckpt.is_local(checkpoint) else [wal]
@@ -462,7 +485,7 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
             keep = under_way["keep"]
             plan = plan_repair(pairs, checkpoint, from_batch, rewrite, check=False)
         else:
-            plan = plan_repair(pairs, checkpoint, from_batch, rewrite)
+            plan = plan_repair(pairs, checkpoint, from_batch, rewrite, force=force)
             keep = os.path.abspath(keep) if keep else default_keep(wal)
             if os.path.exists(keep) and os.listdir(keep):
                 raise RepairRefused(f"--keep {keep} is not empty",

@@ -655,3 +655,38 @@ def test_a_repair_of_the_wal_moved_away_from_lowers_its_moved_marker(tmp_path):
         f"X, moved away from after batch 3, now blocks on {broken}; a move back to it is "
         f"refused for {refused}")
     assert x.wal.read_flushed_through() == 5
+
+
+def test_a_wal_of_the_checkpoint_with_no_target_yet_is_a_run_the_lock_cannot_see(tmp_path,
+                                                                               capsys):
+    """The repair's lock is the flusher's, and a live run whose flusher has not started (its
+    first batch through a WAL still staging: no target recorded yet) holds none (the gap
+    c8f8d06 closed for recover). Here a foreachBatch function writes table u for the first
+    time: u's WAL is pointed at and stages batch 4, no target yet. The repair moved that
+    batch's segments and Spark's offsets/4 from under the live run. It now refuses, changing
+    nothing, unless --force says no run of the query is live."""
+    from wal.pointer import write_pointer
+
+    f, cp = build(tmp_path)
+    u = WalFactory(tmp_path / "u", checkpoint=cp)
+    os.unlink(u.wal.target_file)                      # no batch recorded its target yet
+    write_pointer(str(cp), u.wal.location, ("ks", "u"))
+    live = u.staged(4, rows=(2,))                     # the live run's batch, still staging
+    u.close()
+
+    def u_files():
+        return {p: h for p, h in tree(tmp_path / "u").items() if not p.startswith("log/")}
+
+    before = everything(f, cp), u_files()
+    with pytest.raises(RepairRefused) as info:
+        repair(f.wal, str(cp), 1)
+    assert "no target" in info.value.reason and "--force" in info.value.hint
+    assert (everything(f, cp), u_files()) == before
+    code, _out, err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1,
+                          "--dry-run")
+    assert code == 1 and "--force" in err
+    assert all(os.path.exists(u.wal.segment_path(s.name)) for s in live.segments)
+    code, _out, _err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1,
+                           "--force")
+    assert code == 0
+    assert not any(os.path.exists(u.wal.segment_path(s.name)) for s in live.segments)
