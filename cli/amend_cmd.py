@@ -37,6 +37,8 @@ ways out lose something; choose one:
   --restamp            write them at timestamps just above the drop (in batch order): their
                        rows then win over whatever was written to their keys since (asks the
                        cluster for the drop time; not for batches with their own writetime).
+                       They still write the dropped columns: a column the table has no more
+                       must be added again first, or Cassandra refuses the batch.
                        Later sealed batches that would fall below them are re-stamped after
                        them, so a later batch still wins over an earlier one.
 
@@ -216,6 +218,14 @@ def run(args) -> int:
         print(table(("BATCH", "WITHOUT", "BASE_TS_US", "WHY"), rows))
     else:
         print("nothing to amend")
+    restamped = [a for a in amendments if a.base_ts_us is not None]
+    if restamped:
+        # A re-stamped batch writes its columns, the dropped ones too: the table must have
+        # them again (asking the node would be a query the sink makes nowhere else).
+        print("a re-stamped batch still writes the columns dropped after its seal: if the "
+              "table has one no more, add it again before the flusher writes the batch (ALTER "
+              "TABLE ... ADD <column> <type>), or Cassandra refuses it and the sink blocks "
+              "again", file=sys.stderr)
     if amendments and not args.dry_run:
         print("recorded: the flusher writes these batches so at its next try (every few "
               "seconds while it runs; or restart the query, or cassandra-wal recover)",

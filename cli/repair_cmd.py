@@ -55,7 +55,9 @@ re-runs the batches for every table, so every WAL the checkpoint names is repair
 It refuses, changing nothing: a WAL or checkpoint on a store (HDFS, S3: not supported yet); a
 checkpoint with state/ (a stateful query: its state would not match the re-run); K above the
 newest offsets/N, or one whose K-1 Spark no longer keeps; batches from K on that are already
-written to Cassandra, unless --rewrite says writing them again is fine."""
+written to Cassandra, unless --rewrite says writing them again is fine; a WAL of the
+checkpoint with no target recorded yet, unless --force: a live run's first batch may be under
+way there, whose flusher (and the lock the repair takes) has not started."""
 
 EPILOG = textwrap.fill(f"--rewrite: {REWRITE_MEANS}.", 92) + """
 
@@ -84,6 +86,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rewrite", action="store_true",
                    help="batches from K on already written to Cassandra may be written again "
                         "(new write timestamps)")
+    p.add_argument("--force", action="store_true",
+                   help="no run of the query is live anywhere: repair a WAL that records no "
+                        "target yet (its run's flusher, and lock, may not have started)")
     p.add_argument("--keep", metavar="DIR",
                    help="where to keep what is removed (default: WAL_DIR/repair-<UTC time>)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
@@ -122,7 +127,8 @@ def run(args) -> int:
     try:
         if args.dry_run:
             return _dry_run(wal, checkpoint, args)
-        report = repair(wal, checkpoint, args.from_batch, rewrite=args.rewrite, keep=args.keep)
+        report = repair(wal, checkpoint, args.from_batch, rewrite=args.rewrite, keep=args.keep,
+                        force=args.force)
     except RepairRefused as exc:
         if exc.usage:
             raise UsageError(exc.reason, exc.hint) from None
@@ -152,7 +158,7 @@ def _dry_run(wal: WalDir, checkpoint: str, args) -> int:
         under_way = next((f for f in (r.repair_under_way() for _w, r in readers if r) if f),
                          None)
         plan = plan_repair(readers, checkpoint, args.from_batch, args.rewrite,
-                           check=under_way is None)
+                           check=under_way is None, force=args.force)
     finally:
         for _w, reader in readers:
             if reader is not None:

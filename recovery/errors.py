@@ -35,10 +35,14 @@ class ColumnDroppedAfterSeal(RecoveryError):
     again, so the batch cannot land as sealed. No retry cures it; an operator chooses
     (:mod:`wal.amendments`, ``cassandra-wal amend``)."""
 
-    def __init__(self, batch: int, wal: str, columns: list, user_timestamps: bool):
-        super().__init__(batch, wal, columns, user_timestamps)
+    def __init__(self, batch: int, wal: str, columns: list, user_timestamps: bool,
+                 adds: list = ()):
+        super().__init__(batch, wal, columns, user_timestamps, adds)
         self.batch, self.wal, self.user_timestamps = batch, wal, user_timestamps
         self.columns = [tuple(c) for c in columns]     # (column, drop time µs)
+        # The CQL giving the table each column again (recovery.output.added_again): a
+        # re-stamped batch still writes them, refused while the table has none of that name.
+        self.adds = list(adds)
 
     def __str__(self) -> str:
         names = ", ".join(c for c, _ in self.columns)
@@ -47,9 +51,13 @@ class ColumnDroppedAfterSeal(RecoveryError):
                 f"cassandra-wal amend {self.wal} --batch {self.batch} "
                 + " ".join(f"--without-column {c}" for c, _ in self.columns))
         if not self.user_timestamps:
+            them = "it" if len(self.columns) == 1 else "them"
             ways += (f"; or write it at timestamps above the drop, so that its rows win over "
                      f"what was written to their keys since: cassandra-wal amend {self.wal} "
-                     f"--batch {self.batch} --restamp")
+                     f"--batch {self.batch} --restamp (a re-stamped batch still writes {names}: "
+                     f"if the table has {them} no more, add {them} again first, or Cassandra "
+                     f"refuses the batch"
+                     + (": " + "; ".join(self.adds) if self.adds else "") + ")")
         return (f"batch {self.batch} writes {names}, dropped after the batch was sealed "
                 f"({first}): Cassandra hides every cell of a dropped column written before the "
                 f"drop, even once the column is added again, so re-adding it would lose these "

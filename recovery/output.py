@@ -108,10 +108,12 @@ class CassandraOutput:
         already applied to ``seal``, may leave it out or write above the drop)."""
         hidden = self.dropped_after_seal(seal)
         if hidden:
-            write = self.current_target().as_sealed(seal.write).config.write
+            target = self.current_target().as_sealed(seal.write)
+            write = target.config.write
             raise ColumnDroppedAfterSeal(seal.batch, wal_location, hidden,
                                          user_timestamps=bool(write.writetime_column
-                                                              or write.writetime_micros))
+                                                              or write.writetime_micros),
+                                         adds=added_again(target.table, hidden))
 
     def _session_for(self, connection):
         key = _contact(connection)
@@ -128,3 +130,18 @@ class CassandraOutput:
 
 def _contact(connection) -> tuple:
     return (connection.hosts, connection.port, connection.cloud_bundle_path)
+
+
+def added_again(table, hidden: list[tuple[str, int]]) -> list[str]:
+    """The CQL that gives ``table`` (its schema as sealed) each of the ``hidden`` columns
+    again, should it have none of that name now: a re-stamped batch still writes them, and
+    Cassandra refuses a column the table does not have."""
+    out = []
+    for column, _ in hidden:
+        name = table.resolve_column(column) or column
+        try:
+            cql_type = table.column_type(name)
+        except KeyError:
+            cql_type = "<its type>"
+        out.append(f"ALTER TABLE {table.keyspace}.{table.table} ADD {name} {cql_type}")
+    return out

@@ -35,7 +35,7 @@ from wal.files import others_can_write
 from wal.format import POINTER_FILE, SEGMENTS_DIR, batch_name
 from wal.jobs import TableFloor, TableJobs
 from wal.layout import WalDir
-from wal.move import follow_move
+from wal.move import confirm_current, follow_move
 from wal.pointer import (
     pointed_wals,
     pointer_name,
@@ -269,7 +269,10 @@ def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None) -
     the WAL moved: refused while the old one has committed batches to write, else the new one
     starts where the old one ended (:func:`wal.move.follow_move`)."""
     previous = read_slot(checkpoint, slot)
-    if previous is None or previous == wal.location:
+    if previous == wal.location:
+        confirm_current(wal)        # a move to another WAL that failed before its pointer
+        return
+    if previous is None:
         return
     # Another table's pointer naming the old WAL too (not the data source's pointer, which an
     # earlier release's foreachBatch writers shared): it stays that table's WAL, neither

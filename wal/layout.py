@@ -11,7 +11,7 @@ from functools import cached_property
 
 from . import format as fmt
 from .errors import NotAWal, UnsupportedFormat, WalCorrupted
-from .files import atomic_write, make_private_dirs
+from .files import atomic_write, fsync_dir, make_private_dirs
 from .remote import RemoteWal, is_remote, make_working_copy, read_remote_uri, working_copy_of
 
 
@@ -215,8 +215,11 @@ class WalDir:
         if self.remote:
             self.remote.replace(fmt.MOVED_FILE, body)
         if body is None:
-            if os.path.exists(path):
+            try:
                 os.unlink(path)
+            except FileNotFoundError:
+                return
+            fsync_dir(self.root)    # gone for good: a crash must not bring it back
         else:
             atomic_write(path, body)
 

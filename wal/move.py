@@ -18,6 +18,13 @@ batches the other WAL wrote missing. Three things make a move safe:
 * **Timestamps go on rising**: a seal of no segment at that batch, its base above the old
   WAL's last write timestamp, is the floor the new WAL's next seal starts above
   (:func:`wal.seal.next_base_timestamp`), whatever the clock does.
+
+Crash-safe: the checkpoint's pointer naming the new WAL (written after this, by the caller)
+is what makes the move. Before it, every step can be cut short (a kill, a full disk) and run
+again, or the user can go back to the old ``wal.path``: the new WAL's own ``moved.json`` goes
+last (until then it says, on every try, which of its batches were its own), and the old WAL is
+told after the new one is ready; a ``moved.json`` on the WAL the pointer still names is of a
+move that never happened, cleared by that WAL's next batch (:func:`confirm_current`).
 """
 
 from __future__ import annotations
@@ -37,30 +44,45 @@ def follow_move(old: WalDir, new: WalDir, checkpoint: str, leave_old: bool = Tru
     Run before the first batch goes through ``new``. ``leave_old`` False: ``old`` stays
     another table's WAL (a foreachBatch function's tables that shared it): it is neither
     checked nor told, and ``new`` still starts above its timestamps."""
-    for wal, which in ((old, "old"), (new, "new")):
+    for wal in (old, new):
         if wal.remote:      # what the store holds, as the flusher would see it
             wal.remote.pull(wal.root, segments=False)
+    # Read once, before anything changes: new's moved.json goes last (a re-run after a kill
+    # at any step reads the same value; see the module's "Crash-safe").
+    was_current_through = _last_batch_while_current(new)
+    for wal, which in ((old, "old"), (new, "new")):
         if wal is old and not leave_old:
             continue
         pending = [v for v in catalog.describe_read_only(wal, checkpoint, query_running=True)
                    if v.action in (catalog.REPLAY, catalog.BROKEN)
-                   and (wal is old or v.batch <= _last_batch_while_current(wal))]
+                   and (wal is old or v.batch <= was_current_through)]
         if pending:
             raise WalMoveRefused(old.location, new.location, which,
                                  [(v.batch, v.rows - v.flushed_rows) for v in pending])
     highest, _ = catalog.committed_through(None, checkpoint)
+    if highest >= 0 and new.read_flushed_through() < highest:
+        _start_above(old, new, highest, was_current_through)
     if leave_old:
         # The old WAL holds nothing after this batch: a flusher of it still running until the
         # registry sees the move must take no later batch, which Spark commits through the
-        # new WAL, for one of its own (missing, or a leftover seal to replay).
+        # new WAL, for one of its own (missing, or a leftover seal to replay). Told only once
+        # the new WAL is ready: a move failing before (a full disk) leaves the old WAL as it
+        # was, and one failing after, before the pointer names the new WAL, leaves a moved.json
+        # the pointer does not confirm, which the next batch through it clears
+        # (:func:`confirm_current`).
         old.write_moved((new.location, highest))
     new.write_moved(None)                  # a move back: the stream's WAL again
-    if highest < 0 or new.read_flushed_through() >= highest:
-        return
+
+
+def _start_above(old: WalDir, new: WalDir, highest: int, was_current_through: int) -> None:
+    """The new WAL skips every batch through ``highest`` and starts above the old one's
+    timestamps. Each step can run again after a kill: new's ``moved.json`` still says what
+    it said (a batch after it is ``moved``, never written), and ``flushed_through`` is raised
+    last (once at ``highest``, the steps are done)."""
     # What the new WAL holds of batches after it was last current, up to the last one Spark
     # committed, is a leftover of executions Spark never committed there (it committed them
-    # through the other WAL): gone, before the floor is written over one of them.
-    was_current_through = _last_batch_while_current(new)
+    # through the other WAL): gone, before the floor is written over one of them (or a
+    # floor a killed earlier try wrote: written again below).
     for batch in sorted(set(new.sealed_batch_ids()) | set(new.staged_batch_ids())
                         | set(entered_batch_ids(new))):
         if was_current_through < batch <= highest:
@@ -73,6 +95,16 @@ def follow_move(old: WalDir, new: WalDir, checkpoint: str, leave_old: bool = Tru
         write_seal(new, Seal(batch=highest, segments=(), base_ts_us=last_written_ts_us(old, last),
                              query_id=last.query_id, commit_point=COMMIT_POINT_CHECKPOINT))
     new.write_flushed_through(highest)
+
+
+def confirm_current(wal: WalDir) -> None:
+    """``wal`` is the stream's WAL and the checkpoint's pointer names it: a ``moved.json`` it
+    holds is of a move that failed before the pointer named the WAL moved to (a full disk, a
+    kill; the user went back to this ``wal.path``). No batch went through the other WAL, and
+    every later one goes through this one: cleared, before the batch is staged, or its
+    catalog would call it ``moved`` and it would never be written."""
+    if wal.read_moved() is not None:
+        wal.write_moved(None)
 
 
 def _last_batch_while_current(wal: WalDir) -> int:

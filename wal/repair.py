@@ -33,14 +33,16 @@ Crash safety: every log is fenced first (``m/repair``, :meth:`~wal.log.WalLog.be
 until its last step, no flusher, recovery or ``recover`` opens it
 (:class:`~wal.errors.WalRepairing`), and running the repair again finishes it. Then the WALs'
 files of batches K.. and Spark's ``commits/K..``, ``offsets/K..`` are *moved* into the kept
-copy (each move fsynced at both ends), and for each WAL the shared ``flushed_through`` is
-lowered and one synced write rewinds its log and lifts its fence. The kept copy
+copy (each move fsynced at both ends), and for each WAL the shared ``flushed_through`` (and
+a WAL the stream moved away from: its ``moved.json``'s last batch) is lowered and one synced
+write rewinds its log and lifts its fence. The kept copy
 (``<WAL_DIR>/repair-<UTC time>/`` unless given) holds ``repair.json`` (what was planned and
 removed, the logs' records of those batches) and the files under ``wal/`` (the WAL named),
 ``wals/<folder name>/`` (the others) and ``checkpoint/``, by their paths there.
 
 Local WAL and local checkpoint only; the query must be stopped (the repair takes the WAL's
-writer lock, as ``recover`` does).
+writer lock, as ``recover`` does; a WAL of the checkpoint with no target recorded yet may be a
+live run's whose flusher, and lock, has not started: refused unless ``force``).
 """
 
 from __future__ import annotations
@@ -282,16 +284,20 @@ def _kept_as(wals: list[WalDir]) -> list[str]:
 
 
 def plan_repair(wals: list[tuple[WalDir, WalLog | None]], checkpoint: str, from_batch: int,
-                rewrite: bool = False, check: bool = True) -> RepairPlan:
+                rewrite: bool = False, check: bool = True, force: bool = False) -> RepairPlan:
     """What a repair from ``from_batch`` would do to ``wals`` (each with its log, a reader
     will do, or None if it has none: :func:`checkpoint_wals`, the WAL named first) and to the
     local Spark checkpoint ``checkpoint``; raises :class:`RepairRefused` (changing nothing)
     when it must not, unless ``check`` is False (finishing a repair begun earlier, whose
-    checks were made then). Reads only."""
+    checks were made then). ``force``: no run of the query is live anywhere (a WAL with no
+    target yet is then no run's first batch: :func:`_check_no_unseen_run`). Reads only."""
     if check:
         for wal, _log in wals:
             _check_where(wal, checkpoint)
         _check_checkpoint(checkpoint)
+        if not force:
+            for wal, _log in wals:
+                _check_no_unseen_run(wal)
     offsets = offset_ids(checkpoint)
     if check:
         _check_offsets(checkpoint, offsets, from_batch)
@@ -351,6 +357,9 @@ def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
                "m/flushed_through": [log_flushed, min(log_flushed, lowest)],
                fmt.FLUSHED_THROUGH_FILE: [wal.read_flushed_through(),
                                           min(wal.read_flushed_through(), lowest)]}
+    moved = wal.read_moved()
+    if moved is not None:       # a WAL the stream moved away from: _lower_moved
+        markers[f"{fmt.MOVED_FILE} after"] = [moved[1], min(moved[1], lowest)]
     warnings = tuple(
         f"{wal.root}: batch {v.batch} (before {from_batch}) cannot be written either "
         f"({v.detail}): the sink stays blocked there; repair from batch {v.batch} instead"
@@ -386,6 +395,23 @@ def _check_where(wal: WalDir, checkpoint: str) -> None:
     except WalBoundElsewhere as exc:
         raise RepairRefused(str(exc), "pass the checkpoint of the query that wrote this WAL "
                             "(nothing was changed)", usage=True) from None
+
+
+def _check_no_unseen_run(wal: WalDir) -> None:
+    """The writer lock the repair takes is the flusher's, and a live run's flusher starts only
+    once a batch recorded the WAL's target (``target.json``): a WAL of the checkpoint with
+    none may be a live run's, its first batch under way (a new query, a table a foreachBatch
+    function writes for the first time, a moved ``wal.path``). The repair would move that
+    batch's files and Spark's ``offsets/`` from under it (the gap ``recover`` closed by never
+    discarding without ``--force``)."""
+    if wal.read_target() is None:
+        raise RepairRefused(
+            f"{wal.root} records no target yet (target.json): a run of the query may be live, "
+            f"its first batch through this WAL under way, and its flusher, whose lock the "
+            f"repair takes, not started yet; the repair would move that batch's files and "
+            f"Spark's offsets from under it",
+            "stop every run of the query, then run the repair again with --force (nothing "
+            "was changed)")
 
 
 def _check_checkpoint(checkpoint: str) -> None:
@@ -434,11 +460,12 @@ def default_keep(wal: WalDir) -> str:
 
 
 def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = False,
-           keep: str | None = None) -> RepairReport:
+           keep: str | None = None, force: bool = False) -> RepairReport:
     """Repair ``wal``, every other WAL the local Spark checkpoint ``checkpoint`` names, and the
     checkpoint, from batch ``from_batch`` (the module docstring), keeping what it removes in
     ``keep`` (default :func:`default_keep`). Takes each WAL's writer lock (``WalLocked`` if a
-    sink holds one); :class:`RepairRefused` changes nothing. A repair that began and did not
+    sink holds one; ``force``: no run of the query is live, whatever the locks say);
+    :class:`RepairRefused` changes nothing. A repair that began and did not
     finish (a log is fenced) is finished, with the kept copy it began."""
     checkpoint = os.path.abspath(checkpoint)
     wals = checkpoint_wals(wal, checkpoint) if ckpt.is_local(checkpoint) else [wal]
@@ -458,7 +485,7 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
             keep = under_way["keep"]
             plan = plan_repair(pairs, checkpoint, from_batch, rewrite, check=False)
         else:
-            plan = plan_repair(pairs, checkpoint, from_batch, rewrite)
+            plan = plan_repair(pairs, checkpoint, from_batch, rewrite, force=force)
             keep = os.path.abspath(keep) if keep else default_keep(wal)
             if os.path.exists(keep) and os.listdir(keep):
                 raise RepairRefused(f"--keep {keep} is not empty",
@@ -479,6 +506,7 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
         for each, log in pairs:
             _lower_flushed_through(each, from_batch)
             _lower_entries_since(each, from_batch)
+            _lower_moved(each, from_batch)
             log.rewind(from_batch)          # the last step that matters: lifts the fence
             if any(v.action == catalog.BROKEN for v in catalog.describe(each, log, checkpoint)):
                 unblocked = False
@@ -498,6 +526,17 @@ def _lower_entries_since(wal: WalDir, from_batch: int) -> None:
     since = entries_since(wal)
     if since is not None and since > from_batch:
         atomic_write(os.path.join(wal.entries, fmt.ENTRIES_SINCE_FILE), b"%d\n" % from_batch)
+
+
+def _lower_moved(wal: WalDir, from_batch: int) -> None:
+    """A WAL the stream moved away from after a batch from K on held that batch last; Spark
+    runs K.. again through the WAL its pointer names, so this one now holds nothing after K-1:
+    its ``moved.json`` says so, or its catalog would call the re-run's batches up to the old
+    'after' committed and missing (a block no one can cure), and a move back to it would be
+    refused for them."""
+    moved = wal.read_moved()
+    if moved is not None and moved[1] >= from_batch:
+        wal.write_moved((moved[0], from_batch - 1))
 
 
 def _lower_flushed_through(wal: WalDir, from_batch: int) -> None:

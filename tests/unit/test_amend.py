@@ -284,3 +284,52 @@ def test_amend_does_not_take_over_an_amendment_of_another_seal(tmp_path, monkeyp
     assert main(["amend", f.root, "--batch", "0", "--restamp"]) == 0
     got = read_amendment(f.wal, 0)
     assert got.seal_id == "seal-0000" and got.without_columns == ()
+
+
+# -- review 31: --restamp for a column the table no longer has ------------------------------
+def test_the_block_says_restamp_needs_the_column_added_again_first(monkeypatch):
+    """Review 31, finding 3. The column was dropped and not added again (as the runbook
+    said: 'do not add the column back to cure it'). The block named two ways out,
+    --without-column and --restamp; but a re-stamped batch still writes the column, which
+    the table no longer has: Cassandra refuses every write of it (Undefined column name), and
+    the operator who chose --restamp met a second block. The reason now says the column must
+    exist again first, and how (the ALTER TABLE, with its type as sealed)."""
+    t = dataclasses.replace(target(), columns=("id", "name"))
+
+    class DroppedAndGone:
+        """system_schema: ``name`` dropped 5 s after the seal, not added again."""
+
+        def execute(self, cql, parameters=None):
+            if "dropped_columns" in cql:
+                return [SimpleNamespace(column_name="name", dropped_time=dt.datetime.fromtimestamp(
+                    (SEALED_AT + 5_000_000) / 1e6, dt.timezone.utc))]
+            if "system_schema.columns" in cql:       # the table as it is now
+                return [SimpleNamespace(column_name=c, kind="regular", type="bigint")
+                        for c in ("id", "value")]
+            return []
+
+    monkeypatch.setattr(output_module, "connect", lambda conn: (
+        SimpleNamespace(shutdown=lambda: None, metadata=None), DroppedAndGone()))
+    out = CassandraOutput(t)
+    with pytest.raises(ColumnDroppedAfterSeal) as info:
+        out.check_not_dropped(seal_of(out), "/data/wal")
+    text = str(info.value)
+    offered = text[text.index("--restamp"):] if "--restamp" in text else ""
+    assert not offered or "ADD" in text or "add the column" in text, (
+        f"--restamp is offered for name, which the table no longer has: {text}")
+    assert "add it again first" in offered and "ALTER TABLE ks.t ADD name text" in offered
+    again = ColumnDroppedAfterSeal(*info.value.args)         # as it travels (pickled)
+    assert str(again) == text
+
+
+def test_amend_restamp_says_the_column_must_exist_again(tmp_path, monkeypatch, capsys):
+    from wal.seal import read_seal
+
+    f = _factory(tmp_path)
+    f.sealed(0, rows=(3,), write=target().write_record())
+    f.close()
+    _dropped(monkeypatch, id=read_seal(f.wal, 0).base_ts_us + 1000)
+    assert main(["amend", f.root, "--pending", "--restamp", "--dry-run"]) == 0
+    assert "add it again before the flusher writes the batch" in capsys.readouterr().err
+    assert main(["amend", f.root, "--pending", "--without-column", "id", "--dry-run"]) == 0
+    assert "add it again" not in capsys.readouterr().err

@@ -10,6 +10,7 @@ from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import catalog
+from wal import move as move_mod
 from wal.errors import WalMoveRefused
 from wal.move import follow_move
 from wal.seal import next_base_timestamp, read_seal
@@ -180,3 +181,184 @@ def test_a_table_leaving_a_wal_another_table_writes_gets_a_floor_above_it(tmp_pa
     assert WalDir(str(shared)).read_moved() is None
     last = read_seal(old.wal, 1).last_ts_us
     assert next_base_timestamp(new, 2, clock_us=0) > last
+
+
+# -- review 31: a move cut short (a kill, a full disk) ------------------------------------------
+class Killed(BaseException):
+    """kill -9 at this point: nothing after it runs."""
+
+
+def _moved_away_and_written_elsewhere(tmp_path):
+    """X wrote 0-1 and left a never-committed seal of batch 2 (7 rows); the stream moved to Y,
+    which wrote 2-3; X's flusher (or 'cassandra-wal recover X') ran after the move and noted
+    Spark's commits in X's log (m/committed_through = 2), as it does."""
+    cp = tmp_path / "cp"
+    x = WalFactory(tmp_path / "x", checkpoint=cp)
+    y = WalFactory(tmp_path / "y", checkpoint=cp)
+    x.flushed(0)
+    x.flushed(1)
+    x.log.note_committed(1)
+    x.sealed(2, committed=False, rows=(7,))          # never committed: re-run through Y
+    follow_move(x.wal, y.wal, str(cp))
+    y.sealed(2)
+    y.flush(2)
+    Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(True)
+    assert x.log.committed_through() == 2             # noted from Spark's commits/2 (via Y)
+    y.sealed(3)
+    y.flush(3)
+    x.close()
+    y.close()
+    return cp, x, y
+
+
+def _batch_4_through_y_is_written(tmp_path, cp) -> None:
+    """The user is back on wal.path=Y: batch 4, sealed there and committed by Spark, is
+    written (not 'moved')."""
+    y4 = WalFactory(tmp_path / "y", checkpoint=cp)
+    y4.sealed(4)                                     # committed by Spark through Y
+    WRITES.clear()
+    report = Replayer(y4.wal, y4.log, lambda s: RecordingUpserter(), str(cp)).run(True)
+    views = {v.batch: v for v in catalog.describe(y4.wal, y4.log, str(cp))}
+    y4.close()
+    assert report.replayed == [4] and views[4].state == "flushed", (
+        f"batch 4, committed through Y, is {views[4].state}/{views[4].action}: "
+        f"{views[4].detail}")
+
+
+def test_a_move_that_failed_half_way_then_a_revert_never_writes_later_batches(
+        tmp_path, monkeypatch):
+    """Review 31, finding 2. The stream runs on Y (X before it) and is restarted with
+    wal.path=X; the move fails writing X's floor seal (X's disk full, or kill -9): the start
+    fails before the checkpoint's pointer names X. The user goes back to wal.path=Y (where
+    the pointer still is: no move to follow). Before, Y had been told first (moved.json:
+    moved to X after batch 3) and stayed so: every batch Spark committed through Y from then
+    on was 'moved', never written."""
+    import errno
+
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(move_mod, "write_seal", full)
+        with pytest.raises(OSError):
+            follow_move(y.wal, x.wal, str(cp))
+    _batch_4_through_y_is_written(tmp_path, cp)
+
+
+def test_a_move_killed_after_telling_the_old_wal_then_a_revert_clears_its_moved_json(tmp_path):
+    """The same, killed after the old WAL Y was told (its moved.json) and before the pointer
+    names X: the next batch through Y (the pointer names Y) clears the moved.json the pointer
+    does not confirm, before it stages."""
+    from sinks.plan import _follow_a_move
+    from wal.pointer import write_pointer
+
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    write_pointer(str(cp), y.wal.location)
+    follow_move(y.wal, x.wal, str(cp))               # killed before write_pointer names X
+    assert y.wal.read_moved() == (x.wal.location, 3)
+    _follow_a_move(y.wal, str(cp), None)             # back to wal.path=Y: its next batch
+    assert y.wal.read_moved() is None
+    _batch_4_through_y_is_written(tmp_path, cp)
+
+
+def test_clearing_moved_json_syncs_the_folder(tmp_path, monkeypatch):
+    """A moved.json deleted and brought back by a crash would hide the WAL's next batches."""
+    from wal import layout
+
+    synced = []
+    with WalFactory(tmp_path / "x") as x:
+        x.wal.write_moved(("elsewhere", 3))
+        monkeypatch.setattr(layout, "fsync_dir", synced.append)
+        x.wal.write_moved(None)
+    assert x.wal.read_moved() is None and synced == [x.wal.root]
+
+
+def _kill_at(m, step: str, x: WalFactory, y: WalFactory) -> None:
+    """kill -9 of a move from Y back to X at ``step``."""
+    from wal.layout import WalDir
+
+    def killed(*_a, **_k):
+        raise Killed()
+
+    if step in ("leftovers", "floor"):
+        m.setattr(move_mod, {"leftovers": "entered_batch_ids", "floor": "write_seal"}[step],
+                  killed)
+        return
+    write_moved, write_flushed = WalDir.write_moved, WalDir.write_flushed_through
+
+    def moved_then_killed(wal, moved):
+        write_moved(wal, moved)
+        if (step == "told" and wal.root == y.root) or (step == "cleared" and wal.root == x.root):
+            raise Killed()
+
+    def flushed_killed(wal, batch):
+        if wal.root == x.root:
+            raise Killed()
+        write_flushed(wal, batch)
+
+    m.setattr(WalDir, "write_moved", moved_then_killed)
+    if step == "flushed_through":
+        m.setattr(WalDir, "write_flushed_through", flushed_killed)
+
+
+KILL_STEPS = ["leftovers", "floor", "flushed_through", "told", "cleared"]
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_move_back_killed_at_any_step_is_followed_again_on_restart(tmp_path, monkeypatch,
+                                                                       step):
+    """Review 31, finding 1. The move back to X is killed at ``step`` ('cleared': right
+    after X's moved.json is removed, the reviewer's case) and the restart follows the same
+    move again. Before, X's moved.json went first: the restart read X's last batch while
+    current from m/committed_through (2, noted after the move), took X's never-committed seal
+    of batch 2 for a committed batch to write and refused the move ('cassandra-wal recover X
+    writes them') on every restart. The restart now ends where an uninterrupted move does."""
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    with monkeypatch.context() as m:
+        _kill_at(m, step, x, y)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    follow_move(y.wal, x.wal, str(cp))                      # the restart: same wal.path
+    assert x.wal.read_moved() is None and y.wal.read_moved() == (x.root, 3)
+    assert x.wal.read_flushed_through() == 3 and 2 not in x.wal.sealed_batch_ids()
+    assert next_base_timestamp(x.wal, 4, clock_us=1) == read_seal(y.wal, 3).last_ts_us + 1
+    assert all(v.action == catalog.NOTHING for v in catalog.describe_read_only(x.wal, str(cp)))
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_move_back_killed_at_any_step_leaves_no_leftover_to_replay(tmp_path, monkeypatch,
+                                                                       step):
+    """Review 31, finding 1: what X holds after the kill, as 'cassandra-wal recover X' (the
+    remedy the refusal named) would read it: X's leftover seal of batch 2, 7 rows of an
+    execution Spark never committed, is never one to replay."""
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    with monkeypatch.context() as m:
+        _kill_at(m, step, x, y)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    views = {v.batch: v for v in catalog.describe_read_only(x.wal, str(cp))}
+    assert all(v.action != catalog.REPLAY for v in views.values()), (
+        f"X holds {[(b, v.state, v.action) for b, v in views.items()]} after the kill")
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_move_back_killed_at_any_step_then_a_revert_writes_the_old_wals_batches(
+        tmp_path, monkeypatch, step):
+    """The user goes back to wal.path=Y instead (the pointer still names it): Y's next
+    batches are written, and a move to X later is followed."""
+    from sinks.plan import _follow_a_move
+    from wal.pointer import write_pointer
+
+    cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
+    write_pointer(str(cp), y.wal.location)
+    with monkeypatch.context() as m:
+        _kill_at(m, step, x, y)
+        with pytest.raises(Killed):
+            follow_move(y.wal, x.wal, str(cp))
+    _follow_a_move(y.wal, str(cp), None)             # back to wal.path=Y: its next batch
+    _batch_4_through_y_is_written(tmp_path, cp)
+    follow_move(y.wal, x.wal, str(cp))               # later, the move to X once more
+    assert x.wal.read_flushed_through() == 4 and y.wal.read_moved() == (x.root, 4)
+    assert all(v.action == catalog.NOTHING for v in catalog.describe_read_only(x.wal, str(cp)))

@@ -601,3 +601,92 @@ def test_the_clock_check_counts_the_amended_timestamps(tmp_path):
     f.close()
     with pytest.raises(RepairRefused, match="clock is behind"):
         repair(f.wal, str(cp), 2, rewrite=True)
+
+
+def test_a_repair_of_the_wal_moved_away_from_lowers_its_moved_marker(tmp_path):
+    """Review 31, finding 4. X wrote batches 0-3, the stream moved to Y (wal.path changed),
+    which wrote 4-5. Cassandra lost rows (a restore from an old backup): the operator
+    re-delivers from batch 2 with 'cassandra-wal repair X --from 2 --rewrite', naming X, which
+    wrote batch 2. Before, the repair lowered X's flushed_through to 1 and left X's moved.json
+    at 'after 3'; once Spark re-ran 2.. through Y (the pointer's WAL), X called batches 2-3
+    committed and missing (BROKEN: status blocked), and a move back to X was refused for
+    batches no one can ever write. The repair now lowers moved.json's 'after' to K-1 too."""
+    from wal.errors import WalMoveRefused
+    from wal.move import follow_move
+    from wal.pointer import write_pointer
+
+    cp = tmp_path / "cp"
+    x = WalFactory(tmp_path / "x", checkpoint=cp)
+    (cp / "metadata").write_text('{"id":"q-1"}\n')
+    for b in range(4):
+        spark_planned(cp, b)
+        x.flushed(b)
+        spark_committed(x, b)
+    x.log.note_committed(3)
+    x.close()
+    y = WalFactory(tmp_path / "y", checkpoint=cp)
+    follow_move(x.wal, y.wal, str(cp))
+    write_pointer(str(cp), y.wal.location)
+    for b in (4, 5):
+        spark_planned(cp, b)
+        y.sealed(b)
+        spark_committed(y, b)
+        y.flush(b)
+    y.close()
+
+    report = repair(x.wal, str(cp), 2, rewrite=True)
+    assert x.wal.read_moved() == (y.wal.location, 1)
+    assert report.plan.wals[0].markers["moved.json after"] == [3, 1]
+    for b in range(2, 6):                            # Spark re-runs 2.. through Y
+        spark_planned(cp, b)
+        y.sealed(b)
+        spark_committed(y, b)
+        y.flush(b)
+    y.close()
+    with WalLog.open_writer(x.wal) as log:
+        broken = [(v.batch, v.detail) for v in catalog.describe(x.wal, log, str(cp))
+                  if v.action == catalog.BROKEN]
+    refused = None
+    try:
+        follow_move(y.wal, x.wal, str(cp))           # a move back to X
+    except WalMoveRefused as exc:
+        refused = exc.pending
+    assert (broken, refused) == ([], None), (
+        f"X, moved away from after batch 3, now blocks on {broken}; a move back to it is "
+        f"refused for {refused}")
+    assert x.wal.read_flushed_through() == 5
+
+
+def test_a_wal_of_the_checkpoint_with_no_target_yet_is_a_run_the_lock_cannot_see(tmp_path,
+                                                                               capsys):
+    """The repair's lock is the flusher's, and a live run whose flusher has not started (its
+    first batch through a WAL still staging: no target recorded yet) holds none (the gap
+    c8f8d06 closed for recover). Here a foreachBatch function writes table u for the first
+    time: u's WAL is pointed at and stages batch 4, no target yet. The repair moved that
+    batch's segments and Spark's offsets/4 from under the live run. It now refuses, changing
+    nothing, unless --force says no run of the query is live."""
+    from wal.pointer import write_pointer
+
+    f, cp = build(tmp_path)
+    u = WalFactory(tmp_path / "u", checkpoint=cp)
+    os.unlink(u.wal.target_file)                      # no batch recorded its target yet
+    write_pointer(str(cp), u.wal.location, ("ks", "u"))
+    live = u.staged(4, rows=(2,))                     # the live run's batch, still staging
+    u.close()
+
+    def u_files():
+        return {p: h for p, h in tree(tmp_path / "u").items() if not p.startswith("log/")}
+
+    before = everything(f, cp), u_files()
+    with pytest.raises(RepairRefused) as info:
+        repair(f.wal, str(cp), 1)
+    assert "no target" in info.value.reason and "--force" in info.value.hint
+    assert (everything(f, cp), u_files()) == before
+    code, _out, err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1,
+                          "--dry-run")
+    assert code == 1 and "--force" in err
+    assert all(os.path.exists(u.wal.segment_path(s.name)) for s in live.segments)
+    code, _out, _err = cli(capsys, "repair", f.root, "--checkpoint", cp, "--from", 1,
+                           "--force")
+    assert code == 0
+    assert not any(os.path.exists(u.wal.segment_path(s.name)) for s in live.segments)
