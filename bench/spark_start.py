@@ -43,24 +43,7 @@ MEASURE = r'''
 import json, os, sys, tempfile, time
 from pathlib import Path
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
-
-class Writer(DataSourceStreamWriter):
-    def write(self, iterator):
-        for _ in iterator:
-            pass
-        return WriterCommitMessage()
-    def commit(self, messages, batchId):
-        pass
-    def abort(self, messages, batchId):
-        pass
-
-class Nothing(DataSource):
-    @classmethod
-    def name(cls):
-        return "nothing"
-    def streamWriter(self, schema, overwrite):
-        return Writer()
+from tests.helpers.spark_class_archive import nothing_source
 
 folder = Path(tempfile.mkdtemp())
 (folder / "in").mkdir()
@@ -75,7 +58,7 @@ spark = (SparkSession.builder.master("local[2]").appName("spark-start")
          .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
          .config("spark.driver.extraJavaOptions", sys.argv[1]).getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
-spark.dataSource.register(Nothing)
+spark.dataSource.register(nothing_source())
 up = time.monotonic() - t0
 t1 = time.monotonic()
 query = (spark.readStream.schema("id INT, v STRING").option("maxFilesPerTrigger", 1)
@@ -102,7 +85,7 @@ def measure(archive: bool, venv_pyspark: bool) -> dict:
                           if archive else "")
     env = spark_environment() if venv_pyspark else dict(os.environ)
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    out = subprocess.run([sys.executable, "-c", MEASURE, options], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", MEASURE, options], env=env, check=True, cwd=REPO,
                          capture_output=True, text=True, timeout=300).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -13,12 +13,16 @@ from pathlib import Path
 from tests.helpers.spark_session import FAST_JVM, local_builder
 
 
-def main(out: str) -> int:
+def nothing_source():
+    """A Python data source, ``nothing``, whose batch and streaming writers take every row and
+    write nothing (defined in a function: Spark's workers get it by value, importing nothing)."""
     from pyspark.sql.datasource import (DataSource, DataSourceStreamWriter, DataSourceWriter,
                                         WriterCommitMessage)
 
     class Writer(DataSourceWriter, DataSourceStreamWriter):
         def write(self, iterator):
+            for _ in iterator:
+                pass
             return WriterCommitMessage()
 
         def commit(self, messages, batchId=None):
@@ -38,10 +42,14 @@ def main(out: str) -> int:
         def streamWriter(self, schema, overwrite):
             return Writer()
 
+    return Nothing
+
+
+def main(out: str) -> int:
     spark = (local_builder("cassandra-wal-class-archive")
              .config("spark.driver.extraJavaOptions", f"{FAST_JVM} -XX:ArchiveClassesAtExit={out}")
              .getOrCreate())
-    spark.dataSource.register(Nothing)
+    spark.dataSource.register(nothing_source())
     with tempfile.TemporaryDirectory() as folder:
         data = Path(folder) / "in"
         data.mkdir()
