@@ -52,7 +52,9 @@ looks like one Spark never will. So recover writes what Spark committed and leav
 unless --force says no run of the query is live anywhere.
 
 exit codes: 0 done (or plan printed), 1 a flush failed (Cassandra down, lock held),
-            2 usage, 3 corruption: a batch cannot be replayed (named), see docs/runbook.md
+            2 usage, 3 a batch cannot be replayed (named): corruption, or a column dropped
+            since its seal (the error names the cassandra-wal amend to run), see
+            docs/runbook.md
 
 Examples:
   cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1 --dry-run

@@ -29,16 +29,19 @@ class RecoveryBlocked(RecoveryError):
         return f"{msg}. {self.way_forward}" if self.way_forward else msg
 
 
-class ColumnDroppedAfterSeal(RecoveryError):
-    """A sealed batch writes a column that was dropped after the batch was sealed: Cassandra
-    hides every cell of it written at or before the drop, even once the column is added
-    again, so the batch cannot land as sealed. No retry cures it; an operator chooses
-    (:mod:`wal.amendments`, ``cassandra-wal amend``)."""
+class ColumnDroppedAfterSeal(RecoveryBlocked):
+    """A sealed batch writes a column dropped at or after the write timestamps of its values:
+    Cassandra hides every cell of it written at or before the drop, even once the column is
+    added again, so the batch cannot land as sealed. No retry cures it; an operator chooses
+    (:mod:`wal.amendments`, ``cassandra-wal amend``). A :class:`RecoveryBlocked`: replay stops
+    there, and ``cassandra-wal recover`` says so with its exit code for a batch it cannot
+    replay."""
 
     def __init__(self, batch: int, wal: str, columns: list, user_timestamps: bool):
-        super().__init__(batch, wal, columns, user_timestamps)
+        RecoveryError.__init__(self, batch, wal, columns, user_timestamps)
         self.batch, self.wal, self.user_timestamps = batch, wal, user_timestamps
         self.columns = [tuple(c) for c in columns]     # (column, drop time µs)
+        self.detail, self.way_forward = "", ""
 
     def __str__(self) -> str:
         names = ", ".join(c for c, _ in self.columns)

@@ -51,7 +51,8 @@ from wal.retention import RetentionPolicy
 from wal.seal import Seal
 
 from . import events
-from .errors import SINK_ERRORS, RecoveryBlocked, is_shutdown_error, is_transient
+from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_shutdown_error,
+                     is_transient)
 from .executors import ExecutorsWriter, SparkJobs
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
 from .output import CassandraOutput
@@ -331,7 +332,9 @@ class QueryFlusher:
         """Nothing later may be flushed before this batch: say so where the next commit sees
         it (blocked.json), so the query fails with the reason instead of staging forever."""
         reason = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, RecoveryBlocked):   # its own text names the runbook's remedy
+        # A RecoveryBlocked's own text names the runbook's remedy; a drop's block clears too
+        # once the operator's amendment lets the flusher get past.
+        if not isinstance(exc, RecoveryBlocked) or isinstance(exc, ColumnDroppedAfterSeal):
             reason = f"{reason}; {BLOCK_REMEDY}"
         if reason != self._blocked_reason:   # retried every few seconds: say it once
             # An error of no family of ours is a bug: its traceback is what to report.

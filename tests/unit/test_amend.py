@@ -284,3 +284,31 @@ def test_amend_does_not_take_over_an_amendment_of_another_seal(tmp_path, monkeyp
     assert main(["amend", f.root, "--batch", "0", "--restamp"]) == 0
     got = read_amendment(f.wal, 0)
     assert got.seal_id == "seal-0000" and got.without_columns == ()
+
+
+# -- the tools' errors (issue 31, item 3, after the simulation's changes) --------------------------
+def test_recover_of_a_wal_a_drop_blocks_names_the_batch_the_column_and_amend(
+        tmp_path, monkeypatch, capsys):
+    """recover met ColumnDroppedAfterSeal, neither a RecoveryBlocked nor a WalError: it left
+    cli.main as a traceback, with no exit code. It is recover's 'a batch cannot be replayed'
+    (exit 3), naming the batch, the column and the command that unblocks it."""
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+    code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "batch 0 writes id, dropped after" in err
+    assert f"cassandra-wal amend {f.root} --batch 0 --without-column id" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    from wal.seal import read_seal
+    assert read_seal(f.wal, 0) is not None             # nothing written, nothing dropped
+
+
+def test_a_drop_block_is_a_recovery_block_that_survives_pickling():
+    import pickle
+
+    from recovery.errors import RecoveryBlocked
+
+    exc = ColumnDroppedAfterSeal(3, "/w", [("v", 5)], user_timestamps=False)
+    back = pickle.loads(pickle.dumps(exc))
+    assert isinstance(back, RecoveryBlocked) and str(back) == str(exc)
+    assert back.columns == [("v", 5)] and not is_transient(back)
