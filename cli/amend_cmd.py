@@ -16,6 +16,7 @@ from cli.location import WAL_DIR_HELP, shown, working_wal
 from cli.render import table
 from cql import credentials
 from cql.credentials import ENV_PASSWORD, ENV_USERNAME
+from cql.errors import ConnectionFailed, is_transient_answer
 from recovery.output import CassandraOutput
 from recovery.target import RecordedTarget, Target
 from wal import catalog
@@ -48,8 +49,9 @@ EPILOG = f"""\
 Credentials for --restamp as for recover: --username, the password in ${ENV_PASSWORD} (or
 the variable --password-env names); connection settings as target.json recorded them.
 
-exit codes: 0 amended (or plan printed), 1 refused (why and what to do on stderr), 2 usage,
-            3 the WAL cannot be read
+exit codes: 0 amended (or plan printed), 1 refused, or Cassandra unreachable for --restamp
+            (why and what to do on stderr; nothing recorded), 2 usage, 3 the WAL cannot be
+            read
 
 Examples:
   cassandra-wal amend /data/wal --pending --without-column notes --dry-run
@@ -196,6 +198,16 @@ def run(args) -> int:
     output = CassandraOutput(_target(wal, args)) if args.restamp else None
     try:
         amendments = plan(wal, views, args, output)
+    except Exception as exc:  # noqa: BLE001 - Cassandra away is said; anything else raised
+        if not isinstance(exc, ConnectionFailed) and not is_transient_answer(exc):
+            raise
+        hosts = ", ".join(output.current_target().config.connection.hosts)
+        said = str(exc) if isinstance(exc, ConnectionFailed) else \
+            f"Cassandra at {hosts} did not answer: {type(exc).__name__}: {exc}"
+        raise CliError(f"{said}: --restamp reads the drop times from the cluster, so nothing "
+                       f"was recorded", f"run it again once Cassandra answers at {hosts} (the "
+                       "contact points target.json recorded); --without-column needs no "
+                       "connection") from None
     finally:
         if output is not None:
             output.close()

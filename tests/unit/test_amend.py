@@ -312,3 +312,51 @@ def test_a_drop_block_is_a_recovery_block_that_survives_pickling():
     back = pickle.loads(pickle.dumps(exc))
     assert isinstance(back, RecoveryBlocked) and str(back) == str(exc)
     assert back.columns == [("v", 5)] and not is_transient(back)
+
+
+@pytest.mark.parametrize("away", ["connect", "query"])
+def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
+        tmp_path, monkeypatch, capsys, away):
+    """--restamp asks the cluster for the drop times. Cassandra away, ConnectionFailed (or
+    the driver's NoHostAvailable on the query) left cli.main as a traceback."""
+    from cassandra.cluster import NoHostAvailable
+
+    from cql.errors import ConnectionFailed
+
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+
+    def refused(conn):
+        raise ConnectionFailed(conn.hosts, "Connection refused")
+
+    class Away:
+        def execute(self, cql, parameters=None):
+            raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
+
+    monkeypatch.setattr(output_module, "connect", refused if away == "connect" else (
+        lambda conn: (SimpleNamespace(shutdown=lambda: None), Away())))
+    code = main(["amend", f.root, "--pending", "--restamp"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    hosts = ", ".join(target().config.connection.hosts)
+    assert f"Cassandra at {hosts}" in err and "nothing was recorded" in err
+    assert "Traceback" not in err
+    assert read_amendment(f.wal, 0) is None and read_amendment(f.wal, 1) is None
+
+
+def test_recover_with_cassandra_away_at_the_dropped_columns_query_exits_1(
+        tmp_path, monkeypatch, capsys):
+    """The driver's NoHostAvailable on the dropped-columns query (connected, then the node
+    went away) left recover as a traceback."""
+    from cassandra.cluster import NoHostAvailable
+
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+
+    class Away:
+        def execute(self, cql, parameters=None):
+            raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
+
+    monkeypatch.setattr(output_module, "connect", lambda conn: (
+        SimpleNamespace(shutdown=lambda: None), Away()))
+    code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Cassandra did not answer" in err and "Traceback" not in err
