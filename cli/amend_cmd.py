@@ -50,8 +50,8 @@ Credentials for --restamp as for recover: --username, the password in ${ENV_PASS
 the variable --password-env names); connection settings as target.json recorded them.
 
 exit codes: 0 amended (or plan printed), 1 refused, or Cassandra unreachable for --restamp
-            (why and what to do on stderr; nothing recorded), 2 usage, 3 the WAL cannot be
-            read
+            (why and what to do on stderr; nothing recorded), or the disk refused to record
+            it (full: run it again with room), 2 usage, 3 the WAL cannot be read
 
 Examples:
   cassandra-wal amend /data/wal --pending --without-column notes --dry-run
@@ -190,6 +190,19 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
     return out
 
 
+def _storage_error(wal: WalDir, exc: OSError, batch: int, recorded: list[int]) -> CliError:
+    """The disk holding the WAL refused an amendment's write (full, read-only, failing): a
+    storage error, as the log's (exit 1), not a WAL that cannot be read."""
+    where = os.fsdecode(exc.filename) if exc.filename else wal.amendments
+    done = (f"the amendments of batches {', '.join(map(str, sorted(recorded)))} were "
+            f"recorded, not those of batch {batch} and earlier" if recorded
+            else "nothing was recorded")
+    return CliError(f"{where}: {exc.strerror or exc}: the disk holding the WAL refused the "
+                    f"amendment of batch {batch}; {done}",
+                    "run the same command again once that disk has room (or is writable "
+                    "again): it records what is missing")
+
+
 def run(args) -> int:
     wal = working_wal(args.wal_dir)
     given = args.checkpoint or (RecordedTarget.read(wal) or RecordedTarget(None)).checkpoint_location
@@ -214,8 +227,13 @@ def run(args) -> int:
     if not args.dry_run:
         # Newest first: cut short (Ctrl-C, a store's error), every batch left as sealed is
         # below every batch re-stamped already, never above a later one.
+        recorded: list[int] = []
         for amendment in reversed(amendments):
-            write_amendment(wal, amendment)
+            try:
+                write_amendment(wal, amendment)
+            except OSError as exc:
+                raise _storage_error(wal, exc, amendment.batch, recorded) from None
+            recorded.append(amendment.batch)
     rows = [(a.batch, ", ".join(a.without_columns) or "-",
              a.base_ts_us if a.base_ts_us is not None else "as sealed", a.reason)
             for a in amendments]

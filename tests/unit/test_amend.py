@@ -360,3 +360,26 @@ def test_recover_with_cassandra_away_at_the_dropped_columns_query_exits_1(
     code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
     err = capsys.readouterr().err
     assert code == 1 and "Cassandra did not answer" in err and "Traceback" not in err
+
+
+def test_amend_on_a_full_disk_says_so_and_exits_as_a_storage_error(
+        tmp_path, monkeypatch, capsys):
+    """The disk refusing the amendment's write exited 3, which amend --help calls 'the WAL
+    cannot be read'. It is a storage error, exit 1 as the log's are (WalStorageError): the
+    path, the disk's answer, what was recorded (nothing) and to run it again with room."""
+    import errno
+
+    import wal.amendments as amendments_module
+
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+
+    def full(path, data, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(amendments_module, "atomic_write", full)
+    code = main(["amend", f.root, "--pending", "--without-column", "id"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "No space left on device" in err and f.wal.amendment_path(1) in err
+    assert "nothing was recorded" in err and "room" in err and "cannot be read" not in err
+    assert read_amendment(f.wal, 0) is None and read_amendment(f.wal, 1) is None
