@@ -17,11 +17,12 @@ from cli.render import table
 from cql import credentials
 from cql.credentials import ENV_PASSWORD, ENV_USERNAME
 from cql.errors import ConnectionFailed, is_transient_answer
-from recovery.output import CassandraOutput
+from recovery.output import CassandraOutput, segment_rows
 from recovery.target import RecordedTarget, Target
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
+from wal.errors import SegmentMissing
 from wal.layout import WalDir
 from wal.seal import Seal, next_base_timestamp
 
@@ -159,7 +160,8 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
         view = views[batch]
         seal = _seal(view)
         current = amended(wal, seal)
-        hidden = output.dropped_after_seal(current) if batch in chosen else []
+        hidden = output.dropped_after_seal(current, lambda: _rows(wal, seal)) \
+            if batch in chosen else []
         # Above every earlier batch as it is written (one re-stamped before included), and
         # above what this plan re-stamps before it.
         floor = max(next_base_timestamp(wal, batch, clock_us=0), next_base or 0)
@@ -201,6 +203,16 @@ def _storage_error(wal: WalDir, exc: OSError, batch: int, recorded: list[int]) -
                     f"amendment of batch {batch}; {done}",
                     "run the same command again once that disk has room (or is writable "
                     "again): it records what is missing")
+
+
+def _rows(wal: WalDir, seal: Seal):
+    """The batch's rows, from its segments (for the user's own write timestamps)."""
+    try:
+        yield from segment_rows(wal, seal)
+    except SegmentMissing:
+        raise CliError(f"batch {seal.batch}'s segments went away while amend read them (the "
+                       f"running query wrote the batch meanwhile?); nothing was recorded",
+                       "run it again") from None
 
 
 def run(args) -> int:

@@ -53,7 +53,9 @@ class ColumnDroppedAfterSeal(RecoveryBlocked):
             ways += (f"; or write it at timestamps above the drop, so that its rows win over "
                      f"what was written to their keys since: cassandra-wal amend {self.wal} "
                      f"--batch {self.batch} --restamp")
-        return (f"batch {self.batch} writes {names}, dropped after the batch was sealed "
+        when = ("the write timestamps its rows carry (their own writetime values)"
+                if self.user_timestamps else "the batch was sealed")
+        return (f"batch {self.batch} writes {names}, dropped after {when} "
                 f"({first}): Cassandra hides every cell of a dropped column written before the "
                 f"drop, even once the column is added again, so re-adding it would lose these "
                 f"values silently. Choose: {ways} (docs/runbook.md, 'A column dropped while "

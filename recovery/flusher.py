@@ -55,7 +55,7 @@ from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_sh
                      is_transient)
 from .executors import ExecutorsWriter, SparkJobs
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
-from .output import CassandraOutput
+from .output import CassandraOutput, logged_rows
 from .recover import open_writer_waiting
 from .replay import RUNBOOK_LOST, Replayer, WrittenBatch
 from .target import RecordedTarget, Target
@@ -259,7 +259,8 @@ class QueryFlusher:
         """Before a batch's rows are written: refuse a batch a dropped column would hide
         (:func:`check_not_dropped`), and say once that a batch an earlier release sealed with
         a non-frozen list column is written at least once."""
-        self.output.check_not_dropped(seal, self.wal.location)
+        self.output.check_not_dropped(seal, self.wal.location,
+                                      rows=lambda: logged_rows(self.log, seal.batch))
         if seal.batch in self._lists_said:
             return
         columns = self.target.unaccepted_lists(seal.write)
