@@ -16,11 +16,13 @@ from cli.location import WAL_DIR_HELP, shown, working_wal
 from cli.render import table
 from cql import credentials
 from cql.credentials import ENV_PASSWORD, ENV_USERNAME
-from recovery.output import CassandraOutput
+from cql.errors import ConnectionFailed, is_transient_answer
+from recovery.output import CassandraOutput, segment_rows
 from recovery.target import RecordedTarget, Target
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
+from wal.errors import SegmentMissing
 from wal.layout import WalDir
 from wal.seal import Seal, next_base_timestamp
 
@@ -50,8 +52,9 @@ EPILOG = f"""\
 Credentials for --restamp as for recover: --username, the password in ${ENV_PASSWORD} (or
 the variable --password-env names); connection settings as target.json recorded them.
 
-exit codes: 0 amended (or plan printed), 1 refused (why and what to do on stderr), 2 usage,
-            3 the WAL cannot be read
+exit codes: 0 amended (or plan printed), 1 refused, or Cassandra unreachable for --restamp
+            (why and what to do on stderr; nothing recorded), or the disk refused to record
+            it (full: run it again with room), 2 usage, 3 the WAL cannot be read
 
 Examples:
   cassandra-wal amend /data/wal --pending --without-column notes --dry-run
@@ -159,7 +162,8 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
         view = views[batch]
         seal = _seal(view)
         current = amended(wal, seal)
-        hidden = output.dropped_after_seal(current) if batch in chosen else []
+        hidden = output.dropped_after_seal(current, lambda: _rows(wal, seal)) \
+            if batch in chosen else []
         # Above every earlier batch as it is written (one re-stamped before included), and
         # above what this plan re-stamps before it.
         floor = max(next_base_timestamp(wal, batch, clock_us=0), next_base or 0)
@@ -190,6 +194,29 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
     return out
 
 
+def _storage_error(wal: WalDir, exc: OSError, batch: int, recorded: list[int]) -> CliError:
+    """The disk holding the WAL refused an amendment's write (full, read-only, failing): a
+    storage error, as the log's (exit 1), not a WAL that cannot be read."""
+    where = os.fsdecode(exc.filename) if exc.filename else wal.amendments
+    done = (f"the amendments of batches {', '.join(map(str, sorted(recorded)))} were "
+            f"recorded, not those of batch {batch} and earlier" if recorded
+            else "nothing was recorded")
+    return CliError(f"{where}: {exc.strerror or exc}: the disk holding the WAL refused the "
+                    f"amendment of batch {batch}; {done}",
+                    "run the same command again once that disk has room (or is writable "
+                    "again): it records what is missing")
+
+
+def _rows(wal: WalDir, seal: Seal):
+    """The batch's rows, from its segments (for the user's own write timestamps)."""
+    try:
+        yield from segment_rows(wal, seal)
+    except SegmentMissing:
+        raise CliError(f"batch {seal.batch}'s segments went away while amend read them (the "
+                       f"running query wrote the batch meanwhile?); nothing was recorded",
+                       "run it again") from None
+
+
 def run(args) -> int:
     wal = working_wal(args.wal_dir)
     given = args.checkpoint or (RecordedTarget.read(wal) or RecordedTarget(None)).checkpoint_location
@@ -198,14 +225,29 @@ def run(args) -> int:
     output = CassandraOutput(_target(wal, args)) if args.restamp else None
     try:
         amendments = plan(wal, views, args, output)
+    except Exception as exc:  # noqa: BLE001 - Cassandra away is said; anything else raised
+        if not isinstance(exc, ConnectionFailed) and not is_transient_answer(exc):
+            raise
+        hosts = ", ".join(output.current_target().config.connection.hosts)
+        said = str(exc) if isinstance(exc, ConnectionFailed) else \
+            f"Cassandra at {hosts} did not answer: {type(exc).__name__}: {exc}"
+        raise CliError(f"{said}: --restamp reads the drop times from the cluster, so nothing "
+                       f"was recorded", f"run it again once Cassandra answers at {hosts} (the "
+                       "contact points target.json recorded); --without-column needs no "
+                       "connection") from None
     finally:
         if output is not None:
             output.close()
     if not args.dry_run:
         # Newest first: cut short (Ctrl-C, a store's error), every batch left as sealed is
         # below every batch re-stamped already, never above a later one.
+        recorded: list[int] = []
         for amendment in reversed(amendments):
-            write_amendment(wal, amendment)
+            try:
+                write_amendment(wal, amendment)
+            except OSError as exc:
+                raise _storage_error(wal, exc, amendment.batch, recorded) from None
+            recorded.append(amendment.batch)
     rows = [(a.batch, ", ".join(a.without_columns) or "-",
              a.base_ts_us if a.base_ts_us is not None else "as sealed", a.reason)
             for a in amendments]

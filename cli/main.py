@@ -35,6 +35,8 @@ from cli import (
     status_cmd,
     verify_cmd,
 )
+from cql.errors import FlushFailed, SinkError
+from recovery.errors import RecoveryBlocked, RecoveryError
 from wal.errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
 
 COMMANDS = (inspect_cmd, status_cmd, dump_cmd, verify_cmd, recover_cmd, repair_cmd, amend_cmd)
@@ -52,7 +54,7 @@ exit codes:
   1  other errors (e.g. the batch asked for does not exist)
   2  bad usage
   3  corruption found, or WAL_DIR is not a WAL, has an unsupported (newer) format version,
-     or holds files that cannot be read
+     or holds files that cannot be read; recover: a batch that cannot be replayed (named)
   status: 0 healthy, 1 lagging, 2 blocked (see 'cassandra-wal status --help')
 
 Examples:
@@ -150,10 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         _error(exc.message, exc.hint)
         return EXIT_ERROR
-    except (NotAWal, UnsupportedFormat, WalCorrupted) as exc:
+    except (NotAWal, UnsupportedFormat, WalCorrupted, RecoveryBlocked) as exc:
+        # RecoveryBlocked: a batch no retry can write (a column dropped since its seal:
+        # ColumnDroppedAfterSeal), named with its remedy, as recover says it
         _error(str(exc))
         return EXIT_CORRUPT
-    except WalError as exc:
+    except (WalError, RecoveryError, SinkError, FlushFailed) as exc:
+        # the sink's own errors say what failed and what to do: never a traceback
         _error(str(exc))
         return EXIT_ERROR
     except BrokenPipeError:

@@ -16,7 +16,7 @@ from cli.location import WAL_DIR_HELP, working_wal
 from cli.render import table
 from cql import credentials
 from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
-from cql.errors import ConnectionFailed, FlushFailed
+from cql.errors import ConnectionFailed, FlushFailed, is_transient_answer
 from recovery.errors import RecoveryBlocked
 from recovery.recover import replay_wal
 from recovery.replay import Progress
@@ -52,7 +52,9 @@ looks like one Spark never will. So recover writes what Spark committed and leav
 unless --force says no run of the query is live anywhere.
 
 exit codes: 0 done (or plan printed), 1 a flush failed (Cassandra down, lock held),
-            2 usage, 3 corruption: a batch cannot be replayed (named), see docs/runbook.md
+            2 usage, 3 a batch cannot be replayed (named): corruption, or a column dropped
+            since its seal (the error names the cassandra-wal amend to run), see
+            docs/runbook.md
 
 Examples:
   cassandra-wal recover /data/wal --checkpoint /data/checkpoints/q1 --dry-run
@@ -183,6 +185,13 @@ def run(args) -> int:
         return EXIT_CORRUPT
     except (FlushFailed, ConnectionFailed) as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - Cassandra away is said; anything else raised
+        if not is_transient_answer(exc):
+            raise
+        # the dropped-columns query before a batch, met by an outage
+        print(f"cassandra-wal: error: Cassandra did not answer: {type(exc).__name__}: {exc}; "
+              f"run it again once it does", file=sys.stderr)
         return EXIT_ERROR
     left = report.waiting_at
     if args.json:

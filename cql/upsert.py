@@ -199,7 +199,7 @@ class Upserter:
         weights = self._weights if self._by_replicas else None
         columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
         if self.write.writetime_column:
-            stamps = _micros(batch.column(self.write.writetime_column))
+            stamps = micros(batch.column(self.write.writetime_column))
             columns.append(fixed_width(stamps.fill_null(0).to_numpy(), ">i8", stamps))
         elif self.write.writetime_micros is not None:
             columns.append([_BIGINT.pack(self.write.writetime_micros)] * n)
@@ -598,7 +598,8 @@ def _aged_row(values: Sequence, shift: int, regular: Sequence[int]) -> tuple | N
     return tuple(values[:-1]) + (_INT.pack(left - shift),)
 
 
-def _micros(column: pa.Array) -> pa.Array:
+def micros(column: pa.Array) -> pa.Array:
+    """A ``writetime`` column's values as µs since the epoch (int64)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if pa.types.is_timestamp(column.type):

@@ -29,20 +29,23 @@ class RecoveryBlocked(RecoveryError):
         return f"{msg}. {self.way_forward}" if self.way_forward else msg
 
 
-class ColumnDroppedAfterSeal(RecoveryError):
-    """A sealed batch writes a column that was dropped after the batch was sealed: Cassandra
-    hides every cell of it written at or before the drop, even once the column is added
-    again, so the batch cannot land as sealed. No retry cures it; an operator chooses
-    (:mod:`wal.amendments`, ``cassandra-wal amend``)."""
+class ColumnDroppedAfterSeal(RecoveryBlocked):
+    """A sealed batch writes a column dropped at or after the write timestamps of its values:
+    Cassandra hides every cell of it written at or before the drop, even once the column is
+    added again, so the batch cannot land as sealed. No retry cures it; an operator chooses
+    (:mod:`wal.amendments`, ``cassandra-wal amend``). A :class:`RecoveryBlocked`: replay stops
+    there, and ``cassandra-wal recover`` says so with its exit code for a batch it cannot
+    replay."""
 
     def __init__(self, batch: int, wal: str, columns: list, user_timestamps: bool,
                  adds: list = ()):
-        super().__init__(batch, wal, columns, user_timestamps, adds)
+        RecoveryError.__init__(self, batch, wal, columns, user_timestamps, adds)
         self.batch, self.wal, self.user_timestamps = batch, wal, user_timestamps
         self.columns = [tuple(c) for c in columns]     # (column, drop time µs)
         # The CQL giving the table each column again (recovery.output.added_again): a
         # re-stamped batch still writes them, refused while the table has none of that name.
         self.adds = list(adds)
+        self.detail, self.way_forward = "", ""
 
     def __str__(self) -> str:
         names = ", ".join(c for c, _ in self.columns)
@@ -58,7 +61,9 @@ class ColumnDroppedAfterSeal(RecoveryError):
                      f"if the table has {them} no more, add {them} again first, or Cassandra "
                      f"refuses the batch"
                      + (": " + "; ".join(self.adds) if self.adds else "") + ")")
-        return (f"batch {self.batch} writes {names}, dropped after the batch was sealed "
+        when = ("the write timestamps its rows carry (their own writetime values)"
+                if self.user_timestamps else "the batch was sealed")
+        return (f"batch {self.batch} writes {names}, dropped after {when} "
                 f"({first}): Cassandra hides every cell of a dropped column written before the "
                 f"drop, even once the column is added again, so re-adding it would lose these "
                 f"values silently. Choose: {ways} (docs/runbook.md, 'A column dropped while "

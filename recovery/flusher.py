@@ -51,10 +51,11 @@ from wal.retention import RetentionPolicy
 from wal.seal import Seal
 
 from . import events
-from .errors import SINK_ERRORS, RecoveryBlocked, is_shutdown_error, is_transient
+from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_shutdown_error,
+                     is_transient)
 from .executors import ExecutorsWriter, SparkJobs
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
-from .output import CassandraOutput
+from .output import CassandraOutput, logged_rows
 from .recover import open_writer_waiting
 from .replay import RUNBOOK_LOST, Replayer, WrittenBatch
 from .target import RecordedTarget, Target
@@ -258,7 +259,8 @@ class QueryFlusher:
         """Before a batch's rows are written: refuse a batch a dropped column would hide
         (:func:`check_not_dropped`), and say once that a batch an earlier release sealed with
         a non-frozen list column is written at least once."""
-        self.output.check_not_dropped(seal, self.wal.location)
+        self.output.check_not_dropped(seal, self.wal.location,
+                                      rows=lambda: logged_rows(self.log, seal.batch))
         if seal.batch in self._lists_said:
             return
         columns = self.target.unaccepted_lists(seal.write)
@@ -331,7 +333,9 @@ class QueryFlusher:
         """Nothing later may be flushed before this batch: say so where the next commit sees
         it (blocked.json), so the query fails with the reason instead of staging forever."""
         reason = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, RecoveryBlocked):   # its own text names the runbook's remedy
+        # A RecoveryBlocked's own text names the runbook's remedy; a drop's block clears too
+        # once the operator's amendment lets the flusher get past.
+        if not isinstance(exc, RecoveryBlocked) or isinstance(exc, ColumnDroppedAfterSeal):
             reason = f"{reason}; {BLOCK_REMEDY}"
         if reason != self._blocked_reason:   # retried every few seconds: say it once
             # An error of no family of ours is a bug: its traceback is what to report.

@@ -9,17 +9,25 @@ reopens it when a failure may have been the session's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cql import credentials
 from cql.connection import connect
 from cql.table import dropped_columns
-from cql.upsert import Upserter
+from cql.upsert import Upserter, micros
+from wal.log import WalLog
 from wal.seal import Seal
+from wal.segment import SegmentReader, decode_chunk
 
 from .errors import ColumnDroppedAfterSeal
 from .target import Target
+
+#: A batch's rows, as record batches (of the columns it staged, its writetime column too).
+RowsOf = Callable[[], Iterable[pa.RecordBatch]]
 
 
 class CassandraOutput:
@@ -45,6 +53,7 @@ class CassandraOutput:
         #: (recovery at query start holds the query's first batch: it gives up sooner, and
         #: the running flusher retries every few seconds); None: the option's.
         self.retries_at_most: int | None = None
+        self._smallest: dict[tuple, dict[str, int]] = {}   # _stamps, by seal and columns
 
     def current_target(self) -> Target:
         """The target with the newest credentials (what the executors' tasks get, too)."""
@@ -80,11 +89,19 @@ class CassandraOutput:
                                             on_retry=self.on_retry)
         return self._upserters[key]
 
-    def dropped_after_seal(self, seal: Seal) -> list[tuple[str, int]]:
-        """The columns ``seal`` writes that Cassandra dropped at or after the batch's write
-        timestamps (with its own ``writetime``: after it was sealed), each with the last
-        timestamp its drop hides: cells of them would stay hidden
-        (:func:`cql.table.dropped_columns`). Asked of the batch's cluster before each write."""
+    def dropped_after_seal(self, seal: Seal, rows: RowsOf | None = None
+                           ) -> list[tuple[str, int]]:
+        """The columns ``seal`` writes that Cassandra dropped at or after the write timestamps
+        of the batch's cells, each with the last timestamp its drop hides: cells of them would
+        stay hidden (:func:`cql.table.dropped_columns`). Asked of the batch's cluster before
+        each write.
+
+        The timestamps are the sink's (from ``base_ts_us``: the first row's is the smallest),
+        the constant ``writetime``, or, with a ``writetime`` column, the rows' own: for each
+        dropped column, the smallest of the rows with a value in it, read from ``rows()``
+        (the batch's record batches: :func:`logged_rows`, :func:`segment_rows`); never the
+        sealing driver's clock, which may run ahead of Cassandra's. Without ``rows``, every
+        dropped column such a batch writes counts (it may hide them)."""
         if seal.rows == 0:
             return []
         target = self.current_target().as_sealed(seal.write)
@@ -92,21 +109,41 @@ class CassandraOutput:
         dropped = dropped_columns(session, target.table.keyspace, target.table.table)
         if not dropped:
             return []
+        names = {c: target.table.resolve_column(c) or c for c in target.columns}
+        candidates = [c for c in target.columns if names[c] in dropped]
+        if not candidates:
+            return []
         write = target.config.write
-        first = (write.writetime_micros if write.writetime_micros is not None
-                 else seal.sealed_at_us if write.writetime_column else seal.base_ts_us)
-        out = []
-        for column in target.columns:
-            name = target.table.resolve_column(column) or column
-            if name in dropped and dropped[name] >= first:
-                out.append((column, dropped[name]))
-        return out
+        if write.writetime_column and write.writetime_micros is None:
+            first = self._stamps(seal, write.writetime_column, candidates, rows)
+        else:
+            base = (write.writetime_micros if write.writetime_micros is not None
+                    else seal.base_ts_us)
+            first = {c: base for c in candidates}
+        return [(c, dropped[names[c]]) for c in candidates
+                if c in first and dropped[names[c]] >= first[c]]
 
-    def check_not_dropped(self, seal: Seal, wal_location: str) -> None:
+    def _stamps(self, seal: Seal, stamp_column: str, columns: list[str],
+                rows: RowsOf | None) -> dict[str, int]:
+        """Each of ``columns`` -> the smallest write timestamp of a row of ``seal``'s batch
+        with a value in it (a column no row has a value in: absent); read once per seal and
+        columns (a blocked batch is tried again every few seconds)."""
+        if rows is None:
+            return {c: -(2**63) for c in columns}
+        key = (seal.batch, seal.seal_id, stamp_column, tuple(columns))
+        if key not in self._smallest:
+            if len(self._smallest) >= 64:
+                self._smallest.pop(next(iter(self._smallest)))
+            self._smallest[key] = smallest_stamps(rows(), stamp_column, columns)
+        return self._smallest[key]
+
+    def check_not_dropped(self, seal: Seal, wal_location: str,
+                          rows: RowsOf | None = None) -> None:
         """Raise :class:`~recovery.errors.ColumnDroppedAfterSeal` if a column ``seal`` writes
-        was dropped after it was sealed (:meth:`dropped_after_seal`; an operator's amendment,
-        already applied to ``seal``, may leave it out or write above the drop)."""
-        hidden = self.dropped_after_seal(seal)
+        was dropped after the write timestamps of its cells (:meth:`dropped_after_seal`; an
+        operator's amendment, already applied to ``seal``, may leave it out or write above
+        the drop)."""
+        hidden = self.dropped_after_seal(seal, rows)
         if hidden:
             target = self.current_target().as_sealed(seal.write)
             write = target.config.write
@@ -145,3 +182,33 @@ def added_again(table, hidden: list[tuple[str, int]]) -> list[str]:
             cql_type = "<its type>"
         out.append(f"ALTER TABLE {table.keyspace}.{table.table} ADD {name} {cql_type}")
     return out
+
+
+def smallest_stamps(rows: Iterable[pa.RecordBatch], stamp_column: str,
+                    columns: list[str]) -> dict[str, int]:
+    """Each of ``columns`` -> the smallest value of ``stamp_column`` (the user's write
+    timestamps, in µs) among the rows with a value in that column; a column no row has a
+    value in is absent (a null writes no cell a drop could hide that would be seen)."""
+    out: dict[str, int] = {}
+    for batch in rows:
+        stamps = micros(batch.column(stamp_column))
+        for column in columns:
+            present = pc.is_valid(batch.column(column))
+            low = pc.min(pc.filter(stamps, present)).as_py()
+            if low is not None and (column not in out or low < out[column]):
+                out[column] = low
+    return out
+
+
+def logged_rows(log: WalLog, batch: int) -> Iterable[pa.RecordBatch]:
+    """The rows of an ingested batch, from the log (what the writers send)."""
+    for chunk in log.chunks(batch):
+        yield decode_chunk(chunk.payload)
+
+
+def segment_rows(wal, seal: Seal) -> Iterable[pa.RecordBatch]:
+    """The rows of a sealed batch, from its staged segments (verified as they are read)."""
+    for ref in seal.segments:
+        reader = SegmentReader(wal.segment_path(ref.name), seal.batch, ref.partition, ref.name)
+        for chunk in reader.chunks():
+            yield chunk.record_batch()

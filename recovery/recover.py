@@ -19,7 +19,7 @@ from wal.log import WalLog
 from wal.seal import Seal
 
 from . import events
-from .output import CassandraOutput
+from .output import CassandraOutput, logged_rows
 from .replay import Progress, Replayer, ReplayReport
 from .target import Target
 
@@ -33,11 +33,12 @@ def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
             return WalLog.open_writer(wal)
 
 
-def _before_write(wal: WalDir, target: Target, output: CassandraOutput, seal: Seal) -> None:
+def _before_write(wal: WalDir, log: WalLog, target: Target, output: CassandraOutput,
+                  seal: Seal) -> None:
     """What the flusher does before a batch's rows: refuse a batch a dropped column would
     hide; say that a batch an earlier release sealed with a non-frozen list column is written
     at least once (each batch is written once in a replay of the whole WAL)."""
-    output.check_not_dropped(seal, wal.location)
+    output.check_not_dropped(seal, wal.location, rows=lambda: logged_rows(log, seal.batch))
     columns = target.unaccepted_lists(seal.write)
     if columns:
         events.lists_at_least_once(wal.root, seal.batch, columns)
@@ -58,7 +59,8 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,
-                          before_write=lambda seal: _before_write(wal, target, output, seal)
+                          before_write=lambda seal: _before_write(wal, wal_log, target, output,
+                                                                    seal)
                           ).run(query_running=not discard_uncommitted, crash_prefix=crash_prefix)
     finally:
         wal_log.close()

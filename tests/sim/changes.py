@@ -68,8 +68,9 @@ from .oracle import fmt
 from .patches import has_module
 
 ENV_CHANGES = "CASSANDRA_WAL_SIM_CHANGES"
-#: all: draw too what the sink fails today (an operator's recover of a WAL a drop blocks, an
-#: amend --restamp with Cassandra away: README.md, "Changes").
+#: all: draw too what older code fails (an operator's recover of a WAL a drop blocks, an
+#: amend --restamp with Cassandra away, a writetime batch's block decided by the sealing
+#: clock: README.md, "Changes"); drawn anyway when the code under test has the fixes.
 ENV_SCHEMA = "CASSANDRA_WAL_SIM_SCHEMA"
 KINDS = ("tables", "moves", "schema", "clusters")
 SHARE = 4
@@ -100,6 +101,33 @@ def knows_amend() -> bool:
     return has_module("wal.amendments") and has_module("cli.amend_cmd")
 
 
+def decides_by_cells() -> bool:
+    """The code under test decides a drop's block of a batch with the user's own ``writetime``
+    from the rows' timestamps, not from the sealing driver's clock (README.md, "Changes")."""
+    import inspect
+
+    try:
+        from recovery.output import CassandraOutput
+    except ImportError:
+        return False
+    method = getattr(CassandraOutput, "dropped_after_seal", None)
+    return method is not None and "rows" in inspect.signature(method).parameters
+
+
+def drop_errors_typed() -> bool:
+    """The code under test's ``recover`` says a drop's block with an exit code (a
+    ``RecoveryBlocked``), and ``amend --restamp`` says Cassandra is away (README.md,
+    "Changes")."""
+    try:
+        from recovery.errors import ColumnDroppedAfterSeal, RecoveryBlocked
+        import cli.amend_cmd
+    except ImportError:
+        return False
+    with open(cli.amend_cmd.__file__) as f:
+        return issubclass(ColumnDroppedAfterSeal, RecoveryBlocked) and \
+            "is_transient_answer" in f.read()
+
+
 def twin(table: str) -> str:
     return table[:-len(TWIN)] if table.endswith(TWIN) else table + TWIN
 
@@ -125,7 +153,9 @@ class Changes:
         self.follow = follows_moves()
         self.on = (self.tables or self.moves or self.schema or self.clusters) and \
             ("all" in parts or self.rng.randrange(SHARE) == 0)
-        self.held_back = os.environ.get(ENV_SCHEMA, "") != "all"
+        self.by_cells = decides_by_cells()
+        self.held_back = os.environ.get(ENV_SCHEMA, "") != "all" and not (
+            self.by_cells and drop_errors_typed())
         self.schema_changes = 0
         self.allowed: set[tuple[str, str]] = set()   # drop blocks found right (where, reason)
         self.final = False                # after the final recovery: nothing is held any more
@@ -265,8 +295,9 @@ class Changes:
     def hides(self, w, e) -> list[str]:
         """The columns of ``e`` (as amended) that a drop since hides, as the sink computes
         it (``recovery.output.dropped_after_seal``): dropped at or after its first write
-        timestamp (with its own ``writetime``: after it was sealed), the drop time to the end
-        of its millisecond."""
+        timestamp (with its own ``writetime``: the smallest of a row with a value in the
+        column; before the fix, :func:`decides_by_cells`: after it was sealed), the drop time
+        to the end of its millisecond."""
         if not w.node.dropped or e.seal is None or not e.expected:
             return []
         o = e.options
@@ -274,6 +305,15 @@ class Changes:
         if not drops:
             return []
         without = e.amendment.without_columns if e.amendment is not None else ()
+        if o.writetime and self.by_cells:
+            # the rows' own timestamps: per column, the smallest of a row with a value in it
+            first = {}
+            for x in e.expected:
+                for c, value in x.cells:
+                    if value is not None and x.ts < first.get(c, 2**63):
+                        first[c] = x.ts
+            return [c for c in o.written if c in drops and c not in without and c in first
+                    and drops[c] >= first[c]]
         first = e.seal.sealed_at_us if o.writetime else min(x.ts for x in e.expected)
         return [c for c in o.written if c in drops and c not in without and drops[c] >= first]
 
@@ -338,7 +378,8 @@ class Changes:
             if value is None or not w.node.hidden(write.table, column, write.ts):
                 continue
             drop = w.node.dropped[(write.table, column)]
-            if e is not None and e.options.writetime and self._sealed_after(w, e, column, drop):
+            if e is not None and e.options.writetime and not self.by_cells and \
+                    self._sealed_after(w, e, column, drop):
                 continue
             return (f"{e.label if e else 'a row'}: Cassandra got {fmt(write)}, whose {column} "
                     f"is hidden by the drop of {column} at {drop} µs: its value is lost "

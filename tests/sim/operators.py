@@ -207,6 +207,13 @@ class Operators:
             # a WAL no batch recorded a target in yet: nothing to write, said plainly
             self.counts[f"operators: recover, {kind}: no target"] += 1
             return "no target"
+        owners = self.wal_owners.get(location) or {q.owner}
+        if code == 3 and re.search(r"batch \d+ writes .+, dropped after", err.getvalue()) \
+                and "cassandra-wal amend" in err.getvalue() \
+                and self.changes.pending_drop(self, owners):
+            # a batch a drop hides: recover writes up to it and says so (README.md, "Changes")
+            self.counts[f"operators: recover, {kind}: blocked on a drop"] += 1
+            return "blocked on a drop"
         if code != 0:
             if calm and (code != 3 or not self._may_block(location)):
                 raise Violation("recover runs when nothing holds the WAL",

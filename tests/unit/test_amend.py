@@ -333,3 +333,180 @@ def test_amend_restamp_says_the_column_must_exist_again(tmp_path, monkeypatch, c
     assert "add it again before the flusher writes the batch" in capsys.readouterr().err
     assert main(["amend", f.root, "--pending", "--without-column", "id", "--dry-run"]) == 0
     assert "add it again" not in capsys.readouterr().err
+
+
+# -- the tools' errors (issue 31, item 3, after the simulation's changes) --------------------------
+def test_recover_of_a_wal_a_drop_blocks_names_the_batch_the_column_and_amend(
+        tmp_path, monkeypatch, capsys):
+    """recover met ColumnDroppedAfterSeal, neither a RecoveryBlocked nor a WalError: it left
+    cli.main as a traceback, with no exit code. It is recover's 'a batch cannot be replayed'
+    (exit 3), naming the batch, the column and the command that unblocks it."""
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+    code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "batch 0 writes id, dropped after" in err
+    assert f"cassandra-wal amend {f.root} --batch 0 --without-column id" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    from wal.seal import read_seal
+    assert read_seal(f.wal, 0) is not None             # nothing written, nothing dropped
+
+
+def test_a_drop_block_is_a_recovery_block_that_survives_pickling():
+    import pickle
+
+    from recovery.errors import RecoveryBlocked
+
+    exc = ColumnDroppedAfterSeal(3, "/w", [("v", 5)], user_timestamps=False)
+    back = pickle.loads(pickle.dumps(exc))
+    assert isinstance(back, RecoveryBlocked) and str(back) == str(exc)
+    assert back.columns == [("v", 5)] and not is_transient(back)
+
+
+@pytest.mark.parametrize("away", ["connect", "query"])
+def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
+        tmp_path, monkeypatch, capsys, away):
+    """--restamp asks the cluster for the drop times. Cassandra away, ConnectionFailed (or
+    the driver's NoHostAvailable on the query) left cli.main as a traceback."""
+    from cassandra.cluster import NoHostAvailable
+
+    from cql.errors import ConnectionFailed
+
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+
+    def refused(conn):
+        raise ConnectionFailed(conn.hosts, "Connection refused")
+
+    class Away:
+        def execute(self, cql, parameters=None):
+            raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
+
+    monkeypatch.setattr(output_module, "connect", refused if away == "connect" else (
+        lambda conn: (SimpleNamespace(shutdown=lambda: None), Away())))
+    code = main(["amend", f.root, "--pending", "--restamp"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    hosts = ", ".join(target().config.connection.hosts)
+    assert f"Cassandra at {hosts}" in err and "nothing was recorded" in err
+    assert "Traceback" not in err
+    assert read_amendment(f.wal, 0) is None and read_amendment(f.wal, 1) is None
+
+
+def test_recover_with_cassandra_away_at_the_dropped_columns_query_exits_1(
+        tmp_path, monkeypatch, capsys):
+    """The driver's NoHostAvailable on the dropped-columns query (connected, then the node
+    went away) left recover as a traceback."""
+    from cassandra.cluster import NoHostAvailable
+
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+
+    class Away:
+        def execute(self, cql, parameters=None):
+            raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
+
+    monkeypatch.setattr(output_module, "connect", lambda conn: (
+        SimpleNamespace(shutdown=lambda: None), Away()))
+    code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Cassandra did not answer" in err and "Traceback" not in err
+
+
+def test_amend_on_a_full_disk_says_so_and_exits_as_a_storage_error(
+        tmp_path, monkeypatch, capsys):
+    """The disk refusing the amendment's write exited 3, which amend --help calls 'the WAL
+    cannot be read'. It is a storage error, exit 1 as the log's are (WalStorageError): the
+    path, the disk's answer, what was recorded (nothing) and to run it again with room."""
+    import errno
+
+    import wal.amendments as amendments_module
+
+    f, _ = _wal_with_pending(tmp_path, monkeypatch)
+
+    def full(path, data, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(amendments_module, "atomic_write", full)
+    code = main(["amend", f.root, "--pending", "--without-column", "id"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "No space left on device" in err and f.wal.amendment_path(1) in err
+    assert "nothing was recorded" in err and "room" in err and "cannot be read" not in err
+    assert read_amendment(f.wal, 0) is None and read_amendment(f.wal, 1) is None
+
+
+# -- the user's own writetime: decided by the rows' timestamps, not the sealing clock ----------
+def _wt_rows(stamps: list[int], values: list | None = None):
+    import pyarrow as pa
+
+    n = len(stamps)
+    return pa.record_batch({
+        "id": pa.array(range(n), pa.int64()),
+        "name": pa.array(values if values is not None else [f"r{i}" for i in range(n)],
+                         pa.string()),
+        "value": pa.array([0.5] * n, pa.float64()),
+        "wt": pa.array(stamps, pa.int64())})
+
+
+def _wt_wal(tmp_path, monkeypatch, rows, sealed_at_us: int, drop_us: int):
+    f = WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp")
+    out = output_with(monkeypatch, Dropped(name=drop_us), writetime_column="wt")
+    out.target = dataclasses.replace(out.target, columns=("id", "name", "value"))
+    f.wal.write_target({"fingerprint": "f", "target": out.target.to_dict(),
+                        "checkpoint_location": str(tmp_path / "cp")})
+    built = f.ingested(0, rows=(rows,), write=out.target.write_record(),
+                       sealed_at_us=sealed_at_us)
+    return f, out, built.seal
+
+
+USER_TS = 1_700_000_000_000_000        # the rows' own write timestamps, long before the drop
+
+
+def test_a_writetime_batch_sealed_by_a_clock_ahead_blocks_on_its_rows_timestamps(
+        tmp_path, monkeypatch, capsys):
+    """Seeds 218 and 332 of the simulation: the driver's clock 40 s ahead seals the batch
+    'after' a drop that came after it; its rows carry their own timestamps, long before the
+    drop, so Cassandra hides their values of the re-added column. The check compared the drop
+    with sealed_at_us and let the batch land without them, silently."""
+    from recovery.output import logged_rows
+
+    drop_us = SEALED_AT + 5_000_000
+    f, out, seal = _wt_wal(tmp_path, monkeypatch, _wt_rows([USER_TS, USER_TS + 1]),
+                           sealed_at_us=drop_us + 40_000_000, drop_us=drop_us)
+    hidden = out.dropped_after_seal(seal, lambda: logged_rows(f.log, 0))
+    assert [c for c, _ in hidden] == ["name"]
+    with pytest.raises(ColumnDroppedAfterSeal) as info:
+        out.check_not_dropped(seal, f.root, rows=lambda: logged_rows(f.log, 0))
+    assert "batch 0 writes name, dropped after" in str(info.value)
+    assert "--restamp" not in str(info.value)
+    f.close()
+    # recover writes nothing of it and says so
+    code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
+    err = capsys.readouterr().err
+    assert code == 3 and "batch 0 writes name" in err and "--without-column name" in err
+
+
+def test_a_writetime_batch_whose_values_are_above_the_drop_lands(tmp_path, monkeypatch):
+    """Sealed before the drop (by its clock), but every row with a value in the column is
+    written above it: nothing is hidden, nothing blocks (the sealing clock said blocked)."""
+    from recovery.output import logged_rows
+
+    drop_us = SEALED_AT + 5_000_000
+    rows = _wt_rows([USER_TS, drop_us + 1_000, drop_us + 2_000], values=[None, "a", "b"])
+    f, out, seal = _wt_wal(tmp_path, monkeypatch, rows, sealed_at_us=SEALED_AT,
+                           drop_us=drop_us)
+    # the row below the drop has no value in name: no cell of it to hide
+    assert out.dropped_after_seal(seal, lambda: logged_rows(f.log, 0)) == []
+    f.close()
+
+
+def test_amend_restamp_reads_a_writetime_batchs_rows_from_its_segments(
+        tmp_path, monkeypatch, capsys):
+    """amend --restamp refuses a writetime batch its rows' timestamps put below the drop,
+    whatever the sealing clock said."""
+    drop_us = SEALED_AT + 5_000_000
+    f, out, seal = _wt_wal(tmp_path, monkeypatch, _wt_rows([USER_TS]),
+                           sealed_at_us=drop_us + 40_000_000, drop_us=drop_us)
+    f.close()
+    code = main(["amend", f.root, "--pending", "--restamp"])
+    err = capsys.readouterr().err
+    assert code == 1 and "own write timestamps" in err, err

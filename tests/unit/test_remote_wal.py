@@ -498,7 +498,7 @@ def _replaying(monkeypatch):
         def upserter(self, seal=None):
             return RecordingUpserter()
 
-        def check_not_dropped(self, seal, wal_location):
+        def check_not_dropped(self, seal, wal_location, rows=None):
             pass
 
         def close(self):

@@ -291,7 +291,7 @@ def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, cap
             return FakeUpserter(type("S", (), {"prepare": lambda s, q: None,
                                                "outage": Outage(None)})(), None, None, None)
 
-        def check_not_dropped(self, seal, wal_location):
+        def check_not_dropped(self, seal, wal_location, rows=None):
             pass
 
         def close(self):
