@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from recovery.flusher import QueryFlusher
+from tests.helpers.fake_cassandra import FakeCluster
 from tests.helpers.flush_fakes import target_flushed_by
 from tests.helpers.walfactory import WalFactory
 
@@ -43,7 +44,7 @@ def fake_cassandra(monkeypatch, flusher: QueryFlusher, outage: Outage) -> None:
             return []
 
     Session.outage = outage
-    cluster = type("Cluster", (), {"shutdown": lambda self: None})()
+    cluster = FakeCluster()
     names = type(flusher.output).upserter.__globals__   # wherever CassandraOutput lives
     monkeypatch.setitem(names, "connect", lambda conn: (cluster, Session()))
     monkeypatch.setitem(names, "Upserter", FakeUpserter)

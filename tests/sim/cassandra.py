@@ -1,18 +1,20 @@
-"""A simulated Cassandra node: the driver's side of the wire, in process, on the sim's clock.
+"""A simulated Cassandra node: the shared fake Cassandra (``tests/helpers/fake_cassandra.py``:
+its statements, session, cluster and cells) on the sim's clock, with the world's faults.
 
 ``SimSession.prepare`` returns a real driver ``PreparedStatement``; ``execute_async`` takes the
 ``BoundStatement`` or UNLOGGED ``BatchStatement`` the sink's ``Upserter`` builds, deserializes
 each bound value with its column's driver type, and applies it to an in-memory table with
-Cassandra's reconciliation: per (primary key, column) the cell with the highest write timestamp
-wins; on a tie a tombstone or expiring cell beats a plain live one, a tombstone an expiring
-one, then the later local deletion time, then the larger value bytes (Cassandra 4.0+
-``Cells.resolveRegular``, CASSANDRA-14592). A TTL expires on the simulated clock.
+Cassandra's reconciliation (``fake_cassandra.resolve``): per (primary key, column) the cell
+with the highest write timestamp wins; on a tie a tombstone or expiring cell beats a plain live
+one, a tombstone an expiring one, then the later local deletion time, then the larger value
+bytes (Cassandra 4.0+ ``Cells.resolveRegular``, CASSANDRA-14592). A TTL expires on the
+simulated clock.
 
-A non-frozen list is not one cell (:class:`ListCells`): as Cassandra does, each write of the
-whole list deletes the column's older cells (a deletion at its timestamp - 1) and appends a
-cell per element, named by a time-based id the node picks, so a row written twice at one
-timestamp holds its elements twice (CASSANDRA-11368; measured on 5.0.8). A frozen list is one
-cell like any other.
+A non-frozen list is not one cell (``fake_cassandra.ListCells``): as Cassandra does, each
+write of the whole list deletes the column's older cells (a deletion at its timestamp - 1) and
+appends a cell per element, named by a time-based id the node picks, so a row written twice at
+one timestamp holds its elements twice (CASSANDRA-11368; measured on 5.0.8). A frozen list is
+one cell like any other.
 
 Besides the ``INSERT`` it applies the Upserter's ``DELETE <columns> ... USING TIMESTAMP ? WHERE
 <key>`` (a row whose TTL ran out while it was pending): a tombstone per column at that
@@ -33,26 +35,21 @@ write applied or not: the client cannot tell which).
 from __future__ import annotations
 
 import datetime
-import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cassandra import OperationTimedOut, Unavailable, WriteTimeout, cqltypes
+from cassandra import OperationTimedOut, Unavailable, WriteTimeout
 from cassandra.cluster import NoHostAvailable
-from cassandra.protocol import ColumnMetadata
-from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
+from cassandra.query import UNSET_VALUE, PreparedStatement
 
 from cql.errors import ConnectionFailed
 from cql.table import TableSchema
+from tests.helpers.fake_cassandra import (DRIVER_TYPES, NO_DELETION, NON_FROZEN, PROTOCOL,
+                                          Cell, FakeCluster, FakeSession, ListCells,
+                                          Metadata, Statements, decoded, plain, resolve, shown)
 
-PROTOCOL = 5
-_TEXTS = cqltypes.ListType.apply_parameters([cqltypes.UTF8Type])
-DRIVER_TYPES = {"int": cqltypes.Int32Type, "text": cqltypes.UTF8Type, "bigint": cqltypes.LongType,
-                "list<text>": _TEXTS, "frozen<list<text>>": _TEXTS}
-NON_FROZEN = frozenset({"list<text>"})     # a cell per element (ListCells)
 UP, DOWN, FLAKY = "up", "down", "flaky"
-NO_DELETION = float("inf")   # a live, non-expiring cell
 OTHER_HOST = "cluster-b"     # contact points of the other cluster (changes.py)
 OTHER = "b"                  # its tables' prefix in writes and rows: "b:t"
 CLUSTER_NAMES = {"": "sim cluster", OTHER: "sim cluster b"}
@@ -74,67 +71,6 @@ def cluster_of(connection) -> str:
 
 
 @dataclass(frozen=True)
-class Cell:
-    ts: int
-    raw: bytes | None          # None: a tombstone
-    ttl: int | None
-    local_deletion: float      # seconds: expiry (TTL), deletion time (tombstone), or NO_DELETION
-
-    @property
-    def tombstone(self) -> bool:
-        return self.raw is None
-
-
-def resolve(old: Cell | None, new: Cell) -> Cell:
-    """The cell Cassandra keeps of two writes to one (row, column)."""
-    if old is None or new.ts != old.ts:
-        return new if old is None or new.ts > old.ts else old
-    old_marked, new_marked = old.local_deletion != NO_DELETION, new.local_deletion != NO_DELETION
-    if old_marked or new_marked:
-        if old_marked != new_marked:
-            return old if old_marked else new
-        if old.tombstone != new.tombstone:
-            return old if old.tombstone else new
-        if old.local_deletion != new.local_deletion:
-            return old if old.local_deletion > new.local_deletion else new
-    return old if (old.raw or b"") >= (new.raw or b"") else new
-
-
-@dataclass
-class ListCells:
-    """A non-frozen list of one row: ``deleted_at``, the column's deletion (cells at or below it
-    are gone), and its elements as ``(cell id, ts, value, local deletion)`` in id order. Cell ids
-    are the node's, increasing with each write (time-based UUIDs), whatever the timestamp."""
-
-    deleted_at: int = -(2**63)
-    elements: list = field(default_factory=list)
-
-    def delete(self, ts: int) -> None:
-        """A ``DELETE`` of the column at ``ts``: every cell at or below it is gone."""
-        self.deleted_at = max(self.deleted_at, ts)
-
-    def write(self, ts: int, values, local_deletion: float, next_id: Callable[[], int]) -> None:
-        """An INSERT of the whole list at ``ts`` (None: a null): what is older goes, and each
-        element is appended under a new cell id (Cassandra's ``Lists.Setter``)."""
-        self.deleted_at = max(self.deleted_at, ts - 1)
-        for value in values or ():
-            self.elements.append((next_id(), ts, value, local_deletion))
-
-    def shown(self, now_s: float) -> tuple:
-        """The list a SELECT shows: the live elements in cell id order."""
-        return tuple(value for _id, ts, value, local_deletion in self.elements
-                     if ts > self.deleted_at and local_deletion > now_s)
-
-    def live(self, now_s: float) -> dict[int, list]:
-        """The live elements by write timestamp, each in cell id order."""
-        out: dict[int, list] = {}
-        for _id, ts, value, local_deletion in self.elements:
-            if ts > self.deleted_at and local_deletion > now_s:
-                out.setdefault(ts, []).append(value)
-        return out
-
-
-@dataclass(frozen=True)
 class Write:
     """One row of one request, as applied: what the invariants compare with the oracle."""
 
@@ -150,25 +86,6 @@ class Write:
     uncounted_s: float = 0.0    # a flush task elsewhere: how long it waited after its job began
 
 
-class Answer:
-    """The driver's ResponseFuture as ``execute_concurrent`` uses it: answered at once."""
-
-    _col_names = _col_types = None
-
-    def __init__(self, error: Exception | None):
-        self.error = error
-
-    def add_callbacks(self, callback, errback, callback_args=(), callback_kwargs=None,
-                      errback_args=(), errback_kwargs=None):
-        if self.error is None:
-            callback([], *callback_args)
-        else:
-            errback(self.error, *errback_args)
-
-    def clear_callbacks(self):
-        pass
-
-
 @dataclass
 class SimCassandra:
     tables: dict[str, TableSchema]
@@ -179,14 +96,15 @@ class SimCassandra:
     faults: int = 0                                   # failures injected so far
     rows: dict = field(default_factory=dict)          # (table, key) -> {column: Cell}
     writes: list[Write] = field(default_factory=list)
-    prepared: dict = field(default_factory=dict)      # query id -> PreparedStatement
     sessions_opened: int = 0
     cell_ids: int = 0                                 # the last list element's cell id
     dropped: dict = field(default_factory=dict)       # (qualified table, column) -> drop (µs)
-    clusters: dict = field(default_factory=dict)      # query id -> its session's cluster
     proc: str = ""                                    # the sink's process writing now
     uncounted_s: float = 0.0                          # a flush task's wait (Write.uncounted_s)
-    deletes: dict = field(default_factory=dict)       # query id -> (table, columns deleted)
+    statements: Statements = field(init=False)       # what was prepared, by query id
+
+    def __post_init__(self):
+        self.statements = Statements(self.tables)
 
     # -- the driver's entry points ----------------------------------------------------------
     def connect(self, connection=None):
@@ -204,29 +122,7 @@ class SimCassandra:
             self.faults += 1
             raise (NoHostAvailable("simulated node down", {"sim-node": "down"})
                    if self.mode == DOWN else OperationTimedOut(last_host="sim-node"))
-        query_id = hashlib.sha1((cluster + cql).encode()).digest()
-        self.clusters[query_id] = cluster
-        if cql.startswith("DELETE"):
-            table, deleted, names = parse_delete(cql)
-            self.deletes[query_id] = (table, deleted)
-            schema = self.tables[table]
-            meta = [ColumnMetadata(schema.keyspace, table, "[timestamp]", cqltypes.LongType)]
-            meta += [ColumnMetadata(schema.keyspace, table, n, DRIVER_TYPES[schema.column_type(n)])
-                     for n in names]
-            keys = [1 + names.index(k) for k in schema.partition_key]
-        else:
-            table, names, ttl = parse_insert(cql)
-            schema = self.tables[table]
-            meta = [ColumnMetadata(schema.keyspace, table, n, DRIVER_TYPES[schema.column_type(n)])
-                    for n in names]
-            meta.append(ColumnMetadata(schema.keyspace, table, "[timestamp]", cqltypes.LongType))
-            if ttl:
-                meta.append(ColumnMetadata(schema.keyspace, table, "[ttl]", cqltypes.Int32Type))
-            keys = [names.index(k) for k in schema.partition_key]
-        statement = PreparedStatement(meta, query_id, keys, cql, schema.keyspace, PROTOCOL,
-                                      None, None)
-        self.prepared[query_id] = statement
-        return statement
+        return self.statements.prepare(cql, cluster)
 
     def dropped_columns(self, table: str, cluster: str = "") -> list:
         """``system_schema.dropped_columns`` of ``table`` (what ``session.execute`` of that
@@ -273,35 +169,26 @@ class SimCassandra:
 
     # -- applying ---------------------------------------------------------------------------
     def apply(self, statement) -> None:
-        if isinstance(statement, BatchStatement):
-            for _prepared, query_id, values in statement._statements_and_parameters:
-                self._apply_row(self.prepared[query_id], values)
-        elif isinstance(statement, BoundStatement):
-            self._apply_row(statement.prepared_statement, statement.values)
-        else:
-            raise AssertionError(f"the sink sent a {type(statement).__name__}")
+        for prepared, values in self.statements.rows(statement):
+            self._apply_row(prepared, values)
 
     def _apply_row(self, prepared: PreparedStatement, values) -> None:
-        if prepared.query_id in self.deletes:
+        if prepared.query_id in self.statements.deletes:
             self._apply_delete(prepared, values)
             return
         meta = prepared.column_metadata
         schema = self.tables[meta[0].table_name]
-        table = qualified(meta[0].table_name, self.clusters[prepared.query_id])
-        decoded = {}
-        for column, raw in zip(meta, values):
-            if raw is UNSET_VALUE:
-                continue
-            decoded[column.name] = (raw, None if raw is None else
-                                    _plain(column.type.deserialize(raw, PROTOCOL)))
-        ts = decoded.pop("[timestamp]")[1]
-        ttl = decoded.pop("[ttl]", (None, None))[1] or None
-        key = tuple(decoded.pop(k)[1] for k in schema.primary_key)
+        table = qualified(meta[0].table_name, self.statements.clusters[prepared.query_id])
+        bound = {name: cell for name, cell in decoded(prepared, values).items()
+                 if cell[0] is not UNSET_VALUE}
+        ts = bound.pop("[timestamp]")[1]
+        ttl = bound.pop("[ttl]", (None, None))[1] or None
+        key = tuple(bound.pop(k)[1] for k in schema.primary_key)
         assert None not in key, "a row without its key reached Cassandra"
         # Cassandra's nowInSec: whole seconds; a TTL expires at that second plus the TTL.
         now_s = self.clock_us() // 1_000_000
         row = self.rows.setdefault((table, key), {})
-        for name, (raw, value) in decoded.items():
+        for name, (raw, value) in bound.items():
             if schema.column_type(name) in NON_FROZEN:
                 cells = row.setdefault(name, ListCells())
                 cells.write(ts, value, now_s + ttl if ttl else NO_DELETION, self._next_cell_id)
@@ -312,14 +199,14 @@ class SimCassandra:
                 cell = Cell(ts, bytes(raw), ttl, now_s + ttl if ttl else NO_DELETION)
             row[name] = resolve(row.get(name), cell)
         self.writes.append(Write(table, key, ts, ttl,
-                                 tuple(sorted((n, v) for n, (_r, v) in decoded.items())),
+                                 tuple(sorted((n, v) for n, (_r, v) in bound.items())),
                                  self.step, now_s, proc=self.proc,
                                  uncounted_s=self.uncounted_s))
 
     def _apply_delete(self, prepared: PreparedStatement, values) -> None:
-        table, columns = self.deletes[prepared.query_id]
+        table, columns = self.statements.deletes[prepared.query_id]
         schema = self.tables[table]
-        table = qualified(table, self.clusters[prepared.query_id])
+        table = qualified(table, self.statements.clusters[prepared.query_id])
         meta = prepared.column_metadata
         ts = meta[0].type.deserialize(values[0], PROTOCOL)
         key = tuple(m.type.deserialize(v, PROTOCOL) for m, v in zip(meta[1:], values[1:]))
@@ -341,7 +228,7 @@ class SimCassandra:
 
     # -- reading ----------------------------------------------------------------------------
     def decode(self, table: str, column: str, raw: bytes):
-        return _plain(DRIVER_TYPES[self.tables[bare(table)].column_type(column)].deserialize(
+        return plain(DRIVER_TYPES[self.tables[bare(table)].column_type(column)].deserialize(
             raw, PROTOCOL))
 
     def table_names(self) -> set[str]:
@@ -356,31 +243,11 @@ class SimCassandra:
         for (name, key), cells in self.rows.items():
             if name != table:
                 continue
-            live = {}
-            for c, cell in cells.items():
-                if isinstance(cell, ListCells):
-                    if cell.shown(now_s):
-                        live[c] = cell.shown(now_s)
-                elif not cell.tombstone and cell.local_deletion > now_s and \
-                        not self.hidden(table, c, cell.ts):
-                    live[c] = self.decode(table, c, cell.raw)
+            live = shown(cells, now_s, lambda column, raw: self.decode(table, column, raw),
+                         lambda column, ts: self.hidden(table, column, ts))
             if live:
                 out[key] = live
         return out
-
-
-def _plain(value):
-    """A driver value as the oracle holds it: a list as a tuple (rows are hashed)."""
-    return tuple(value) if isinstance(value, list) else value
-
-
-def parse_insert(cql: str) -> tuple[str, list[str], bool]:
-    """``INSERT INTO "ks"."t" ("k", "v") VALUES (?, ?) USING TIMESTAMP ? [AND TTL ?]`` ->
-    (table, columns, has ttl)."""
-    head, _, rest = cql.partition("(")
-    table = head.split(".")[-1].strip().strip('"')
-    names = [n.strip().strip('"') for n in rest.split(")", 1)[0].split(",")]
-    return table, names, "TTL" in cql
 
 
 @dataclass(frozen=True)
@@ -389,37 +256,14 @@ class SchemaRow:
     dropped_time: object
 
 
-class SimMetadata:
-    """What the sink reads of the driver's cluster metadata: the cluster's name."""
-
-    def __init__(self, cluster: str = ""):
-        self.cluster_name = CLUSTER_NAMES[cluster]
-
-
-def parse_delete(cql: str) -> tuple[str, list[str], list[str]]:
-    """``DELETE "v", "w" FROM "ks"."t" USING TIMESTAMP ? WHERE "k" = ? AND "c" = ?`` ->
-    (table, columns deleted, key columns bound)."""
-    head, _, where = cql.partition(" WHERE ")
-    columns, _, rest = head[len("DELETE "):].partition(" FROM ")
-    table = rest.split(" ")[0].split(".")[-1].strip('"')
-    return (table, [c.strip().strip('"') for c in columns.split(",")],
-            [part.split("=")[0].strip().strip('"') for part in where.split(" AND ")])
-
-
-class SimCluster:
-    def __init__(self, cluster: str = ""):
-        self.metadata = SimMetadata(cluster)
-
-    def shutdown(self):
-        pass
-
-
-class SimSession:
-    """Enough of a driver Session for the Upserter and ``execute_concurrent``."""
+class SimSession(FakeSession):
+    """The shared fake session over the node: its prepare, its requests and its faults."""
 
     def __init__(self, node: SimCassandra, cluster: str = ""):
+        super().__init__(node.statements,
+                         script=lambda statement, _attempt: node.execute(statement),
+                         cluster=FakeCluster(Metadata(cluster_name=CLUSTER_NAMES[cluster])))
         self.node, self.name = node, cluster
-        self.cluster = SimCluster(cluster)
 
     def prepare(self, cql: str) -> PreparedStatement:
         return self.node.prepare(cql, self.name)
@@ -429,10 +273,3 @@ class SimSession:
         (``cql.table.dropped_columns``)."""
         assert "system_schema.dropped_columns" in cql, cql
         return self.node.dropped_columns(parameters[1], self.name)
-
-    def execute_async(self, statement, parameters=None, execution_profile=None, **_):
-        assert parameters is None, "requests are bound already"
-        return Answer(self.node.execute(statement))
-
-    def shutdown(self):
-        pass

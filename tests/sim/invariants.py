@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 
-from .cassandra import NON_FROZEN, ListCells, bare
+from tests.helpers.fake_cassandra import NON_FROZEN, ListCells
+
+from .cassandra import bare
 from .oracle import fmt
 
 # The file the sink writes when it cannot go on (wal/FORMAT.md). Named here, not imported:

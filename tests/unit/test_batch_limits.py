@@ -12,7 +12,8 @@ from cql.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_si
 from cql.upsert import Upserter
 from sinks.options import WriteConfig
 
-from tests.helpers.upsert_fakes import COLUMNS, TABLE, PreparingSession, Ring, chunk
+from tests.helpers.fake_cassandra import Metadata
+from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session
 
 pytestmark = pytest.mark.unit
 
@@ -58,22 +59,8 @@ def test_unreadable_settings_keep_the_defaults(settings):
     assert (limits.warn_bytes, limits.partitions) == (5120, 10)
 
 
-class SettingsSession(PreparingSession):
-    """A session whose ``execute`` answers the settings query with ``rows``, or raises."""
-
-    def __init__(self, rows=None, error: Exception | None = None, ring: Ring | None = None):
-        super().__init__(ring)
-        self.rows, self.error, self.queries = rows, error, []
-
-    def execute(self, query, timeout=None):
-        self.queries.append(query)
-        if self.error is not None:
-            raise self.error
-        return [tuple(item) for item in self.rows.items()]
-
-
 def test_the_limits_are_read_with_one_query():
-    session = SettingsSession(CASSANDRA_5_DEFAULTS)
+    session = flights_session(settings=CASSANDRA_5_DEFAULTS)
     assert read_batch_limits(session).warn_bytes == 5120
     assert session.queries == [QUERY]
     assert "system_views.settings" in QUERY
@@ -81,7 +68,7 @@ def test_the_limits_are_read_with_one_query():
 
 def test_a_node_without_system_views_gives_the_defaults():
     error = Exception("table system_views.settings does not exist")   # Cassandra 3.x
-    assert read_batch_limits(SettingsSession(error=error)) == BatchLimits()
+    assert read_batch_limits(flights_session(settings_error=error)) == BatchLimits()
 
 
 def _many_partitions_requests(session) -> tuple[Upserter, list]:
@@ -100,10 +87,10 @@ def _partitions(statement) -> int:
 
 
 def test_the_upserter_packs_batches_to_the_nodes_limits():
-    ring = Ring()
-    _, default = _many_partitions_requests(SettingsSession(CASSANDRA_5_DEFAULTS, ring=ring))
+    ring = Metadata()
+    _, default = _many_partitions_requests(flights_session(ring, settings=CASSANDRA_5_DEFAULTS))
     few = {**CASSANDRA_5_DEFAULTS, "unlogged_batch_across_partitions_warn_threshold": "3"}
-    upserter, narrow = _many_partitions_requests(SettingsSession(few, ring=ring))
+    upserter, narrow = _many_partitions_requests(flights_session(ring, settings=few))
     assert upserter.limits.partitions == 3
     assert max(_partitions(r) for r, _ in default) == 10
     assert max(_partitions(r) for r, _ in narrow) == 3
@@ -113,13 +100,13 @@ def test_the_upserter_packs_batches_to_the_nodes_limits():
 
 def test_an_explicit_batch_size_wins_over_the_nodes():
     raised = {**CASSANDRA_5_DEFAULTS, "batch_size_warn_threshold": "40KiB"}
-    auto = Upserter(SettingsSession(raised), TABLE, [n for n, _ in COLUMNS], WriteConfig())
-    fixed = Upserter(SettingsSession(raised), TABLE, [n for n, _ in COLUMNS],
+    auto = Upserter(flights_session(settings=raised), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    fixed = Upserter(flights_session(settings=raised), TABLE, [n for n, _ in COLUMNS],
                      WriteConfig(batch_size_bytes=2048))
     assert (auto._batch_bytes, fixed._batch_bytes) == (40960, 2048)
 
 
 def test_partition_grouping_does_not_ask_the_node():
-    session = SettingsSession(CASSANDRA_5_DEFAULTS)
+    session = flights_session(settings=CASSANDRA_5_DEFAULTS)
     Upserter(session, TABLE, [n for n, _ in COLUMNS], WriteConfig(batch_grouping_key="partition"))
     assert session.queries == []

@@ -15,7 +15,7 @@ from cql import clock
 from cql.clock import BatchAge
 from cql.errors import FlushFailed
 from recovery.replay import Acknowledged, Replayer
-from tests.helpers.recording_session import skewed_clock
+from tests.helpers.skewed_clock import skewed_clock
 from tests.helpers.walfactory import WalFactory
 from wal.seal import now_us
 from wal.states import BatchState

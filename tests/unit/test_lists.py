@@ -33,6 +33,7 @@ from recovery.target import RecordedTarget, Target
 from sinks import plan
 from sinks.options import parse_options
 from sinks.validation import validate_schema
+from tests.helpers.fake_cassandra import FakeCluster, Metadata
 from tests.helpers.walfactory import WalFactory
 from wal.layout import WalDir
 from wal.seal import Seal, decode_seal, encode_seal
@@ -165,8 +166,7 @@ def test_a_query_upgraded_with_a_list_column_is_refused_at_its_next_batch(tmp_pa
     assert RecordedTarget.read(wal).target.config.write.lists_at_least_once == ()
 
     looked_up = []
-    cluster = SimpleNamespace(shutdown=lambda: None,
-                              metadata=SimpleNamespace(cluster_name="Test Cluster"))
+    cluster = FakeCluster(Metadata(cluster_name="Test Cluster"))
     monkeypatch.setattr(plan, "connect", lambda connection: (cluster, None))
     monkeypatch.setattr(plan, "fetch_table_schema",
                         lambda c, ks, t: looked_up.append(t) or TABLE)
@@ -246,8 +246,8 @@ def earlier_wal(tmp_path, record: dict | None) -> Target:
 
 def fake_node(monkeypatch, fail_at=None) -> Node:
     node = Node(fail_at)
-    monkeypatch.setattr(output, "connect", lambda connection: (SimpleNamespace(
-        shutdown=lambda: None), SimpleNamespace(execute=lambda cql, parameters=None: [])))
+    monkeypatch.setattr(output, "connect", lambda connection: (
+        FakeCluster(), SimpleNamespace(execute=lambda cql, parameters=None: [])))
     monkeypatch.setattr(output, "Upserter", node.upserter)
     return node
 

@@ -30,8 +30,9 @@ from recovery.processes import ProcessPool
 from recovery.config import SinkConfig
 from recovery.replay import Acknowledged, DriverWriter, Replayer
 from recovery.target import Target
-from tests.helpers.recording_session import RecordingSession, skewed_clock, visible
-from tests.helpers.recording_session import read as read_requests
+from tests.helpers.fake_cassandra import RecordingSession, visible
+from tests.helpers.skewed_clock import skewed_clock
+from tests.helpers.fake_cassandra import read as read_requests
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import LocalJob, target
 from wal import format as fmt
@@ -218,7 +219,7 @@ def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_r
 
 # -- TTLs: the age the driver measured, whatever the clock of the process that writes ---------
 # A real Upserter writes, over a session that records every request's rows in a file
-# (tests/helpers/recording_session.py), in the process that writes: the driver, a task played
+# (tests/helpers/fake_cassandra.py), in the process that writes: the driver, a task played
 # the way Spark runs it, or a real worker process. That process's wall clock is SKEW_ENV
 # seconds off while it writes (an executor whose clock runs ahead or behind; in driver mode,
 # the driver's clock stepping once it took the batch in hand).

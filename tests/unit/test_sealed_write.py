@@ -34,8 +34,8 @@ from recovery import output as driver
 from recovery.config import SinkConfig
 from wal.seal import Seal
 
-from tests.helpers.upsert_fakes import COLUMNS, TABLE, PreparingSession, chunk
-from tests.helpers.upsert_fakes import ScriptedSession
+from tests.helpers.fake_cassandra import FakeCluster
+from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session
 
 pytestmark = pytest.mark.unit
 
@@ -75,7 +75,7 @@ def test_the_seal_records_the_columns_and_the_cell_deciding_options_and_no_secre
 def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatch, now):
     then = target()
     seal = sealed(then)
-    session = PreparingSession()
+    session = flights_session()
     monkeypatch.setattr(driver, "connect", lambda connection: (FakeCluster(), session))
     output = driver.CassandraOutput(target(**now))        # the restarted query's options
     as_sealed = output.upserter(seal)
@@ -91,20 +91,15 @@ def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatc
 
 
 def test_a_seal_that_recorded_nothing_is_written_with_the_current_options(monkeypatch):
-    monkeypatch.setattr(driver, "connect", lambda connection: (FakeCluster(), PreparingSession()))
+    monkeypatch.setattr(driver, "connect", lambda connection: (FakeCluster(), flights_session()))
     output = driver.CassandraOutput(target(ttl_seconds=60))
     old = dataclasses.replace(sealed(target()), write=None)
     assert output.upserter(old).write.ttl_seconds == 60
     output.close()
 
 
-class FakeCluster:
-    def shutdown(self):
-        pass
-
-
 def reference(t: Target) -> Upserter:
-    return Upserter(PreparingSession(), t.table, t.columns, t.config.write)
+    return Upserter(flights_session(), t.table, t.columns, t.config.write)
 
 
 # -- item 9: TTLs count from the seal ---------------------------------------------------------
@@ -146,7 +141,7 @@ def sent(upserter: Upserter, rows: pa.RecordBatch) -> dict[int, int | str]:
 
 def upserter_at(seconds_after_seal: float, sealed_at: int = SEALED_AT, **write) -> Upserter:
     clock = lambda: sealed_at + int(seconds_after_seal * SECOND)  # noqa: E731
-    return Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(**write), clock_us=clock)
+    return Upserter(flights_session(), TABLE, COLUMN_NAMES, WriteConfig(**write), clock_us=clock)
 
 
 def test_a_ttl_counts_from_the_seal_so_every_write_expires_the_row_at_the_same_second():
@@ -167,7 +162,8 @@ def test_a_row_whose_ttl_ran_out_before_its_write_is_written_as_tombstones_at_it
     requests = upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT)
     (delete, values), = [(q, v) for q, v in bound_rows(requests) if q.startswith(b"delete:")]
     regular = [c for c in COLUMN_NAMES if c not in TABLE.primary_key]
-    assert delete == b"delete:DELETE " + ", ".join(f'"{c}"' for c in regular).encode()
+    assert upserter.session.prepared[delete].query_string.startswith(
+        "DELETE " + ", ".join(f'"{c}"' for c in regular) + " FROM ")
     inserted = next(v for q, v in bound_rows(reference(target(ttl_column="ttl")).group_requests(
         [(rows, 0)])) if struct.unpack(">q", v[-2])[0] == 0)
     key = [inserted[COLUMN_NAMES.index(c)] for c in TABLE.primary_key]
@@ -182,19 +178,20 @@ def test_with_ignore_nulls_a_tombstone_deletes_only_the_columns_the_row_sets():
     # with ignoreNulls those cells are not written, so an expired row leaves no tombstone there.
     rows = ttl_rows([30, 30])
     upserter = upserter_at(45, ttl_column="ttl", ignore_nulls=True)
-    deletes = {struct.unpack(">q", v[0])[0]: q for q, v in
+    cql = upserter.session.prepared
+    deletes = {struct.unpack(">q", v[0])[0]: cql[q].query_string.split(" FROM ")[0] for q, v in
                bound_rows(upserter.group_requests([(rows, 0)], sealed_at_us=SEALED_AT))}
     assert set(deletes) == {0, 1}
-    assert b'"delay"' not in deletes[0] and b'"ok"' not in deletes[0] \
-        and b'"tags"' not in deletes[0] and b'"seats"' in deletes[0]
-    assert b'"delay"' in deletes[1] and b'"tags"' in deletes[1]
+    assert '"delay"' not in deletes[0] and '"ok"' not in deletes[0] \
+        and '"tags"' not in deletes[0] and '"seats"' in deletes[0]
+    assert '"delay"' in deletes[1] and '"tags"' in deletes[1]
 
 
 def test_an_expired_row_with_no_cell_to_delete_is_not_written():
     # A row of its key alone (or, with ignoreNulls, of nulls only): an expired row marker is
     # all it would leave, and nothing is sent.
     t = target(columns=list(TABLE.primary_key), ttl_column="ttl")
-    upserter = Upserter(PreparingSession(), t.table, t.columns, t.config.write,
+    upserter = Upserter(flights_session(), t.table, t.columns, t.config.write,
                         clock_us=lambda: SEALED_AT + 45 * SECOND)
     assert ttls_of(upserter.group_requests([(ttl_rows([30, 100]), 0)],
                                            sealed_at_us=SEALED_AT)) == {1: 55}
@@ -224,7 +221,7 @@ def test_a_constant_ttl_counts_from_the_seal_too():
 def test_a_retried_write_sends_the_ttl_left_when_it_is_retried():
     # A request that timed out is sent again after a back-off: its rows must still expire at
     # the seal's second plus their TTL, and a row whose TTL ran out meanwhile is a tombstone.
-    upserter = Upserter(PreparingSession(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"))
+    upserter = Upserter(flights_session(), TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"))
     built_s = SEALED_AT // SECOND + 1
     pending = upserter.group_requests([(ttl_rows([100, 3, 0]), 0)], SEALED_AT, built_s)
     aged, now_s = upserter._aged(pending, built_s, built_s + 3)   # after a 3 s back-off
@@ -241,7 +238,7 @@ def test_write_chunks_counts_the_drivers_measure_on_its_monotonic_clock_not_its_
     mono = [7_000 * 10**9]
     age = BatchAge(SEALED_AT, 40 * SECOND, mono[0], "this machine")
     mono[0] += 5 * 10**9
-    session = ScriptedSession()
+    session = flights_session()
     upserter = Upserter(session, TABLE, COLUMN_NAMES, WriteConfig(ttl_column="ttl"),
                         clock_us=lambda: SEALED_AT + 7200 * SECOND, monotonic_ns=lambda: mono[0])
     assert list(upserter.write_chunks([(ttl_rows([100, 30]), 0, "tag")], 3, age=age)) == ["tag"]

@@ -19,7 +19,8 @@ from cql.upsert import Upserter, size_model
 from cql.convert import row_converter
 from sinks.options import WriteConfig
 from cql.table import TableSchema
-from tests.helpers.upsert_fakes import COLUMNS, TABLE, PreparingSession, Ring, chunk
+from tests.helpers.fake_cassandra import Metadata
+from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ def routing_key(values) -> bytes:
     return first.routing_key
 
 
-def flattened(statements, ring: Ring | None = None, max_rows: int = 32,
+def flattened(statements, ring: Metadata | None = None, max_rows: int = 32,
               upserter: Upserter | None = None) -> list[BoundStatement]:
     """Every request's rows; checks each batch holds one partition (or, given ``ring``, one
     replica set of at most 10 partitions, under 5120 bytes as Cassandra counts them when it
@@ -70,8 +71,8 @@ statement_prepared: PreparedStatement
 def test_requests_carry_exactly_what_bind_gives(write):
     global statement_prepared
     columns = [name for name, _ in COLUMNS]
-    ring = Ring()
-    upserter = Upserter(PreparingSession(ring), TABLE, columns, write)
+    ring = Metadata()
+    upserter = Upserter(flights_session(ring), TABLE, columns, write)
     statement_prepared = upserter.statement
     rb = chunk()
     requests = upserter.statements(upserter.parameters(rb, first_ts=1_000_000))
@@ -95,7 +96,7 @@ def test_requests_carry_exactly_what_bind_gives(write):
 
 def test_rows_are_grouped_into_single_partition_batches_with_their_routing_key():
     global statement_prepared
-    upserter = Upserter(PreparingSession(), TABLE, [n for n, _ in COLUMNS],
+    upserter = Upserter(flights_session(), TABLE, [n for n, _ in COLUMNS],
                         WriteConfig(batch_grouping_key="partition"))
     statement_prepared = upserter.statement
     rb = chunk()
@@ -110,7 +111,7 @@ def test_rows_are_grouped_into_single_partition_batches_with_their_routing_key()
 
 def test_a_constant_writetime_is_the_same_cell_for_every_row():
     write = WriteConfig(writetime_micros=1_700_000_000_000_000)
-    upserter = Upserter(PreparingSession(), TABLE, [n for n, _ in COLUMNS], write)
+    upserter = Upserter(flights_session(), TABLE, [n for n, _ in COLUMNS], write)
     params = upserter.parameters(chunk(6), first_ts=1)
     assert {p[len(COLUMNS)] for p in params} == {(1_700_000_000_000_000).to_bytes(8, "big")}
 
@@ -118,8 +119,8 @@ def test_a_constant_writetime_is_the_same_cell_for_every_row():
 @pytest.mark.parametrize("rows_per_partition", [1, 3, 40])
 def test_replica_set_batches_hold_partitions_of_one_replica_set(rows_per_partition):
     global statement_prepared
-    ring = Ring()
-    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    ring = Metadata()
+    upserter = Upserter(flights_session(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
     statement_prepared = upserter.statement
     rb = chunk(300)
     # flight numbers make 300 // rows_per_partition partitions of rows_per_partition rows
@@ -139,8 +140,8 @@ def test_replica_set_batches_hold_partitions_of_one_replica_set(rows_per_partiti
 
 def test_without_a_token_map_each_partition_is_grouped_alone():
     global statement_prepared
-    ring = Ring(known=False)
-    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    ring = Metadata(known=False)
+    upserter = Upserter(flights_session(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
     statement_prepared = upserter.statement
     built = flattened(upserter.statements(upserter.parameters(chunk(), first_ts=1)))
     assert len(built) == 300
@@ -150,8 +151,8 @@ def test_batches_of_several_partitions_stay_under_cassandras_warning_size():
     """Cassandra counts a multi-partition batch's size against batch_size_warn_threshold
     (5 KiB) and logs a warning for each larger one; single-partition batches are exempt."""
     global statement_prepared
-    ring = Ring()
-    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
+    ring = Metadata()
+    upserter = Upserter(flights_session(ring), TABLE, [n for n, _ in COLUMNS], WriteConfig())
     statement_prepared = upserter.statement
     rb = chunk(64).set_column(11, "photo", pa.array([b"p" * 600] * 64))   # ~0.9 KB a row
     rb = rb.set_column(0, "carrier", pa.array(["UA"] * 64))
@@ -208,8 +209,8 @@ def test_the_batch_size_estimate_is_above_what_cassandra_measured(case):
 def test_requests_size_rows_as_the_reference_does(write):
     """write_chunk sizes rows while encoding; the result must equal the row-by-row reference."""
     global statement_prepared
-    ring = Ring()
-    upserter = Upserter(PreparingSession(ring), TABLE, [n for n, _ in COLUMNS], write)
+    ring = Metadata()
+    upserter = Upserter(flights_session(ring), TABLE, [n for n, _ in COLUMNS], write)
     statement_prepared = upserter.statement
     rb = chunk(300).set_column(11, "photo", pa.array([b"q" * (i % 400) for i in range(300)]))
     rows, value_bytes, _ = upserter._encoded(rb, 1)

@@ -29,7 +29,8 @@ from cql.upsert import Upserter
 from sinks.options import WriteConfig
 from wal.errors import WalCorrupted
 
-from tests.helpers.upsert_fakes import COLUMNS, TABLE, ScriptedSession, chunk
+from tests.helpers.fake_cassandra import FakeSession
+from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session
 
 pytestmark = pytest.mark.unit
 
@@ -81,13 +82,13 @@ def consume_in_thread(generator):
     return tags, errors, thread
 
 
-def sent_ids(session: ScriptedSession) -> set[int]:
+def sent_ids(session: FakeSession) -> set[int]:
     with session.lock:
         return {id(f.statement) for f in session.sent}
 
 
 def test_a_tag_comes_after_its_chunk_is_acknowledged_and_the_next_chunk_is_built_meanwhile():
-    session = ScriptedSession(hold=True)
+    session = flights_session(hold=True)
     upserter = Recording(session, concurrent_writes=1000)
     tags, errors, thread = consume_in_thread(upserter.write_chunks(chunks(3), batch_id=4))
 
@@ -117,7 +118,7 @@ def test_a_tag_comes_after_its_chunk_is_acknowledged_and_the_next_chunk_is_built
 
 
 def test_concurrent_writes_bounds_the_requests_in_flight():
-    session = ScriptedSession(hold=True)
+    session = flights_session(hold=True)
     upserter = Recording(session, concurrent_writes=3)
     tags, errors, thread = consume_in_thread(upserter.write_chunks(chunks(2), batch_id=1))
     wait_until(lambda: len(session.sent) == 3, "3 requests in flight")
@@ -141,7 +142,7 @@ def test_only_the_requests_that_failed_transiently_are_retried():
                                 received_responses=0, write_type=0)
         return None
 
-    session = ScriptedSession(script)
+    session = flights_session(script=script)
     upserter = Recording(session, retry_count=2)
     assert list(upserter.write_chunks(chunks(2), batch_id=2)) == ["chunk-0", "chunk-1"]
     retried = {k for k, n in session.attempts.items() if n > 1}
@@ -152,7 +153,7 @@ def test_only_the_requests_that_failed_transiently_are_retried():
 def test_a_spent_retry_budget_fails_the_batch_and_yields_nothing_more():
     timeout = WriteTimeout("injected", consistency=1, required_responses=1,
                            received_responses=0, write_type=0)
-    session = ScriptedSession(lambda statement, attempt: timeout)
+    session = flights_session(script=lambda statement, attempt: timeout)
     retries = []
     upserter = Recording(session, on_retry=lambda: retries.append(1), retry_count=2)
     written = upserter.write_chunks(chunks(2), batch_id=9)
@@ -165,7 +166,8 @@ def test_a_spent_retry_budget_fails_the_batch_and_yields_nothing_more():
 
 
 def test_a_permanent_error_fails_at_once():
-    session = ScriptedSession(lambda statement, attempt: InvalidRequest("injected: bad value"))
+    session = flights_session(
+        script=lambda statement, attempt: InvalidRequest("injected: bad value"))
     upserter = Recording(session)
     with pytest.raises(FlushFailed, match="InvalidRequest: injected: bad value") as failure:
         list(upserter.write_chunks(chunks(2), batch_id=3))
@@ -175,7 +177,7 @@ def test_a_permanent_error_fails_at_once():
 
 
 def test_closing_early_waits_for_the_chunk_in_flight():
-    session = ScriptedSession(hold=True)
+    session = flights_session(hold=True)
     upserter = Recording(session)
     written = upserter.write_chunks(chunks(3), batch_id=5)
     releaser = threading.Timer(0.05, session.release)
@@ -189,7 +191,7 @@ def test_closing_early_waits_for_the_chunk_in_flight():
 
 
 def test_a_corrupted_next_chunk_stops_after_the_one_in_flight_without_its_tag():
-    session = ScriptedSession(hold=True)
+    session = flights_session(hold=True)
     upserter = Recording(session)
 
     def source():
@@ -203,7 +205,7 @@ def test_a_corrupted_next_chunk_stops_after_the_one_in_flight_without_its_tag():
 
 
 def test_an_empty_chunk_is_acknowledged_without_a_request():
-    session = ScriptedSession()
+    session = flights_session()
     upserter = Recording(session)
     empty = chunk(10).slice(0, 0)
     assert list(upserter.write_chunks([(empty, 0, "empty"), (chunk(10), 0, "full")], 7)) == \
@@ -216,14 +218,14 @@ def test_an_empty_chunk_is_acknowledged_without_a_request():
 
 
 def test_write_chunk_writes_one_chunk_through_the_same_path():
-    session = ScriptedSession()
+    session = flights_session()
     upserter = Recording(session)
     assert upserter.write_chunk(chunk(50), 0, 8) == 50
     assert len(session.sent) == len(upserter.built[0]) > 0
 
 
 def test_consecutive_chunks_are_grouped_up_to_group_rows_and_tagged_after_the_whole_group():
-    session = ScriptedSession(hold=True)
+    session = flights_session(hold=True)
     upserter = Recording(session, concurrent_writes=1000, group_rows=120)
     tags, errors, thread = consume_in_thread(upserter.write_chunks(chunks(5, rows=60), batch_id=2))
 
@@ -248,7 +250,7 @@ def test_a_partitions_rows_from_several_chunks_share_requests_when_grouped():
     """The same partitions in every chunk: one chunk at a time, each chunk needs its own
     requests for them; grouped, the partitions' rows of four chunks share requests."""
     def requests_for(group_rows: int) -> tuple[int, int]:
-        session = ScriptedSession()
+        session = flights_session()
         upserter = Recording(session, concurrent_writes=1000, group_rows=group_rows,
                              batch_grouping_key="partition")
         written = list(upserter.write_chunks(chunks(4, rows=28), batch_id=0))
@@ -288,7 +290,7 @@ def test_a_group_built_before_the_one_in_flight_was_retried_is_sent_with_the_ttl
         sends.append(statement)
         return TIMEOUT if len(sends) == 1 else None
 
-    session = ScriptedSession(first_send_times_out)
+    session = flights_session(script=first_send_times_out)
     # The back-offs move the monotonic clock the driver's measure of the batch's age is
     # counted on (cql.clock): measured at the seal, here.
     upserter = Upserter(session, TABLE, [n for n, _ in COLUMNS],

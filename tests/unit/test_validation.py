@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from cassandra import DriverException
 from pyspark.sql import types as T
 
 from cql.errors import (
@@ -23,6 +22,7 @@ from cql.errors import (
 from sinks.options import WriteConfig
 from cql.table import TableSchema, fetch_table_schema
 from sinks.validation import check_primary_key_not_null, check_ttl_and_writetime, validate_schema
+from tests.helpers.fake_cassandra import FakeCluster, keyspaces
 
 pytestmark = pytest.mark.unit
 
@@ -96,68 +96,41 @@ def test_resolve_column_exact_then_case_insensitive():
     assert info.value.column == "NAME"
 
 
-class FakeCluster:
-    """Enough of cassandra.cluster.Cluster for fetch_table_schema."""
-
-    def __init__(self, keyspaces: dict, after_refresh: dict | None = None, fail: bool = False):
-        self.metadata = SimpleNamespace(keyspaces=keyspaces)
-        self.after_refresh = after_refresh
-        self.fail = fail
-        self.contact_points = ["10.0.0.1"]
-        self.refreshed: list[tuple] = []
-
-    def _refresh(self, *what):
-        if self.fail:
-            raise DriverException("control connection down")
-        self.refreshed.append(what)
-        if self.after_refresh is not None:
-            self.metadata.keyspaces = self.after_refresh
-
-    def refresh_schema_metadata(self):
-        self._refresh("all")
-
-    def refresh_table_metadata(self, keyspace, table):
-        self._refresh(keyspace, table)
-
-
-def keyspaces(**tables: SimpleNamespace) -> dict:
-    return {"ks": SimpleNamespace(tables=dict(tables))}
-
-
 def test_fetch_table_schema_refreshes_the_table_first():
-    cluster = FakeCluster(keyspaces(events=fake_table_metadata()))
+    cluster = FakeCluster(keyspaces=keyspaces(events=fake_table_metadata()))
     assert fetch_table_schema(cluster, "ks", "events") == EVENTS
     assert cluster.refreshed == [("ks", "events")]
 
 
 def test_fetch_table_schema_sees_a_table_created_moments_ago():
-    cluster = FakeCluster(keyspaces(), after_refresh=keyspaces(events=fake_table_metadata()))
+    cluster = FakeCluster(keyspaces=keyspaces(),
+                          after_refresh=keyspaces(events=fake_table_metadata()))
     session = SimpleNamespace(cluster=cluster)
     assert fetch_table_schema(session, "ks", "events") == EVENTS
     assert cluster.refreshed == [("all",)]
 
 
 def test_fetch_table_schema_matches_names_ignoring_case():
-    cluster = FakeCluster(keyspaces(events=fake_table_metadata()))
+    cluster = FakeCluster(keyspaces=keyspaces(events=fake_table_metadata()))
     assert fetch_table_schema(cluster, "KS", "Events") == EVENTS
 
 
 def test_fetch_table_schema_unknown_keyspace():
     with pytest.raises(UnknownKeyspaceError) as info:
-        fetch_table_schema(FakeCluster(keyspaces()), "nope", "events")
+        fetch_table_schema(FakeCluster(keyspaces=keyspaces()), "nope", "events")
     assert info.value.keyspace == "nope" and "nope" in str(info.value)
 
 
 def test_fetch_table_schema_unknown_table():
     with pytest.raises(UnknownTableError) as info:
-        fetch_table_schema(FakeCluster(keyspaces()), "ks", "nope")
+        fetch_table_schema(FakeCluster(keyspaces=keyspaces()), "ks", "nope")
     assert (info.value.keyspace, info.value.table) == ("ks", "nope")
     assert "ks.nope" in str(info.value)
 
 
 def test_fetch_table_schema_refresh_failure_is_connection_failed():
     with pytest.raises(ConnectionFailed) as info:
-        fetch_table_schema(FakeCluster(keyspaces(), fail=True), "ks", "events")
+        fetch_table_schema(FakeCluster(keyspaces=keyspaces(), fail=True), "ks", "events")
     assert info.value.hosts == ("10.0.0.1",) and "control connection down" in str(info.value)
 
 
