@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from cli import EXIT_OK, UsageError, log_errors, warn
 from cli.location import WAL_DIR_HELP, read_only_wal, shown
@@ -24,6 +23,7 @@ from cli.render import human_age, human_bytes, progress, table, yes_no
 from recovery.health import Health, read_health
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
+from wal import clock
 from wal.catalog import REPLAY, WAIT, BatchView, describe
 from wal.errors import WalCorrupted
 from wal.format import FORMAT_VERSION
@@ -177,7 +177,7 @@ def run(args) -> int:
             shown_times += 1
             if args.count is not None and shown_times >= args.count:
                 return EXIT_OK
-            time.sleep(args.watch)
+            clock.sleep(args.watch)
     except KeyboardInterrupt:      # the way out of --watch: not an error
         return EXIT_OK
 

@@ -9,7 +9,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, CliError, UsageError
 from cli.location import WAL_DIR_HELP, working_wal
@@ -23,6 +22,7 @@ from recovery.replay import Progress
 from recovery.target import RecordedTarget, Target
 from wal import binding, catalog
 from wal import checkpoint as ckpt
+from wal import clock
 from wal.errors import StoreUnavailable, WalBoundElsewhere
 from wal.layout import WalDir
 
@@ -146,7 +146,7 @@ class _Reporter:
         self.quiet, self._last = quiet, 0.0
 
     def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
+        now = clock.monotonic()
         if self.quiet or (now - self._last < 2 and p.rows_done < p.rows_total):
             return
         self._last = now

@@ -26,13 +26,13 @@ import argparse
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 
 from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
 from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading, shown
 from cli.render import human_bytes, table
 from recovery.target import RecordedTarget
+from wal import clock
 from wal import format as fmt
 from wal.errors import SegmentMissing, WalCorrupted
 from wal.files import tree_size
@@ -90,13 +90,13 @@ class Problem:
 class Progress:
     """``verified 1234 MB / 5678 MB`` on stderr, at most every ``every`` seconds."""
 
-    def __init__(self, total: int, every: float, clock=time.monotonic):
-        self.total, self.done, self.every, self.clock = total, 0, every, clock
-        self.last = clock()
+    def __init__(self, total: int, every: float, monotonic=clock.monotonic):
+        self.total, self.done, self.every, self.monotonic = total, 0, every, monotonic
+        self.last = monotonic()
 
     def add(self, n: int) -> None:
         self.done += n
-        now = self.clock()
+        now = self.monotonic()
         if now - self.last >= self.every:
             self.last = now
             print(f"{PROG}: verified {self.done / 1e6:.0f} MB / "

@@ -4,7 +4,7 @@ Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
 still wins. A TTL counts from the seal, on the driver's measure of the batch's age
-(:mod:`cql.clock`); a row whose TTL ran out while it was pending is written as what its
+(:mod:`cql.batch_age`); a row whose TTL ran out while it was pending is written as what its
 expired cells would have left, a tombstone per written column at its sealed timestamp
 (``DELETE <columns> ... USING TIMESTAMP ?``).
 
@@ -25,7 +25,6 @@ unavailable, overloaded, lost connections) are retried with exponential back-off
 from __future__ import annotations
 
 import struct
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
@@ -40,9 +39,11 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from . import clock
+from wal import clock
+
+from . import batch_age
 from .batch_limits import BatchLimits, read_batch_limits
-from .clock import BatchAge
+from .batch_age import BatchAge
 from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
@@ -94,15 +95,15 @@ class RateLimiter:
     """At most ``mb_per_s`` megabytes a second (``spark.cassandra.output.throughputMBPerSec``)."""
 
     mb_per_s: float | None
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = clock.monotonic
+    sleep: Callable[[float], None] = clock.sleep
     _start: float | None = None
     _sent: float = 0.0
 
     def account(self, nbytes: int) -> None:
         if not self.mb_per_s:
             return
-        now = self.clock()
+        now = self.monotonic()
         if self._start is None:
             self._start = now
         self._sent += nbytes
@@ -116,8 +117,8 @@ class Upserter:
 
     def __init__(self, session, table: TableSchema, columns: Sequence[str], write: WriteConfig,
                  consistency_level: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
+                 sleep: Callable[[float], None] = clock.sleep,
+                 clock_us: Callable[[], int] = clock.now_us,
                  on_retry: Callable[[], None] | None = None,
                  monotonic_ns: Callable[[], int] = clock.monotonic_ns):
         self.session, self.table, self.columns, self.write = session, table, list(columns), write
@@ -152,7 +153,7 @@ class Upserter:
         self._max_partitions = self.limits.partitions
         self._metadata = session.cluster.metadata if self._by_replicas else None
         # clock_us: the wall clock of group_requests called without the second to build in
-        # (tests); write_chunks counts on the driver's measure (cql.clock), never on it.
+        # (tests); write_chunks counts on the driver's measure (cql.batch_age), never on it.
         self._sleep, self._clock_us, self._monotonic_ns = sleep, clock_us, monotonic_ns
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
         # Rows whose TTL ran out while pending: a DELETE of the columns they write (the
@@ -245,7 +246,7 @@ class Upserter:
         A row's TTL (its ``ttl`` column, else the ``ttl`` option) counts from when its batch was
         sealed: Cassandra expires a cell at the second it applies the write plus the TTL sent,
         so every write sends the TTL less the whole seconds between the seal's second and
-        ``now_s`` (the second it is on the driver's measure, :mod:`cql.clock`), and every write
+        ``now_s`` (the second it is on the driver's measure, :mod:`cql.batch_age`), and every write
         of a row, the first and any replay, expires it at the same second (up to the one a
         write may take to arrive): a replay after a long outage neither extends its life nor
         revives it. A row whose TTL has run out by now is written as the tombstones its expired
@@ -420,7 +421,7 @@ class Upserter:
         """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
         Cassandra acknowledged every row of its chunk.
 
-        ``age``: how old the batch is, as the driver measured it (:mod:`cql.clock`), which its
+        ``age``: how old the batch is, as the driver measured it (:mod:`cql.batch_age`), which its
         rows' TTLs count from; counted on on this process's monotonic clock, never on its wall
         clock (None: TTLs count from the first time a row is built, and on from there).
 

@@ -22,7 +22,7 @@ Who runs what:
   a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Its rows'
   TTLs count down from the batch's age as the driver measured it when it started the job
-  (:class:`~cql.clock.BatchAge`, in the closure), never from the executor's own wall clock.
+  (:class:`~cql.batch_age.BatchAge`, in the closure), never from the executor's own wall clock.
   Errors are returned, not raised: the Upserter already retries transient failures, and the driver
   retries the batch from its recorded progress, as in driver mode. An error that would not
   survive pickling unchanged travels as a :class:`~recovery.errors.FlushTaskError` that
@@ -46,14 +46,14 @@ import logging
 import os
 import pickle
 import socket
-import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, ContextManager, Iterable, Iterator, Protocol
 
-from cql import clock
-from cql.clock import BatchAge
+from cql import batch_age
+from cql.batch_age import BatchAge
 from cql.errors import FlushFailed, SinkError
+from wal import clock
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
@@ -250,7 +250,7 @@ class ExecutorsWriter:
             return
         # The batch's age as this driver measured it, read again as the job starts: what the
         # tasks' TTLs count down from, whatever their hosts' clocks say.
-        age = (age or clock.measure(seal.sealed_at_us)).rebased(clock.monotonic_ns())
+        age = (age or batch_age.measure(seal.sealed_at_us)).rebased(clock.monotonic_ns())
         # The target writing the way the batch was sealed (columns, TTL, write time, nulls).
         job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us,
                          self._target().as_sealed(seal.write),
@@ -259,7 +259,7 @@ class ExecutorsWriter:
             raise SinkError(f"batch {seal.batch}: the flush job's closure is over "
                             f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "
                             "use wal.flush.mode=driver")
-        started = time.monotonic()
+        started = clock.monotonic()
         returned = {r.index: r for r in self._run_job(seal.batch, tasks,
                                                       partial(write_segments, job))}
         outcomes = [returned.get(t.index) or SegmentResult(t.index, 0, FlushFailed(
@@ -281,4 +281,4 @@ class ExecutorsWriter:
             raise (corrupted or permanent or failed)[0].error
         log.info("batch %d: %d segment(s), %d rows written by %s in %.1f s", seal.batch,
                  len(tasks), rows, getattr(self._run_job, "label", "executor tasks"),
-                 time.monotonic() - started)
+                 clock.monotonic() - started)

@@ -28,13 +28,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass, replace
 
 from tenacity import (
     Retrying,
     retry_if_result,
-    stop_after_delay,
     stop_when_event_set,
     wait_fixed,
 )
@@ -42,6 +40,7 @@ from tenacity import (
 from cql import credentials
 from wal import catalog
 from wal import checkpoint as ckpt
+from wal import clock
 from wal.binding import bind
 from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.entries import entries_since, record_run
@@ -246,7 +245,7 @@ class QueryFlusher:
         replay = self._replay
         if replay is not None and replay.batches == 0:      # said before its first batch's line
             events.replay_started(self.wal.root, done.batch, replay.why)
-            replay.since = time.monotonic()
+            replay.since = clock.monotonic()
         events.batch_written(self.wal.root, done.batch, done.rows, done.bytes, done.latency_s)
         self.counters.count(batches_written=1, rows_written=done.rows)
         if replay is None:
@@ -272,7 +271,7 @@ class QueryFlusher:
         replay, self._replay = self._replay, None
         if replay is not None and replay.batches > 0:
             events.replay_finished(self.wal.root, replay.batches, replay.rows,
-                                   time.monotonic() - replay.since)
+                                   clock.monotonic() - replay.since)
 
     def _recorded_fingerprint(self) -> str | None:
         try:
@@ -372,13 +371,13 @@ class QueryFlusher:
         and once when one gets through again; the health shows the failure meanwhile."""
         if exc is None:
             if self.failing is not None:
-                events.flush_recovered(self.wal.root, time.monotonic() - self._failing_since)
+                events.flush_recovered(self.wal.root, clock.monotonic() - self._failing_since)
             self.failing = None
             return
         text = f"{type(exc).__name__}: {exc}"
         if self.failing is None or self.failing.split(":", 1)[0] != type(exc).__name__:
             if self.failing is None:
-                self._failing_since = time.monotonic()
+                self._failing_since = clock.monotonic()
             events.flush_failing(self.wal.root, text, self.retry_interval_s)
         self.failing = text
 
@@ -442,8 +441,8 @@ class QueryFlusher:
         if batch is None:
             return self._wake.wait(self.retry_interval_s)
         commit_file = os.path.join(self._commits_dir, str(batch))
-        deadline = time.monotonic() + self.retry_interval_s
-        while (left := deadline - time.monotonic()) > 0:
+        deadline = clock.monotonic() + self.retry_interval_s
+        while (left := deadline - clock.monotonic()) > 0:
             if self._wake.wait(min(COMMIT_POLL_S, left)):
                 return True
             if os.path.exists(commit_file):
@@ -516,7 +515,7 @@ class QueryFlusher:
                 return False            # the process's pools are gone: no drain can succeed
             return self.last_error is not None and self._blocked_reason is None
 
-        left = Retrying(stop=stop_after_delay(within_s) | stop_when_event_set(self._hand_over),
+        left = Retrying(stop=clock.stop_waiting_after(within_s) | stop_when_event_set(self._hand_over),
                         wait=wait_fixed(self.retry_interval_s),
                         retry=retry_if_result(bool), sleep=self._hand_over.wait,
                         retry_error_callback=lambda state: state.outcome.result())(deferred)

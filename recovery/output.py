@@ -15,8 +15,8 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import cql.connection
 from cql import credentials
-from cql.connection import connect
 from cql.table import dropped_columns
 from cql.upsert import Upserter, micros
 from wal.log import WalLog
@@ -155,7 +155,7 @@ class CassandraOutput:
     def _session_for(self, connection):
         key = _contact(connection)
         if key not in self._clusters:
-            self._clusters[key] = connect(connection)
+            self._clusters[key] = cql.connection.connect(connection)
         return self._clusters[key][1]
 
     def close(self) -> None:

@@ -35,11 +35,11 @@ import pickle
 import subprocess
 import sys
 import threading
-import time
 from multiprocessing.connection import Connection
 from typing import Callable
 
 from cql.errors import FlushFailed
+from wal import clock
 
 from .errors import portable_error
 from .output import CassandraOutput
@@ -171,7 +171,7 @@ def pooled_upserter(target: Target):
 
 def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
-        time.sleep(PARENT_WATCH_S)
+        clock.sleep(PARENT_WATCH_S)
     os._exit(1)    # the driver is gone: write nothing more
 
 

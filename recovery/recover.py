@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import Retrying, retry_if_exception_type, wait_fixed
 
+from wal import clock
 from wal.errors import WalLocked
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -27,8 +28,9 @@ from .target import Target
 def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
     """Open the log for writing, waiting up to ``seconds`` for a previous owner (a finishing
     job, a stopping flusher) to let go; ``WalLocked`` after that (at once with 0)."""
-    for attempt in Retrying(stop=stop_after_delay(seconds), wait=wait_fixed(0.2),
-                            retry=retry_if_exception_type(WalLocked), reraise=True):
+    for attempt in Retrying(stop=clock.stop_waiting_after(seconds), wait=wait_fixed(0.2),
+                            retry=retry_if_exception_type(WalLocked), sleep=clock.sleep,
+                            reraise=True):
         with attempt:
             return WalLog.open_writer(wal)
 

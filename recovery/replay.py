@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
-from cql import clock
-from cql.clock import BatchAge
+from cql import batch_age
+from cql.batch_age import BatchAge
 from wal import catalog
+from wal import clock
 from wal.amendments import amended
 from wal.catalog import BatchView
 from wal.crashpoints import crash_point
@@ -57,11 +57,11 @@ class Progress:
     batch: int
     rows_done: int
     rows_total: int
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=clock.monotonic)
 
     @property
     def rate(self) -> float:
-        elapsed = time.monotonic() - self.started
+        elapsed = clock.monotonic() - self.started
         return self.rows_done / elapsed if elapsed > 0 else 0.0
 
     @property
@@ -120,7 +120,7 @@ class RowWriter(Protocol):
     any row of a damaged chunk or segment, and :class:`~cql.errors.FlushFailed` (or a
     connection error) when rows were not acknowledged. It never touches the log's states:
     recording progress and marking the batch are the Replayer's. TTLs count down from
-    ``age``, the batch's age as this process measured it (:mod:`cql.clock`; None: measured
+    ``age``, the batch's age as this process measured it (:mod:`cql.batch_age`; None: measured
     now), whatever process writes the rows and whatever its clock says.
     """
 
@@ -145,7 +145,7 @@ class DriverWriter:
 
     def write(self, log: WalLog, seal: Seal, record: BatchRecord,
               age: BatchAge | None = None) -> Iterator[Acknowledged]:
-        age = age or clock.measure(seal.sealed_at_us)
+        age = age or batch_age.measure(seal.sealed_at_us)
         chunks = iter(log.chunks(seal.batch, record.next_segment, record.next_chunk))
         first = next(chunks, None)
         if first is None:
@@ -178,7 +178,7 @@ class Replayer:
         #: (Spark's runId, its first batch) of the run flushed for (catalog.describe)
         self.current_run: tuple[str, int] | None = None
         # The age of each sealed batch still to write, measured when this process first saw
-        # it and counted on on its monotonic clock (cql.clock): its rows' TTLs count from it.
+        # it and counted on on its monotonic clock (cql.batch_age): its rows' TTLs count from it.
         self._ages: dict[tuple[int, str, int], BatchAge] = {}
 
     def plan(self, query_running: bool,
@@ -193,7 +193,7 @@ class Replayer:
         if crash_prefix:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
-        report, started = ReplayReport(), time.monotonic()
+        report, started = ReplayReport(), clock.monotonic()
         committed = catalog.committed_through(self.log, self.checkpoint)
         if self.wal.remote:
             # The store is the WAL: bring what it holds into the working copy, *after* reading
@@ -252,12 +252,12 @@ class Replayer:
                                                  resumed=view.record is not None))
         if self.retention is not None:
             report.removed_by_retention = apply_retention(self.wal, self.log, self.retention)
-        report.seconds = time.monotonic() - started
+        report.seconds = clock.monotonic() - started
         return report
 
     def _take_in_hand(self, views: list[BatchView]) -> None:
         """Measure the age of every sealed batch to write or wait for that this process has not
-        measured yet (:func:`cql.clock.measure`): at once, so that a wall clock stepping while
+        measured yet (:func:`cql.batch_age.measure`): at once, so that a wall clock stepping while
         the batches wait (an outage, the batches before them) does not move their rows'
         expiry; and forget those no longer pending."""
         ages: dict[tuple[int, str, int], BatchAge] = {}
@@ -266,14 +266,14 @@ class Replayer:
             if seal is None or view.action not in (catalog.REPLAY, catalog.WAIT):
                 continue
             key = _age_key(seal)
-            ages[key] = self._ages.get(key) or clock.measure(seal.sealed_at_us)
+            ages[key] = self._ages.get(key) or batch_age.measure(seal.sealed_at_us)
         self._ages = ages
 
     def age_of(self, seal: Seal) -> BatchAge:
         """The age of ``seal``'s batch as this process measured it (now, the first time)."""
         key = _age_key(seal)
         if key not in self._ages:
-            self._ages[key] = clock.measure(seal.sealed_at_us)
+            self._ages[key] = batch_age.measure(seal.sealed_at_us)
         return self._ages[key]
 
     def note_committed(self, committed: tuple[int, list[int] | None] | None = None) -> None:

@@ -26,11 +26,11 @@ checkpoint is: no ``_jsq``, no JVM, and neither the events, ``lastProgress``, ``
 
 from __future__ import annotations
 
-import time
 
 from cql import credentials
 from cql.errors import OptionError, SinkError
 from wal import checkpoint as ckpt
+from wal import clock
 from wal.stores import StoreAccess
 
 from .source import CassandraWalDataSource
@@ -94,8 +94,8 @@ class ConnectCassandraWalDataSource(CassandraWalDataSource):
 
 
 def tracked_checkpoint(query_id: str, location: str, filesystems: ckpt.Filesystems,
-                       wait_s: float = METADATA_WAIT_S, sleep=time.sleep,
-                       clock=time.monotonic) -> str:
+                       wait_s: float = METADATA_WAIT_S, sleep=clock.sleep,
+                       monotonic=clock.monotonic) -> str:
     """The checkpoint of query ``query_id`` at ``location`` (what the user gave as
     ``checkpointLocation``), resolved as the server resolves it; a :class:`SinkError` unless
     Spark's ``metadata`` there names that query (a wrong location would have the flusher wait
@@ -105,10 +105,10 @@ def tracked_checkpoint(query_id: str, location: str, filesystems: ckpt.Filesyste
                           "Spark Connect: must be absolute (or a URI), as in the query's options")
     resolved = filesystems.resolve(location)
     checkpoint = resolved.local if resolved.local is not None else resolved.uri
-    deadline = clock() + wait_s
+    deadline = monotonic() + wait_s
     while True:
         found = ckpt.open_checkpoint(checkpoint).query_id()
-        if found is not None or clock() >= deadline:
+        if found is not None or monotonic() >= deadline:
             break
         sleep(0.2)
     if found is None:

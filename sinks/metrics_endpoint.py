@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from recovery.flusher import QueryFlusher
 from recovery.health import BLOCKED, LAGGING
+from wal import clock
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +135,12 @@ class WalCollector:
 
 
 _servers: dict[int, object] = {}
-_refused: dict[int, float] = {}     # port -> when binding it last failed (time.monotonic)
+_refused: dict[int, float] = {}     # port -> when binding it last failed (clock.monotonic)
 _lock = threading.Lock()
 
 
 def serve(port: int, queries: Callable[[], Iterable[ServedQuery]],
-          clock: Callable[[], float] = time.monotonic) -> bool:
+          monotonic: Callable[[], float] = clock.monotonic) -> bool:
     """Serve the metrics on ``port`` (all interfaces) unless this process does already.
     Returns whether the endpoint is up. A port that cannot be bound is logged (naming the
     option) and never fails the query; it is asked for at every batch, and tried again at most
@@ -148,7 +148,7 @@ def serve(port: int, queries: Callable[[], Iterable[ServedQuery]],
     with _lock:
         if port in _servers:
             return True
-        if port in _refused and clock() - _refused[port] < BIND_RETRY_S:
+        if port in _refused and monotonic() - _refused[port] < BIND_RETRY_S:
             return False
         try:
             from prometheus_client import CollectorRegistry, start_http_server
@@ -157,7 +157,7 @@ def serve(port: int, queries: Callable[[], Iterable[ServedQuery]],
             registry.register(WalCollector(queries))
             _servers[port] = start_http_server(port, registry=registry)
         except (ImportError, OSError) as exc:
-            _refused[port] = clock()
+            _refused[port] = monotonic()
             log.error("cassandra_wal: wal.metrics.port=%d: cannot serve the metrics (tried "
                       "again in %.0f s): %s: %s", port, BIND_RETRY_S, type(exc).__name__, exc)
             return False

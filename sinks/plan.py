@@ -13,21 +13,21 @@ import hashlib
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
+import cql.connection
+import cql.table
 from cql import credentials
-from cql.connection import connect
 from cql.convert import row_converter
 from cql.errors import OptionError, SinkError
-from cql.table import fetch_table_schema
 from recovery.config import SinkConfig
 from recovery.target import RecordedTarget, Target
 from wal import checkpoint as ckpt
+from wal import clock
 from wal.binding import bind
 from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull, WalMoveRefused
@@ -45,7 +45,7 @@ from wal.pointer import (
     write_pointer,
 )
 from wal.remote import is_remote, spool_dir
-from wal.stores import StoreAccess, use_access
+from wal.stores import StoreAccess, is_store_scheme, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
@@ -103,10 +103,6 @@ def _fingerprint(config: SinkConfig, schema_json: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-#: Schemes whose locations the sink reads and writes through a store (:mod:`wal.stores`).
-STORE_SCHEMES = ("hdfs", "webhdfs", "s3", "s3a")
-
-
 def resolve_location(option: str, location: str,
                      filesystems: ckpt.Filesystems = ckpt.LOCAL) -> str:
     """Where Spark uses ``location`` (a location without a scheme is on the session's default
@@ -115,8 +111,7 @@ def resolve_location(option: str, location: str,
     resolved = filesystems.resolve(location)
     if resolved.local is not None:
         return resolved.local
-    scheme = resolved.uri.split(":", 1)[0].lower()
-    if scheme not in STORE_SCHEMES:
+    if not is_store_scheme(resolved.uri.split(":", 1)[0]):
         raise OptionError(
             option, location,
             f"Spark uses it as {resolved.uri} (the session's fs.defaultFS is "
@@ -248,9 +243,9 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if recorded is not None and recorded.fingerprint == fingerprint:
         target = recorded.target
     else:
-        cluster, session = connect(config.connection)
+        cluster, session = cql.connection.connect(config.connection)
         try:
-            table = fetch_table_schema(cluster, config.keyspace, config.table)
+            table = cql.table.fetch_table_schema(cluster, config.keyspace, config.table)
             cluster_name = cluster.metadata.cluster_name
         finally:
             cluster.shutdown()
@@ -362,8 +357,8 @@ def backlog_bytes(wal: WalDir, committing: int) -> int:
     return sum(seal.bytes for seal in seals if seal is not None)
 
 
-def wait_for_room(plan: WritePlan, batch_id: int, sleep=time.sleep,
-                  clock=time.monotonic) -> None:
+def wait_for_room(plan: WritePlan, batch_id: int, sleep=clock.sleep,
+                  monotonic=clock.monotonic) -> None:
     """Back-pressure: hold the commit of ``batch_id`` while the backlog before it (segment
     bytes of earlier batches, sealed but not yet flushed) exceeds ``wal.maxBytes``.
 
@@ -379,10 +374,10 @@ def wait_for_room(plan: WritePlan, batch_id: int, sleep=time.sleep,
     size = backlog_bytes(plan.wal, batch_id)
     if size <= cap:
         return
-    started = clock()
+    started = monotonic()
     timeout = 0.0 if plan.config.wal.backpressure == "fail" else plan.config.wal.backpressure_timeout_s
     while size > cap:
-        waited = clock() - started
+        waited = monotonic() - started
         if waited >= timeout:
             raise WalFull(plan.wal_root, size, cap, waited)
         log.warning("batch %d: WAL backlog over its cap (%d > %d bytes): holding the commit",
@@ -392,7 +387,7 @@ def wait_for_room(plan: WritePlan, batch_id: int, sleep=time.sleep,
 
 
 def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
-                           wait_s: float = 5.0, sleep=time.sleep) -> None:
+                           wait_s: float = 5.0, sleep=clock.sleep) -> None:
     """Every segment about to be sealed is where the flusher will read it, at the size its
     task reported: in the WAL's folder as the driver host sees it, or on the WAL's store.
     Tasks stage on executors; if the WAL path is not one filesystem that every executor and
@@ -416,8 +411,8 @@ def check_segments_visible(wal: WalDir, refs: list[SegmentRef], batch_id: int,
         return out
 
     missing = absent()
-    deadline = time.monotonic() + wait_s
-    while missing and time.monotonic() < deadline:   # a shared filesystem's caches catching up
+    deadline = clock.monotonic() + wait_s
+    while missing and clock.monotonic() < deadline:   # a shared filesystem's caches catching up
         sleep(0.2)
         missing = absent()
     if missing:

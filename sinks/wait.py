@@ -4,13 +4,13 @@ Cassandra. Runs in the user's driver process, on the calling thread.
 
 from __future__ import annotations
 
-import time
 
 from cql.errors import SinkError
 from recovery.errors import NotFlushedYet, WalBlocked
 from recovery.flusher import QueryFlusher
 from wal import catalog
 from wal import checkpoint as ckpt
+from wal import clock
 from wal.layout import WalDir
 from wal.pointer import pointed_wals
 
@@ -33,7 +33,7 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     through this sink.
 
     Runs: in the driver process, on the calling thread."""
-    started = time.monotonic()
+    started = clock.monotonic()
     checkpoint = checkpoint_root(query)
     committed = ckpt.committed_batches(checkpoint)
     if not committed:
@@ -75,12 +75,12 @@ def _wait_wal(query, root: str, checkpoint: str, through: int, started: float,
             if wal.read_flushed_through() >= through and not pending_batches(wal, checkpoint,
                                                                              through):
                 return
-            now = time.monotonic()
+            now = clock.monotonic()
             if deadline is not None and now >= deadline:
                 raise NotFlushedYet(root, through, pending_batches(wal, checkpoint, through),
                                     now - started)
             pause = own.retry_interval_s if own is not None else WAIT_POLL_S
-            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
+            clock.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
     finally:
         if own is not None:
             own.stop()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from functools import cached_property
 
+from . import clock
 from . import format as fmt
 from .errors import NotAWal, UnsupportedFormat, WalCorrupted
 from .files import atomic_write, fsync_dir, make_private_dirs
@@ -46,7 +46,7 @@ class WalDir:
         if wal.remote.is_stale(root):
             # Moved aside, not emptied: a flusher of the old WAL in this process may still
             # hold its RocksDB log open; what it writes there now reaches nothing.
-            stale = f"{root}.stale-{time.time_ns()}"
+            stale = f"{root}.stale-{clock.wall_ns()}"
             os.rename(root, stale)
             shutil.rmtree(stale, ignore_errors=True)
             make_working_copy(root, location)
@@ -185,7 +185,7 @@ class WalDir:
             body = None
         else:
             unchanged = self.read_blocked() == reason    # the flusher retries every few s
-            body = json.dumps({"reason": reason, "at": time.time()}).encode()
+            body = json.dumps({"reason": reason, "at": clock.wall_s()}).encode()
             atomic_write(path, body)
             if unchanged and (self.remote is None
                               or self.remote.store.read(fmt.BLOCKED_FILE) is not None):

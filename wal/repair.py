@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import binding, catalog
 from . import checkpoint as ckpt
+from . import clock
 from . import format as fmt
 from .amendments import amended_batch_ids
 from .entries import entered_batch_ids, entries_since, read_runs, run_path
@@ -451,7 +452,7 @@ def _check_offsets(checkpoint: str, offsets: list[int], from_batch: int) -> None
 def default_keep(wal: WalDir) -> str:
     """``<WAL_DIR>/repair-<UTC time>`` (``-2``, ``-3``... if taken)."""
     base = os.path.join(os.path.abspath(wal.root), fmt.REPAIR_DIR_PREFIX
-                        + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+                        + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock.wall_s())))
     path, n = base, 1
     while os.path.exists(path):
         n += 1
@@ -560,11 +561,11 @@ def _write_manifest(keep: str, plan: RepairPlan, wals: list[tuple[WalDir, WalLog
     try:
         with open(path, "rb") as f:
             manifest = json.loads(f.read())
-        manifest.setdefault("resumed_at", []).append(time.time())
+        manifest.setdefault("resumed_at", []).append(clock.wall_s())
     except FileNotFoundError:
         records = {w.root: [json.loads(r.to_json()) for r in log.records()
                             if r.batch >= plan.from_batch] for w, log in wals}
-        manifest = {"status": "started", "started_at": time.time(), "rewrite": rewrite,
+        manifest = {"status": "started", "started_at": clock.wall_s(), "rewrite": rewrite,
                     "plan": plan.to_dict(), "log_records": records}
     atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")
     return {p["wal"]: p["kept_as"] for p in manifest["plan"]["wals"]}
@@ -574,5 +575,5 @@ def _finish_manifest(keep: str) -> None:
     path = os.path.join(keep, fmt.REPAIR_FILE)
     with open(path, "rb") as f:
         manifest = json.loads(f.read())
-    manifest.update(status="done", finished_at=time.time())
+    manifest.update(status="done", finished_at=clock.wall_s())
     atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")

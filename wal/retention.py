@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from dataclasses import dataclass
 
+from . import clock
 from . import format as fmt
 from .amendments import remove_amendment
 from .entries import entries_since, remove_entry
@@ -94,7 +94,7 @@ class _FolderSizes:
         if found is not None and found[0] == identity:
             return found[1]
         size = tree_size(path)
-        if time.time_ns() - st.st_mtime_ns >= self.QUIET_NS:
+        if clock.wall_ns() - st.st_mtime_ns >= self.QUIET_NS:
             with self._lock:
                 self._sizes[path] = (identity, size)
         return size

@@ -83,6 +83,15 @@ def use_access(access: StoreAccess) -> None:
     _access = access
 
 
+#: The schemes of the stores :func:`open_store` reaches: the one list of them (the sink refuses
+#: a location of any other scheme but a local path before anything is staged, sinks/plan.py).
+STORE_SCHEMES = ("hdfs", "webhdfs", "s3", "s3a")
+
+
+def is_store_scheme(scheme: str) -> bool:
+    return scheme.lower() in STORE_SCHEMES
+
+
 def open_store(uri: str, *, s3_client=None) -> Store:
     """The store at ``uri``: a path or ``file:`` (:class:`LocalStore`); ``webhdfs://host:port``
     or ``hdfs://namenode`` (:class:`WebHdfsStore`, see :data:`ENV_WEBHDFS`); ``s3://`` or
@@ -92,7 +101,7 @@ def open_store(uri: str, *, s3_client=None) -> Store:
     scheme = parsed.scheme.lower()
     if scheme in ("", "file"):
         return LocalStore(parsed.path if scheme else uri)
-    if scheme in ("webhdfs", "hdfs", "s3", "s3a") and s3_client is None:
+    if scheme in STORE_SCHEMES and s3_client is None:
         return _remote_store(uri, _access)
     return _open_remote(uri, _access, s3_client)
 

@@ -9,7 +9,7 @@ on the driver's machine too, as a local Spark's or a worker process does). Each 
 clock is off the world's by an offset drawn here: drivers by up to minutes, executors by up to
 two hours; at any step a driver's clock may step (NTP) by up to five minutes either way. Each
 machine's monotonic clock has an origin of its own (it is the world's clock plus that origin:
-it never steps), and a boot id of its own (:func:`cql.clock.machine_id`). The node's clock,
+it never steps), and a boot id of its own (:func:`wal.clock.machine_id`). The node's clock,
 which expires cells, is the world's.
 
 Every draw comes from an RNG of its own (``clocks:<seed>``), as the store's and the lists' do:
@@ -18,7 +18,7 @@ none: no offset, no origin).
 
 :data:`ENV_CLOCKS`: unset, clock worlds are drawn, and a row whose TTL ran out before it was
 written must be written as tombstones, when the code under test measures a batch's age on one
-host (it has ``cql.clock``); older code skipped such rows, and gets neither (the seeds of
+host (it has ``cql.batch_age``); older code skipped such rows, and gets neither (the seeds of
 README.md replay as before). ``1``: both, for older code too; ``all``: every world a clock
 world; ``0``: neither.
 
@@ -53,11 +53,9 @@ ROUNDING_S = 2.0
 def measures_on_one_host() -> bool:
     """The code under test measures a batch's age on one host, and writes a row that expired
     while pending as tombstones (issue 31, item 6)."""
-    try:
-        import cql.clock  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    from .patches import has_module
+
+    return has_module("cql.batch_age") or has_module("cql.clock")   # cql.clock: its older name
 
 
 def clocks_on() -> bool:

@@ -1,12 +1,16 @@
 """The seams where the simulation replaces what lies outside the sink's process.
 
-Only the world is faked: the table lookup and the Cassandra connection (``fetch_table_schema``,
-``connect``), Spark's ``TaskContext``, the clock and sleeps (the sink's modules and tenacity see
-the simulated clock, so retention ages, seal timestamps and retry back-offs follow the seed),
-the named crash points (a crash point armed by the world raises :class:`SimCrash`, which
-no ``except Exception`` in the sink catches, so the "process" dies right there), and the store
-scheme ``simstore://`` (:mod:`tests.sim.store`). Everything else is the real code. Patches go
-in once per test and delegate to the current world.
+Only the world is faked, through the seams the code has for it: the clocks, sleeps and waits
+(``wal.clock``: retention ages, seal timestamps and retry back-offs follow the seed), the named
+crash points (``wal.crashpoints.on_point``: a crash point armed by the world raises
+:class:`SimCrash`, which no ``except Exception`` in the sink catches, so the "process" dies
+right there), the Cassandra connection and the table lookup where they are defined
+(``cql.connection.connect``, ``cql.table.fetch_table_schema``), Spark's ``TaskContext``
+(``sinks.source._task``), the store scheme ``simstore://`` (``wal.stores``,
+:mod:`tests.sim.store`) and the disk (:mod:`tests.sim.disk`); and a spy on the seals written
+(``wal.seal.write_seal``). Everything else is the real code. Patches go in once per test and
+delegate to the current world; older code without the seams gets them patched into each of its
+modules that holds one (:meth:`Patches._install_into_modules`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,16 @@ MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoin
            "recovery.output", "recovery.flusher", "recovery.executors", "recovery.jobs",
            "recovery.recover", "sinks.plan", "sinks.source", "sinks.batch_jobs", "sinks.registry", "sinks.wait",
            "cli.recover_cmd")
+
+
+def has_seams() -> bool:
+    """The code under test reads every clock through ``wal.clock`` and calls its crash points'
+    hook (``wal.crashpoints.on_point``); older code is patched module by module."""
+    try:
+        import wal.crashpoints
+    except ImportError:
+        return False
+    return has_module("wal.clock") and hasattr(wal.crashpoints, "on_point")
 
 
 def has_module(name: str) -> bool:
@@ -133,9 +147,6 @@ class Patches:
         setattr(owner, name, value)
 
     def install(self) -> "Patches":
-        import tenacity
-        import tenacity.nap
-
         for name in MODULES:
             try:
                 importlib.import_module(name)
@@ -144,28 +155,49 @@ class Patches:
         import cql.connection
         import cql.table
         import sinks.source
+        import wal.seal
 
-        # Wherever a module of the sink holds them: where they are defined and imported.
+        self._set(sinks.source, "_task", _task)
+        self._set(wal.seal, "write_seal", _spy_write_seal(wal.seal.write_seal))
+        self._install_store()
+        from . import disk
+
+        disk.install(self)                  # the disk's seams (disk.py)
+        if has_seams():
+            # The code's own seams: its one clock, its crash points' hook, its session factory
+            # and table lookup where they are defined.
+            import wal.clock
+            import wal.crashpoints
+
+            self._set(wal.clock, "time", SIM_TIME)
+            self._set(wal.clock, "machine_id", _machine_id)
+            self._set(wal.clock, "stop_waiting_after", _no_wait)
+            self._set(wal.crashpoints, "on_point", _crash_point)
+            self._set(cql.connection, "connect", _connect)
+            self._set(cql.table, "fetch_table_schema", _fetch_table_schema)
+        else:
+            self._install_into_modules()
+        return self
+
+    def _install_into_modules(self) -> None:
+        """Older code, without :func:`has_seams`: the same seams patched into every module of
+        the sink that holds them (``time``, ``crash_point``, ``connect``...)."""
+        import tenacity
+        import tenacity.nap
+
+        import cql.connection
+        import cql.table
+
         seams = {cql.connection.connect: _connect,
                  cql.table.fetch_table_schema: _fetch_table_schema}
         for module in self._sink_modules():
             for name in ("connect", "fetch_table_schema"):
                 if getattr(module, name, None) in seams:
                     self._set(module, name, seams[getattr(module, name)])
-        self._set(sinks.source, "_task", _task)
-        import wal.seal
-
-        self._set(wal.seal, "write_seal", _spy_write_seal(wal.seal.write_seal))
-        try:
-            import cql.clock
-        except ImportError:   # older code: every process read its own wall clock
-            pass
-        else:
-            self._set(cql.clock, "machine_id", _machine_id)
-        self._install_store()
-        from . import disk
-
-        disk.install(self)                  # the disk's seams (disk.py)
+        for module_name in ("cql.clock", "cql.batch_age"):
+            module = sys.modules.get(module_name)
+            if module is not None and hasattr(module, "machine_id"):
+                self._set(module, "machine_id", _machine_id)
         for module in (tenacity, tenacity.nap):
             self._set(module, "time", SIM_TIME)
         for module in self._sink_modules():
@@ -178,7 +210,6 @@ class Patches:
                 # is sequential, nothing lets go meanwhile; the last attempt's answer comes now.
                 self._set(module, "stop_after_delay", _no_wait)
             self._patch_defaults(module)
-        return self
 
     def _install_store(self) -> None:
         """``simstore://`` (:mod:`tests.sim.store`) as one more store scheme: opened by
@@ -193,8 +224,10 @@ class Patches:
 
         if hasattr(wal.stores, "_open_remote"):
             self._set(wal.stores, "_open_remote", store.open_remote(wal.stores._open_remote))
-        if hasattr(sinks.plan, "STORE_SCHEMES"):
-            self._set(sinks.plan, "STORE_SCHEMES", (*sinks.plan.STORE_SCHEMES, store.SCHEME))
+        for owner in (wal.stores, sinks.plan):    # wal.stores's since the seams, else sinks.plan's
+            if hasattr(owner, "STORE_SCHEMES"):
+                self._set(owner, "STORE_SCHEMES", (*owner.STORE_SCHEMES, store.SCHEME))
+                break
 
     @staticmethod
     def _sink_modules():

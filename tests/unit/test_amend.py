@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+import cql.connection
 from cli.main import main
-from recovery import output as output_module
 from recovery.errors import ColumnDroppedAfterSeal, is_transient
 from recovery.output import CassandraOutput
 from recovery.replay import Replayer
@@ -39,7 +39,7 @@ class Dropped:
 
 
 def output_with(monkeypatch, session, **write) -> CassandraOutput:
-    monkeypatch.setattr(output_module, "connect", lambda conn: (
+    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), session))
     t = target()
     t = dataclasses.replace(t, config=dataclasses.replace(
@@ -164,7 +164,7 @@ def _wal_with_pending(tmp_path, monkeypatch, uncommitted: tuple[int, ...] = ()):
         f.sealed(batch, rows=(3,), write=record, committed=False)
     f.close()
     session = Dropped(id=4_000_000_000_000_000)       # long after both seals (2096)
-    monkeypatch.setattr(output_module, "connect", lambda conn: (
+    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), session))
     return f, target_module
 
@@ -220,7 +220,7 @@ def _factory(tmp_path):
 
 
 def _dropped(monkeypatch, **columns):
-    monkeypatch.setattr(output_module, "connect", lambda conn: (
+    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), Dropped(**columns)))
 
 
@@ -308,7 +308,7 @@ def test_the_block_says_restamp_needs_the_column_added_again_first(monkeypatch):
                         for c in ("id", "value")]
             return []
 
-    monkeypatch.setattr(output_module, "connect", lambda conn: (
+    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None, metadata=None), DroppedAndGone()))
     out = CassandraOutput(t)
     with pytest.raises(ColumnDroppedAfterSeal) as info:
@@ -381,7 +381,7 @@ def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
         def execute(self, cql, parameters=None):
             raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
 
-    monkeypatch.setattr(output_module, "connect", refused if away == "connect" else (
+    monkeypatch.setattr(cql.connection, "connect", refused if away == "connect" else (
         lambda conn: (SimpleNamespace(shutdown=lambda: None), Away())))
     code = main(["amend", f.root, "--pending", "--restamp"])
     err = capsys.readouterr().err
@@ -404,7 +404,7 @@ def test_recover_with_cassandra_away_at_the_dropped_columns_query_exits_1(
         def execute(self, cql, parameters=None):
             raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
 
-    monkeypatch.setattr(output_module, "connect", lambda conn: (
+    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), Away()))
     code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
     err = capsys.readouterr().err

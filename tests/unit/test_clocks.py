@@ -1,5 +1,5 @@
 """The age a row's TTL counts down from is measured on one host (issue 31, item 6;
-``cql/clock.py``): the driver process reads its wall clock once per batch, when it first takes
+``cql/batch_age.py``): the driver process reads its wall clock once per batch, when it first takes
 the batch in hand, and counts on on its monotonic clock; a process on another machine counts
 on from when it received that measure. What each writer does with it: the row writer contract
 (``tests/unit/test_row_writer_contract.py``, ``ttl_writer``).
@@ -11,12 +11,13 @@ import pickle
 
 import pytest
 
-from cql import clock
-from cql.clock import BatchAge
+from cql import batch_age
+from cql.batch_age import BatchAge
 from cql.errors import FlushFailed
 from recovery.replay import Acknowledged, Replayer
 from tests.helpers.skewed_clock import skewed_clock
 from tests.helpers.walfactory import WalFactory
+from wal import clock
 from wal.seal import now_us
 from wal.states import BatchState
 
@@ -29,9 +30,9 @@ HOUR = 3600
 
 def test_the_age_is_never_negative_and_counts_on_on_the_monotonic_clock():
     sealed = 1_800_000_000 * S
-    behind = clock.measure(sealed, wall_us=sealed - 30 * S, mono_ns=5 * NS, machine="m")
+    behind = batch_age.measure(sealed, wall_us=sealed - 30 * S, mono_ns=5 * NS, machine="m")
     assert behind.age_us == 0                      # a clock behind the sealing one: 0, not -30 s
-    ahead = clock.measure(sealed, wall_us=sealed + 12 * S, mono_ns=5 * NS, machine="m")
+    ahead = batch_age.measure(sealed, wall_us=sealed + 12 * S, mono_ns=5 * NS, machine="m")
     assert ahead.age_at(9 * NS) == 16 * S
     assert ahead.now_s(9 * NS) == sealed // S + 16
     assert ahead.age_at(4 * NS) == 12 * S          # never less than measured
@@ -48,7 +49,7 @@ def test_a_process_on_another_machine_counts_from_when_it_received_the_measure()
 
 def test_the_machine_is_this_boots():
     assert clock.machine_id() == clock.machine_id()
-    assert clock.measure(0).machine == clock.machine_id()
+    assert batch_age.measure(0).machine == clock.machine_id()
 
 
 class Recording:

@@ -261,7 +261,7 @@ def test_flusher_output_picks_up_credentials_handed_over_after_it_was_made(
         seen.append((conn.username, conn.password))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr("recovery.output.connect", fake_connect)
+    monkeypatch.setattr("cql.connection.connect", fake_connect)
     output = CassandraOutput(load_target(wal), wal.root)
     with pytest.raises(RuntimeError):
         output.upserter()

@@ -20,6 +20,7 @@ from recovery.health import BLOCKED, HEALTHY, LAGGING, FlushCounters, health_of,
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.outage import Outage, fake_cassandra, flusher_on
 from wal import catalog
+from wal import clock
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.unit
@@ -309,8 +310,6 @@ def test_inspect_watch_shows_what_the_running_sink_did_between_two_redraws(capsy
                                                                           monkeypatch):
     """Each redraw reads the WAL again: a batch the sink flushed meanwhile leaves the backlog.
     Ctrl-C (KeyboardInterrupt in the wait) ends the watch with exit 0."""
-    from cli import inspect_cmd
-
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         for b in (0, 1):
             f.sealed(b, rows=(3, 2), committed=True)
@@ -323,7 +322,7 @@ def test_inspect_watch_shows_what_the_running_sink_did_between_two_redraws(capsy
             else:
                 raise KeyboardInterrupt
 
-        monkeypatch.setattr(inspect_cmd.time, "sleep", sleep)
+        monkeypatch.setattr(clock, "sleep", sleep)
         code, out, _ = run_cli(capsys, "inspect", f.root, "--watch", "5", "--json")
     docs = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and waits == [5.0, 5.0] and len(docs) == 2

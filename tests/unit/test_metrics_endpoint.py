@@ -99,16 +99,16 @@ def test_a_port_that_cannot_be_bound_is_logged_naming_the_option_and_tried_once_
         taken.listen()
         port = taken.getsockname()[1]
         with caplog.at_level(logging.ERROR):
-            assert not metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+            assert not metrics_endpoint.serve(port, lambda: [], monotonic=lambda: now[0])
             for _ in range(5):                      # the next batches, within the minute
                 now[0] += 2
-                assert not metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+                assert not metrics_endpoint.serve(port, lambda: [], monotonic=lambda: now[0])
             assert caplog.text.count(f"wal.metrics.port={port}") == 1
             now[0] += metrics_endpoint.BIND_RETRY_S
-            assert not metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+            assert not metrics_endpoint.serve(port, lambda: [], monotonic=lambda: now[0])
             assert caplog.text.count(f"wal.metrics.port={port}") == 2
     now[0] += metrics_endpoint.BIND_RETRY_S             # the port is free now: served
-    assert metrics_endpoint.serve(port, lambda: [], clock=lambda: now[0])
+    assert metrics_endpoint.serve(port, lambda: [], monotonic=lambda: now[0])
     assert scrape(port) == {}
 
 

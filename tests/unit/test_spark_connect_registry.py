@@ -70,7 +70,7 @@ def test_a_checkpoint_not_seen_here_is_refused_after_waiting(tmp_path):
 
     with pytest.raises(SinkError, match="no Spark checkpoint at file:.* as this process sees"):
         connect.tracked_checkpoint("q", str(tmp_path / "nothing"), ckpt.LOCAL, wait_s=1.0,
-                                   sleep=sleep, clock=lambda: now[0])
+                                   sleep=sleep, monotonic=lambda: now[0])
     assert sleeps == [0.2] * 5
     with pytest.raises(OptionError, match="must be absolute"):
         connect.tracked_checkpoint("q", "cp", ckpt.LOCAL, wait_s=0)

@@ -473,7 +473,7 @@ def test_recovery_at_query_start_retries_a_request_twice_at_most(tmp_path, monke
         made = []
         names = type(flusher.output).upserter.__globals__
         session = type("S", (), {"execute": lambda self, cql, parameters=None: []})()
-        monkeypatch.setitem(names, "connect", lambda conn: (
+        monkeypatch.setattr("cql.connection.connect", lambda conn: (
             type("C", (), {"shutdown": lambda self: None})(), session))
 
         def upserter(session, table, columns, write, consistency_level=None, **_):

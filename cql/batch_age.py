@@ -30,31 +30,9 @@ batch's age then).
 
 from __future__ import annotations
 
-import os
-import socket
-import time
 from dataclasses import dataclass
 
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
-_machine: str | None = None
-
-
-def machine_id() -> str:
-    """The machine whose monotonic clock this process reads: the kernel's boot id (shared by
-    every process, container or not, of one boot of one machine), else this host and process
-    (no other process is then taken to share its monotonic clock)."""
-    global _machine
-    if _machine is None:
-        try:
-            with open(_BOOT_ID) as f:
-                _machine = "boot:" + f.read().strip()
-        except OSError:
-            _machine = f"process:{socket.gethostname()}:{os.getpid()}"
-    return _machine
-
-
-def monotonic_ns() -> int:
-    return time.monotonic_ns()
+from wal import clock as wal_clock
 
 
 @dataclass(frozen=True)
@@ -85,18 +63,18 @@ class BatchAge:
     def received(self, machine: str | None = None, mono_ns: int | None = None) -> "BatchAge":
         """This measure as a process on ``machine`` (default: this one) counts it on: as it is
         on the machine that read it; elsewhere, from now (``mono_ns``) on."""
-        machine = machine_id() if machine is None else machine
+        machine = wal_clock.machine_id() if machine is None else machine
         if machine == self.machine:
             return self
         return BatchAge(self.sealed_at_us, self.age_us,
-                        monotonic_ns() if mono_ns is None else mono_ns, machine)
+                        wal_clock.monotonic_ns() if mono_ns is None else mono_ns, machine)
 
 
 def measure(sealed_at_us: int, wall_us: int | None = None, mono_ns: int | None = None,
             machine: str | None = None) -> BatchAge:
     """The age of a batch sealed at ``sealed_at_us``, on this process's wall clock, now (never
     negative: a clock behind the one that sealed gives 0)."""
-    wall_us = time.time_ns() // 1000 if wall_us is None else wall_us
+    wall_us = wal_clock.now_us() if wall_us is None else wall_us
     return BatchAge(sealed_at_us, max(0, wall_us - sealed_at_us),
-                    monotonic_ns() if mono_ns is None else mono_ns,
-                    machine_id() if machine is None else machine)
+                    wal_clock.monotonic_ns() if mono_ns is None else mono_ns,
+                    wal_clock.machine_id() if machine is None else machine)
