@@ -58,7 +58,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -66,6 +65,7 @@ import time
 
 # This checkout first on the path: tests.helpers, and the sink's code beside them.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.helpers.net import free_port  # noqa: E402
 from tests.helpers.spark_session import FAST_JVM, local_builder  # noqa: E402
 
 EXIT_OK, EXIT_USAGE, EXIT_QUERY_FAILED, EXIT_DEADLINE = 0, 2, 3, 4
@@ -178,12 +178,6 @@ def executor_jvms_of_this_run() -> set[int]:
 
 
 # -- a standalone cluster on two loopback hosts -------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class StandaloneCluster:
     HOSTS = ("127.0.0.1", "127.0.0.2")
 
