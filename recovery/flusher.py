@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tenacity import (
@@ -130,13 +131,17 @@ class QueryFlusher:
 
     def __init__(self, wal_root: str, checkpoint: str, session_conf: dict | None = None,
                  retry_interval_s: float = 2.0,
-                 spark_jobs: SparkJobs | None = None, run: tuple[str, int] | None = None):
+                 spark_jobs: SparkJobs | None = None, run: tuple[str, int] | None = None,
+                 on_options: Callable[["QueryFlusher"], None] | None = None):
         """``run``: (Spark's runId, the first batch it runs) of the query run this flusher
         belongs to: what a foreachBatch writer's entries are judged by (a batch the run
-        committed without entering this WAL's writer has nothing to write here)."""
+        committed without entering this WAL's writer has nothing to write here).
+        ``on_options``: told each time the flusher takes up the options a restarted query's
+        batch recorded (the registry starts the metrics endpoint a new port names)."""
         self.wal = WalDir.at(wal_root)     # a store's WAL: this host's working copy
         self.checkpoint = checkpoint
         self.session_conf = session_conf
+        self._on_options = on_options
         # The WAL is this query's (a pointer copied from another checkpoint must not make this
         # query replay, discard or skip another's batches): see wal/binding.py.
         bind(self.wal, checkpoint)
@@ -296,6 +301,8 @@ class QueryFlusher:
         self._close_executors()
         log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
                  self.wal.root)
+        if self._on_options is not None:
+            self._on_options(self)
 
     def _output(self, target: Target) -> CassandraOutput:
         """The session and Upserters of the driver's writes; each retry of requests that

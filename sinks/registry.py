@@ -150,7 +150,8 @@ class FlushRegistry:
                       run: tuple[str, int] | None) -> QueryFlusher | None:
         try:
             return QueryFlusher(wal_root, checkpoint, self.session_conf,
-                                spark_jobs=self._spark_jobs(), run=run)
+                                spark_jobs=self._spark_jobs(), run=run,
+                                on_options=self._serve_metrics)
         except TargetNotRecorded:
             # Pointed at before its first batch looked the table up (which failed, or is
             # under way): nothing of it can be written yet; tried again at the next event.
@@ -240,9 +241,12 @@ class FlushRegistry:
 
     def _serve_metrics(self, flusher: QueryFlusher) -> None:
         """Start the metrics endpoint if the run's options name a port (``wal.metrics.port``).
-        Asked at the flusher's start and at each batch: a restarted query's flusher is made
-        before the run's first batch records the run's options, and takes them up (a port
-        newly given included) at its first drain."""
+        Asked at the flusher's start, at each batch, and when the flusher takes up new options:
+        a restarted query's flusher is made before the run's first batch records the run's
+        options, and takes them up (a port newly given included) at its first drain, which
+        may come with no batch after it (the run's first commit refused).
+
+        Runs: in the driver process, on the listener's thread or the flusher's."""
         port = flusher.target.config.wal.metrics_port
         if port is not None:
             metrics_endpoint.serve(port, served_queries)

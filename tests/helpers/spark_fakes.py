@@ -13,8 +13,10 @@ from recovery.config import SinkConfig
 class FakeFlusher:
     made: list["FakeFlusher"] = []
 
-    def __init__(self, wal_root, checkpoint, session_conf=None, spark_jobs="unset", run=None):
+    def __init__(self, wal_root, checkpoint, session_conf=None, spark_jobs="unset", run=None,
+                 on_options=None):
         self.wal_root, self.checkpoint, self.spark_jobs = wal_root, checkpoint, spark_jobs
+        self.on_options = on_options            # what the real one calls on new options
         self.wal = SimpleNamespace(root=wal_root)
         self.calls: list[str] = []
         self.finish_within: list[float] = []    # each stop's bound for retrying its last drain

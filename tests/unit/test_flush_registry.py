@@ -58,6 +58,54 @@ def test_the_metrics_endpoint_starts_once_a_run_names_a_port_even_after_its_star
     assert registry.served() == [driver.ServedQuery("q", "", flusher, running=True)]
 
 
+def test_the_endpoint_starts_when_the_flusher_takes_up_a_port_before_any_progress(
+        registry, monkeypatch):
+    """A restarted query whose first batch fails (its WAL blocked) has no progress event:
+    the port its options newly name was never served, though its flusher took the options up
+    at its first drain (seen under load in test_corruption.py's restart on a damaged WAL)."""
+    served = []
+    monkeypatch.setattr(driver.metrics_endpoint, "serve", lambda port, _: served.append(port))
+    registry.started("q", "run-1")
+    (flusher,) = FakeFlusher.made
+    flusher.target = SimpleNamespace(config=SinkConfig("ks", "t",
+                                                       wal=WalConfig(metrics_port=9108)))
+    assert flusher.on_options is not None
+    flusher.on_options(flusher)                 # its drain took up the run's options
+    assert served == [9108]
+
+
+def test_a_flusher_tells_when_it_takes_up_the_options_a_restarted_run_recorded(
+        tmp_path, monkeypatch):
+    """The real flusher's side of the test above: its drain takes up the options the run's
+    batch recorded in target.json (here a metrics port) and tells ``on_options``."""
+    from dataclasses import replace
+
+    from recovery.flusher import QueryFlusher
+    from tests.helpers.flush_fakes import target
+    from tests.helpers.outage import driver_side_up
+    from tests.helpers.walfactory import WalFactory
+
+    before = target()
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
+                    target={"fingerprint": "f", "target": before.to_dict()}) as f:
+        f.sealed(0, rows=(3,))
+    told = []
+    flusher = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01,
+                           on_options=told.append)
+    try:
+        driver_side_up(monkeypatch, flusher)
+        flusher.drain(query_running=True)
+        assert told == []                                  # the same options: nothing to tell
+        after = replace(before, config=replace(before.config, wal=replace(
+            before.config.wal, metrics_port=9108)))
+        flusher.wal.write_target({"fingerprint": "g", "target": after.to_dict(),
+                                  "checkpoint_location": None})
+        flusher.drain(query_running=True)
+        assert told == [flusher] and flusher.target.config.wal.metrics_port == 9108
+    finally:
+        flusher.stop()
+
+
 def test_the_endpoint_keeps_showing_a_query_that_ended_until_its_next_run(registry, tmp_path,
                                                                            monkeypatch):
     """A query the sink blocked fails at its next commit: its WAL (blocked.json) must stay on
@@ -259,7 +307,7 @@ def test_exit_stops_running_flushers_and_waits_for_finishing_ones(registry):
 # -- a flusher that cannot start is never silent (issue 17, item 5) -------------------------
 
 def failing_flusher(error):
-    def make(wal_root, checkpoint, session_conf, spark_jobs=None, run=None):
+    def make(wal_root, checkpoint, session_conf, spark_jobs=None, run=None, on_options=None):
         raise error
     return make
 
