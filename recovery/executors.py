@@ -17,8 +17,9 @@ Who runs what:
   segment not yet acknowledged, ``sc.parallelize(tasks, len(tasks)).mapPartitions(...)
   .collect()``, then an acknowledgement per segment in seal order up to the first that failed,
   then that failure (a corrupted segment first: it blocks the sink).
-* **executor task** (:func:`write_segments`): opens a session with the flusher's own target and
-  credentials, verifies its whole segment against the seal (checksum and rows) *before* writing
+* **executor task** (:func:`write_segments`): takes its worker's session for the flusher's own
+  target and credentials (:mod:`recovery.sessions`: connected by the worker's first task, kept
+  for its next tasks and batches), verifies its whole segment against the seal (checksum and rows) *before* writing
   a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Its rows'
   TTLs count down from the batch's age as the driver measured it when it started the job
@@ -62,9 +63,9 @@ from wal.seal import Seal
 from wal.segment import SegmentReader, SegmentRef
 
 from .errors import is_transient, portable_error
-from .output import CassandraOutput
-from .processes import ProcessPool, pooled_upserter
+from .processes import ProcessPool
 from .replay import Acknowledged
+from .sessions import kept_upserter
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -114,16 +115,6 @@ def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[Segmen
 
 
 # -- executor side -------------------------------------------------------------------------------
-@contextlib.contextmanager
-def connected_upserter(target: Target):
-    """An Upserter on a session of its own, shut down on the way out (one per task)."""
-    output = CassandraOutput(target)
-    try:
-        yield output.upserter()
-    finally:
-        output.close()
-
-
 def write_segment(job: SegmentJob, task: SegmentTask, upserter,
                   age: BatchAge | None = None) -> int:
     """Verify one segment against its seal, then write its chunks from ``task.first_chunk``;
@@ -150,14 +141,15 @@ def write_segment(job: SegmentJob, task: SegmentTask, upserter,
 
 
 def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:
-    """The ``mapPartitions`` function: every task of this partition, one session for them.
+    """The ``mapPartitions`` function: every task of this partition, on this worker's kept
+    session (:mod:`recovery.sessions`: one per worker and target, reused by its next tasks).
     The driver's measure of the batch's age is counted on from here (on another machine than
     the driver's; on the driver's, from its own reading: :meth:`BatchAge.received`)."""
     age = job.age.received() if job.age is not None else None
     tasks, host = list(tasks), socket.gethostname()
     if not tasks:
         return
-    opener = job.open_upserter or connected_upserter
+    opener = job.open_upserter or kept_upserter
     with contextlib.ExitStack() as stack:
         try:
             upserter = stack.enter_context(opener(job.target))
@@ -231,11 +223,13 @@ class ExecutorsWriter:
     def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target]):
         """``wal.flush.mode=processes``: the tasks run in worker processes of this one, each
         keeping its session from batch to batch (:mod:`recovery.processes`)."""
-        return cls(ProcessPool(processes), wal_root, target, open_upserter=pooled_upserter)
+        return cls(ProcessPool(processes), wal_root, target, open_upserter=kept_upserter)
 
     def reset(self) -> None:
-        """After a failed flush: a Spark task opens and closes its own session, so nothing to
-        forget; worker processes (and their sessions) are closed, the next batch starts anew."""
+        """After a failed flush: worker processes (and their sessions) are closed, the next
+        batch starts anew; Spark's Python workers keep theirs (:mod:`recovery.sessions`: the
+        driver reconnects a session whose nodes went away, and other options are another
+        target, with a session of its own)."""
         self.close()
 
     def close(self) -> None:

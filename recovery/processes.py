@@ -42,8 +42,6 @@ from cql.errors import FlushFailed
 from wal import clock
 
 from .errors import portable_error
-from .output import CassandraOutput
-from .target import Target
 
 log = logging.getLogger(__name__)
 
@@ -157,18 +155,6 @@ class ProcessPool:
 
 
 # -- worker side ---------------------------------------------------------------------------------
-_sessions: dict[bytes, object] = {}
-
-
-@contextlib.contextmanager
-def pooled_upserter(target: Target):
-    """The worker's Upserter for ``target``, connected once and kept for the next batches."""
-    key = pickle.dumps(target)
-    if key not in _sessions:
-        _sessions[key] = CassandraOutput(target).upserter()
-    yield _sessions[key]
-
-
 def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         clock.sleep(PARENT_WATCH_S)
