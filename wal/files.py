@@ -6,8 +6,10 @@ place and its folder fsynced: after a crash it is either absent or whole, never 
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
+import threading
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -44,9 +46,14 @@ def make_private_dirs(path: str) -> None:
     fsync_dir(parent or ".")
 
 
+_calls = itertools.count()
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, whole."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    # Unique per call: two threads of one process writing one file (a foreachBatch run
+    # record) must not rename each other's temporary away.
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}-{next(_calls)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         view = memoryview(data)
