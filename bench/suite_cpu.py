@@ -1,7 +1,9 @@
 """Where the CPU of a test run goes, by kind of process (issue 33: the suite's time).
 
 Samples every process's CPU time (user + system, from ``/proc``) every few seconds while a
-command runs, keeps each process's last reading and command line, and prints the CPU by kind:
+command runs, keeps each process's last reading and command line (less what a process had
+used before the command started: the machine's own agents and kernel threads count only
+their share of the run), and prints the CPU by kind:
 Cassandra nodes, Spark driver JVMs, local-cluster executors, HDFS, Spark's Python workers, the
 simulation's processes, pytest itself, the install. A process that lives less than a sample's
 interval is missed, so the figures are a floor.
@@ -48,23 +50,34 @@ def kind_of(cmd: str) -> str:
     return "other (the machine's own, or unnamed)"
 
 
-def sample(seen: dict, stop: threading.Event, every_s: float) -> None:
+def readings() -> dict:
+    """``{"<pid>:<start time>": (CPU seconds so far, command line)}`` of every process but
+    this one (a reused pid is another key)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            cpu = (int(fields[11]) + int(fields[12])) / TICK
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        out[f"{pid}:{fields[19]}"] = (cpu, cmd)
+    return out
+
+
+def sample(seen: dict, baseline: dict, stop: threading.Event, every_s: float) -> None:
+    """Every ``every_s`` until ``stop``: each process's CPU since the run began (its reading
+    less its ``baseline`` one, for a process already running then) into ``seen``."""
     while not stop.is_set():
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    stat = f.read()
-                fields = stat[stat.rindex(")") + 2:].split()
-                cpu = (int(fields[11]) + int(fields[12])) / TICK
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except (OSError, ValueError, IndexError):
-                continue
-            key = f"{pid}:{fields[19]}"          # pid and start time: a reused pid is another
-            cpu_before, cmd_before = seen.get(key, (0.0, ""))
-            seen[key] = (max(cpu, cpu_before), cmd or cmd_before)
+        for key, (cpu, cmd) in readings().items():
+            used = cpu - baseline.get(key, (0.0, ""))[0]
+            used_before, cmd_before = seen.get(key, (0.0, ""))
+            seen[key] = (max(used, used_before), cmd or cmd_before)
         stop.wait(every_s)
 
 
@@ -98,7 +111,8 @@ def main(argv=None) -> int:
         p.error("give a command after --, or --report JSON")
     seen: dict = {}
     stop = threading.Event()
-    sampler = threading.Thread(target=sample, args=(seen, stop, args.every), daemon=True)
+    sampler = threading.Thread(target=sample, args=(seen, readings(), stop, args.every),
+                               daemon=True)
     sampler.start()
     started = time.monotonic()
     rc = subprocess.call(args.command)
