@@ -70,6 +70,24 @@ def readings() -> dict:
     return out
 
 
+def machine_ticks() -> list[int]:
+    """The first line of ``/proc/stat``: the whole machine's user, nice, system, idle, iowait,
+    irq, softirq, steal ticks so far."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def machine_share(before: list[int], after: list[int]) -> str:
+    """How the machine's cores spent the run: busy (user and system, every process and the
+    kernel's threads, however short-lived) and idle."""
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d) or 1
+    busy = d[0] + d[1] + d[2] + d[5] + d[6]
+    return (f"the machine: {100 * busy / total:.0f}% busy ({100 * (d[0] + d[1]) / total:.0f}% user, "
+            f"{100 * (d[2] + d[5] + d[6]) / total:.0f}% system), {100 * d[3] / total:.0f}% idle, "
+            f"{100 * d[4] / total:.0f}% waiting on I/O, {100 * d[7] / total:.0f}% stolen")
+
+
 def sample(seen: dict, baseline: dict, stop: threading.Event, every_s: float) -> None:
     """Every ``every_s`` until ``stop``: each process's CPU since the run began (its reading
     less its ``baseline`` one, for a process already running then) into ``seen``."""
@@ -114,8 +132,9 @@ def main(argv=None) -> int:
     sampler = threading.Thread(target=sample, args=(seen, readings(), stop, args.every),
                                daemon=True)
     sampler.start()
-    started = time.monotonic()
+    started, ticks = time.monotonic(), machine_ticks()
     rc = subprocess.call(args.command)
+    share = machine_share(ticks, machine_ticks())
     stop.set()
     sampler.join()
     wall = time.monotonic() - started
@@ -124,6 +143,7 @@ def main(argv=None) -> int:
             json.dump(seen, f)
     print(f"\n{' '.join(args.command)}: exit {rc} in {wall / 60:.1f} min wall "
           f"({os.cpu_count()} cores: {wall * os.cpu_count() / 60:.1f} CPU-min at most)")
+    print(share)
     print(report(seen))
     return rc
 
