@@ -67,6 +67,7 @@ CASSANDRA_VERSION = "5.0.8"  # the default of `start`; see RELEASES for the othe
 DEFAULT_PORT = 9042
 DEFAULT_TIMEOUT = 180.0
 DEFAULT_HEAP = "1g"
+ENV_JVM_EXTRA_OPTS = "CASSANDRA_WAL_JVM_EXTRA_OPTS"
 STOP_TIMEOUT = 30.0
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 
@@ -407,6 +408,9 @@ class NodeInfo:
     # One node of a cluster (scripts/cassandra_cluster.py); a single node keeps the defaults.
     host: str = HOST                    # listen and rpc address: a loopback address 127.0.0.x
     membership: Optional[dict] = None   # {"cluster_name", "seeds", "initial_token"}
+    # More JVM options, after the script's own (CASSANDRA_WAL_JVM_EXTRA_OPTS, as Cassandra's
+    # own scripts take JVM_EXTRA_OPTS); the tests give -XX:TieredStopAtLevel=1.
+    jvm_extra_opts: List[str] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -523,6 +527,7 @@ def java_command(info: NodeInfo, java_home: Path, lib: Path) -> List[str]:
         cmd.append(f"-javaagent:{jamm[-1]}")
     cmd += JVM17_MODULE_FLAGS
     cmd += release(info.version).jvm_flags
+    cmd += info.jvm_extra_opts
     cmd += [
         "-Djava.net.preferIPv4Stack=true",
         "-Dcassandra-foreground=yes",
@@ -651,7 +656,8 @@ def start(port: Optional[int] = None, node_dir: Optional[os.PathLike] = None, *,
         info = NodeInfo(node_dir=str(node_dir), port=port, storage_port=storage_port,
                         fast=fast, heap=heap, java=str(java_home / "bin" / "java"),
                         auth=bool(auth), tls_keystore=tls_keystore, version=version,
-                        host=host, membership=membership)
+                        host=host, membership=membership,
+                        jvm_extra_opts=os.environ.get(ENV_JVM_EXTRA_OPTS, "").split())
         for sub in ("conf", "data", "logs"):
             (node_dir / sub).mkdir(exist_ok=True)
         yaml_path = node_dir / "conf" / "cassandra.yaml"
@@ -775,6 +781,9 @@ environment:
   CASSANDRA_WAL_JAVA_HOME  JDK to run Cassandra with (default: the system JDK 17)
   CASSANDRA_WAL_HEAP       heap size (default %s)
   CASSANDRA_WAL_FAST=1     same as --fast
+  CASSANDRA_WAL_JVM_EXTRA_OPTS
+                           more JVM options, as Cassandra's own JVM_EXTRA_OPTS (the tests
+                           give -XX:TieredStopAtLevel=1: a third less CPU a start)
   CASSANDRA_WAL_NODE_USERNAME / CASSANDRA_WAL_NODE_PASSWORD
                            login of the readiness/status probe on an --auth node
                            (default cassandra / cassandra)

@@ -21,7 +21,8 @@ import pytest
 
 from tests.helpers.matrix import full_matrix
 from tests.helpers.node import (fresh_keyspace, hdfs_started, java_home_env,
-                                load_cassandra_node_module, start_timeout)
+                                load_cassandra_node_module, start_timeout,
+                                use_test_node_jvm_options)
 
 
 def pytest_addoption(parser):
@@ -37,6 +38,7 @@ def pytest_configure(config):
         "markers", "integration: needs a real Cassandra node and/or a local Spark")
     config.addinivalue_line(
         "markers", "full_matrix(reason): runs only with --full-matrix (tests/helpers/matrix.py)")
+    use_test_node_jvm_options()
 
 
 def pytest_collection_finish(session):

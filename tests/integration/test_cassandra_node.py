@@ -6,8 +6,10 @@ The CLI tests use their own node dir and port, so they never touch the session n
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +88,9 @@ def test_start_status_second_start_stop(node_dir):
     pids = daemon_pids(node_dir)
     assert len(pids) == 1, pids
     assert int((node_dir / "cassandra.pid").read_text()) == pids[0]
+    # The tests' JVM options (tests/helpers/node.py) reach a node the script starts.
+    cmdline = Path(f"/proc/{pids[0]}/cmdline").read_bytes().decode().split("\0")
+    assert set(os.environ[cn.ENV_JVM_EXTRA_OPTS].split()) <= set(cmdline), cmdline
 
     result = run_cli("status", "--dir", node_dir, "--json", timeout=30)
     assert result.returncode == 0, result

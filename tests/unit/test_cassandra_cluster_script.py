@@ -175,3 +175,12 @@ def test_a_node_whose_gossip_shadow_round_failed_is_started_again(tmp_path, monk
     failures[:] = [cc.cn.CassandraNodeError(cc.SHADOW_ROUND_FAILED)] * cc.START_ATTEMPTS
     with pytest.raises(cc.cn.CassandraNodeError, match="gossip"):
         cc._start_node(info, info.node(2), 60, False, lambda m: None, sleep=slept.append)
+
+
+def test_extra_jvm_options_go_on_the_nodes_command_line_before_the_class_path(tmp_path):
+    info = cn.NodeInfo(str(tmp_path), 19042, storage_port=17000,
+                       jvm_extra_opts=["-XX:TieredStopAtLevel=1", "-Dx=y"])
+    cmd = cn.java_command(info, tmp_path / "jdk", tmp_path / "lib")
+    assert cmd.index("-XX:TieredStopAtLevel=1") < cmd.index("-Dx=y") < cmd.index("-cp")
+    plain = cn.java_command(cn.NodeInfo(str(tmp_path), 19042), tmp_path / "jdk", tmp_path / "lib")
+    assert not any(a.startswith("-XX:TieredStopAtLevel") for a in plain)
