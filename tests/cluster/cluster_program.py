@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     sizes = [os.path.getsize(os.path.join(d, n)) for d in (args.pending, args.input)
              for n in os.listdir(d) if n.endswith(".json")]
     split = max(sizes) // 2 + 1           # two tasks per batch
-    builder = (local_builder("cassandra-wal-cluster-driver", master, fast_jvm=True)
+    builder = (local_builder("cassandra-wal-cluster-driver", master)
                .config("spark.executor.extraJavaOptions", FAST_JVM)
                .config("spark.task.maxFailures", "4")
                .config("spark.sql.files.maxPartitionBytes", str(split))

@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     # Two splits per file (two tasks, two segments per batch), several chunks per segment.
     split = max(os.path.getsize(f) for f in files) // 2 + 1
     started = time.monotonic()
-    builder = (local_builder("cassandra-wal-crash-driver", fast_jvm=True)
+    builder = (local_builder("cassandra-wal-crash-driver")
                .config("spark.sql.files.maxPartitionBytes", str(split))
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")

@@ -33,7 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 #: The C1 compiler only and a serial GC: a JVM that starts several times cheaper on a small,
-#: busy machine (each crash case starts Spark two or three times).
+#: busy machine (each crash case starts Spark two or three times). Every test session's
+#: driver JVM runs so unless a caller asks otherwise; the Cassandra nodes likewise
+#: (``tests/helpers/node.py``).
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: Where the class archives live, one per pyspark version, JDK and venv.
@@ -74,7 +76,7 @@ def spark_environment(env: dict | None = None) -> dict:
     return env
 
 
-def local_builder(app_name: str, master: str = "local[2]", *, fast_jvm: bool = False):
+def local_builder(app_name: str, master: str = "local[2]", *, fast_jvm: bool = True):
     """``SparkSession.builder`` with the settings every test session shares; the caller adds
     its own ``.config(...)`` and calls ``getOrCreate()``."""
     from pyspark.sql import SparkSession

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
 
     import sinks
 
-    spark = local_builder("cassandra-wal-stop-and-exit", fast_jvm=True).getOrCreate()
+    spark = local_builder("cassandra-wal-stop-and-exit").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register(spark)
     writer = (spark.readStream.schema("id INT, file INT, name STRING")
