@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import pytest
 
+from tests.helpers import timings
 from tests.helpers.matrix import full_matrix
 from tests.helpers.node import (fresh_keyspace, hdfs_started, java_home_env,
                                 load_cassandra_node_module, start_timeout,
@@ -39,6 +40,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "full_matrix(reason): runs only with --full-matrix (tests/helpers/matrix.py)")
     use_test_node_jvm_options()
+
+
+def pytest_runtest_logreport(report):
+    timings.record(report)
 
 
 def pytest_collection_finish(session):

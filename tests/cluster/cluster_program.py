@@ -407,7 +407,6 @@ def main(argv=None) -> int:
              for n in os.listdir(d) if n.endswith(".json")]
     split = max(sizes) // 2 + 1           # two tasks per batch
     builder = (local_builder("cassandra-wal-cluster-driver", master)
-               .config("spark.executor.extraJavaOptions", FAST_JVM)
                .config("spark.task.maxFailures", "4")
                .config("spark.sql.files.maxPartitionBytes", str(split))
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))

@@ -90,8 +90,9 @@ def local_builder(app_name: str, master: str = "local[2]", *, fast_jvm: bool = T
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.shuffle.partitions", "2"))
-    if fast_jvm:
-        builder = builder.config("spark.driver.extraJavaOptions", FAST_JVM)
+    if fast_jvm:     # the executors' too, where a local-cluster master has some
+        builder = (builder.config("spark.driver.extraJavaOptions", FAST_JVM)
+                   .config("spark.executor.extraJavaOptions", FAST_JVM))
     return builder
 
 
