@@ -40,6 +40,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "full_matrix(reason): runs only with --full-matrix (tests/helpers/matrix.py)")
     use_test_node_jvm_options()
+    timings.start()
 
 
 def pytest_runtest_logreport(report):
