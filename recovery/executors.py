@@ -19,8 +19,10 @@ Who runs what:
   then that failure (a corrupted segment first: it blocks the sink).
 * **executor task** (:func:`write_segments`): takes its worker's session for the flusher's own
   target and credentials (:mod:`recovery.sessions`: connected by the worker's first task, kept
-  for its next tasks and batches), verifies its whole segment against the seal (checksum and rows) *before* writing
-  a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
+  for its next tasks and batches), reads its segment from the WAL folder (at the driver's
+  path) or, for a WAL on a store (HDFS, S3), from the store, as the staging tasks published
+  it; verifies the whole segment against the seal (checksum and
+  rows) *before* writing a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Its rows'
   TTLs count down from the batch's age as the driver measured it when it started the job
   (:class:`~cql.batch_age.BatchAge`, in the closure), never from the executor's own wall clock.
@@ -31,8 +33,8 @@ Who runs what:
   (:func:`~recovery.errors.portable_error`), so the driver's flusher treats it as the task
   would have.
 
-Credentials travel only inside the task's closure (:class:`SegmentJob`, pickled in memory and
-shipped with the task by Spark), never in the task list, which PySpark hands to the JVM through
+Credentials (Cassandra's, and the store's keys) travel only inside the task's closure
+(:class:`SegmentJob`, pickled in memory and shipped with the task by Spark), never in the task list, which PySpark hands to the JVM through
 a temporary file. Recovery at query start, batch writes and ``cassandra-wal recover`` keep the
 driver mode: they have no Spark job to run, or run before Spark may run one.
 
@@ -47,6 +49,7 @@ import logging
 import os
 import pickle
 import socket
+import tempfile
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, ContextManager, Iterable, Iterator, Protocol
@@ -57,10 +60,13 @@ from cql.errors import FlushFailed, SinkError
 from wal import clock
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
 from wal.errors import WalCorrupted
+from wal.files import make_private_dirs
 from wal.layout import WalDir
 from wal.log import BatchRecord, WalLog
+from wal.remote import RemoteWal, spool_dir
 from wal.seal import Seal
 from wal.segment import SegmentReader, SegmentRef
+from wal.stores import StoreAccess, current_access, use_access
 
 from .errors import is_transient, portable_error
 from .processes import ProcessPool
@@ -105,6 +111,10 @@ class SegmentJob:
     open_upserter: Callable[[Target], ContextManager] | None = None
     #: The batch's age when the driver started the job, which its rows' TTLs count from.
     age: BatchAge | None = None
+    #: A WAL on a store: its URI and how the driver reaches it (keys inside), for a task
+    #: whose host has no copy of its segment; None for a local or mounted WAL.
+    store_uri: str | None = None
+    access: StoreAccess | None = None
 
 
 def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[SegmentTask]:
@@ -115,17 +125,46 @@ def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[Segmen
 
 
 # -- executor side -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def segment_file(job: SegmentJob, task: SegmentTask) -> Iterator[str]:
+    """A path to read the task's segment at: in the WAL folder (local or mounted at the same
+    path on every node), or, for a WAL on a store, a private temporary copy of the store's
+    object (every task reads there, on the driver's host too), removed after."""
+    if job.store_uri is None:
+        path = WalDir(job.wal_root).segment_path(task.segment.name)
+        if not os.path.exists(path):
+            # The driver read it when it ingested the batch: this host does not see the path.
+            raise FlushFailed(job.batch, f"segment {task.segment.name} is not visible on "
+                              f"executor host {socket.gethostname()} at {path}: "
+                              "wal.flush.mode=executors needs the WAL folder mounted at the "
+                              "same path on every node", permanent=True)
+        yield path
+        return
+    use_access(job.access or StoreAccess())
+    data = RemoteWal.at(job.store_uri).read_segment(task.segment.name)
+    if data is None:
+        # Sealed and not acknowledged, so not deleted by this WAL's flusher: lost.
+        raise WalCorrupted(f"{job.store_uri.rstrip('/')}/segments/{task.segment.name}",
+                           "a sealed segment is missing from the store", batch=job.batch,
+                           partition=task.segment.partition, segment=task.segment.name)
+    spool = spool_dir(job.store_uri)
+    make_private_dirs(spool)
+    with tempfile.NamedTemporaryFile(dir=spool, suffix=".seg") as copy:
+        copy.write(data)
+        copy.flush()
+        yield copy.name
+
+
 def write_segment(job: SegmentJob, task: SegmentTask, upserter,
                   age: BatchAge | None = None) -> int:
     """Verify one segment against its seal, then write its chunks from ``task.first_chunk``;
     TTLs count down from ``age`` (the job's, as this process received it)."""
-    path = WalDir(job.wal_root).segment_path(task.segment.name)
-    if not os.path.exists(path):
-        # The driver read it when it ingested the batch: this node does not see the WAL path.
-        raise FlushFailed(job.batch, f"segment {task.segment.name} is not visible on executor "
-                          f"host {socket.gethostname()} at {path}: wal.flush.mode=executors "
-                          "needs the WAL folder mounted at the same path on every node",
-                          permanent=True)
+    with segment_file(job, task) as path:
+        return _write_segment_file(job, task, path, upserter, age)
+
+
+def _write_segment_file(job: SegmentJob, task: SegmentTask, path: str, upserter,
+                        age: BatchAge | None) -> int:
     reader = SegmentReader(path, job.batch, task.segment.partition, task.segment.name)
     reader.verify(expect=task.segment)      # the whole file, before a row of it is written
 
@@ -211,13 +250,17 @@ class ExecutorsWriter:
     fake Upserter)."""
 
     def __init__(self, run_job: JobRunner, wal_root: str, target: Callable[[], Target],
-                 open_upserter: Callable[[Target], ContextManager] | None = None):
+                 open_upserter: Callable[[Target], ContextManager] | None = None,
+                 store_uri: str | None = None):
         self._run_job, self.wal_root, self._target = run_job, wal_root, target
-        self._open_upserter = open_upserter
+        self._open_upserter, self.store_uri = open_upserter, store_uri
 
     @classmethod
-    def on_spark(cls, spark_jobs: SparkJobs, wal_root: str, target: Callable[[], Target]):
-        return cls(spark_jobs, wal_root, target)
+    def on_spark(cls, spark_jobs: SparkJobs, wal_root: str, target: Callable[[], Target],
+                 store_uri: str | None = None):
+        """``store_uri``: the WAL's store (HDFS, S3), where every task reads its segment (a
+        store that does not answer fails the task's segment as transient: retried)."""
+        return cls(spark_jobs, wal_root, target, store_uri=store_uri)
 
     @classmethod
     def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target]):
@@ -248,7 +291,8 @@ class ExecutorsWriter:
         # The target writing the way the batch was sealed (columns, TTL, write time, nulls).
         job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us,
                          self._target().as_sealed(seal.write),
-                         _crash_env(), self._open_upserter, age)
+                         _crash_env(), self._open_upserter, age, self.store_uri,
+                         current_access() if self.store_uri else None)
         if len(pickle.dumps(job)) > CLOSURE_LIMIT:
             raise SinkError(f"batch {seal.batch}: the flush job's closure is over "
                             f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "

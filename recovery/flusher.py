@@ -327,7 +327,8 @@ class QueryFlusher:
                     wal.flush_processes, self.wal.root, self.output.current_target)
             else:
                 self._executors_writer = ExecutorsWriter.on_spark(
-                    self.spark_jobs, self.wal.root, self.output.current_target)
+                    self.spark_jobs, self.wal.root, self.output.current_target,
+                    store_uri=self.wal.remote.uri if self.wal.remote else None)
         return self._executors_writer
 
     def _close_executors(self) -> None:

@@ -334,8 +334,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "sealed segments from the WAL folder with a session of its own (several GILs, no Spark "
         "job). `executors`: the "
         "flusher runs a Spark job with one task per sealed segment; the tasks read their "
-        "segments from the WAL folder (which every node must mount at the same path) and "
-        "upsert them at the sealed timestamps. In every mode the driver marks the batch "
+        "segments from the WAL folder (which every node must mount at the same path), or "
+        "from the store for a WAL on HDFS or S3, and upsert them at the sealed timestamps. In every mode the driver marks the batch "
         "flushed once every segment is acknowledged, and batches stay strictly in order. "
         "Recovery at query start, batch writes and `cassandra-wal recover` always use `driver`.",
         section=_L, target="wal.flush_mode",

@@ -149,10 +149,6 @@ def resolve_wal_root(config: SinkConfig, streaming: bool,
         root = os.path.join(os.path.expanduser("~"), ".cassandra_wal",
                             f"{config.keyspace}.{config.table}")
     if job_id is None:
-        if is_remote(root) and config.wal.flush_mode == "executors":
-            raise OptionError("wal.flush.mode", "executors",
-                              f"the WAL is on a store ({root}) and executors read segments "
-                              "from the driver's working copy: use driver or processes")
         return root
     if is_remote(root):
         raise OptionError("wal.path", config.wal.path,

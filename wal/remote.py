@@ -187,6 +187,11 @@ class RemoteWal:
         if data is not None:
             self.store.create(name, data)
 
+    def read_segment(self, name: str) -> bytes | None:
+        """The bytes of segment ``name`` (``<batch>/<file>``) as published; None: not there
+        (never published, or deleted once its batch was done with)."""
+        return self.store.read(f"{fmt.SEGMENTS_DIR}/{name}")
+
     # -- deleting ----------------------------------------------------------------------------
     def delete_segments(self, batch: int, keep: set[str] | None = None) -> None:
         """The segments of ``batch`` on the store: every one, its folder with them (one

@@ -83,6 +83,11 @@ def use_access(access: StoreAccess) -> None:
     _access = access
 
 
+def current_access() -> StoreAccess:
+    """How this process reaches stores (:func:`use_access`), to hand on to another process."""
+    return _access
+
+
 #: The schemes of the stores :func:`open_store` reaches: the one list of them (the sink refuses
 #: a location of any other scheme but a local path before anything is staged, sinks/plan.py).
 STORE_SCHEMES = ("hdfs", "webhdfs", "s3", "s3a")

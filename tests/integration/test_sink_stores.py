@@ -12,6 +12,7 @@ process (its session needs the s3a jars): ``test_sink_s3.py``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -40,7 +41,8 @@ from sinks.registry import registries
 from tests.helpers.node import RestartableNode
 from wal.checkpoint import open_checkpoint
 from wal.pointer import read_pointer
-from wal.remote import working_copy_of
+from wal import format as fmt
+from wal.remote import RemoteWal, working_copy_of
 from wal.seal import decode_seal
 from wal.stores import open_store
 
@@ -72,10 +74,10 @@ def _events(k: int, n: int = 5) -> list[dict]:
     return [{"id": k * 10 + i, "tag": k, "name": f"e{k}-{i}"} for i in range(n)]
 
 
-def _run(spark, src, cp, node, keyspace, batches_through: int):
+def _run(spark, src, cp, node, keyspace, batches_through: int, **extra: str):
     stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
     query = (stream.writeStream.format("cassandra_wal")
-             .options(**sink_options(node, keyspace, "events", cp))
+             .options(**sink_options(node, keyspace, "events", cp, **extra))
              .trigger(processingTime="500 milliseconds").start())
     with running(query):
         wait_for(lambda: (open_checkpoint(cp).committed_batches() or [-1])[-1] >= batches_through
@@ -157,6 +159,31 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
         assert not [k for k in open_store(wal_uri).list() if "00000000000000000005" in k]
     finally:
         shutil.rmtree(working_copy_of(wal_uri), ignore_errors=True)
+
+
+def test_a_stream_on_hdfs_flushed_from_the_executors_writes_every_row_at_its_sealed_timestamp(
+        spark, on_hdfs, cassandra_node, cql, keyspace, tmp_path, caplog):
+    # wal.flush.mode=executors with the WAL on a store: each flush task reads its segment
+    # from HDFS (recovery/executors.py), not from the driver's working copy.
+    caplog.set_level(logging.INFO, logger="recovery.executors")
+    create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text)")
+    src = tmp_path / "src"
+    cp = f"{on_hdfs[0]}/cp-{uuid.uuid4().hex[:8]}"
+    files = [_events(k) for k in range(3)]
+    write_json_files(src, files)
+    _run(spark, src, cp, cassandra_node, keyspace, batches_through=2,
+         **{"wal.flush.mode": "executors"})
+    got = rows_by_key(read_table(cql, keyspace, "events"), "id")
+    assert_rows_equal(got, {r["id"]: r for f in files for r in f}, "events")
+    by_tasks = [r.getMessage() for r in caplog.records
+                if "written by executor tasks" in r.getMessage()]
+    assert [line.split(":")[0] for line in by_tasks] == ["batch 0", "batch 1", "batch 2"], by_tasks
+    remote = RemoteWal.at(f"{cp}/cassandra_wal")
+    seals = [decode_seal(remote.latest_version(f"seals/{fmt.batch_name(b)}"), f"batch {b}")
+             for b in range(3)]
+    sealed = {seal.base_ts_us + i for seal in seals for i in range(seal.rows)}
+    times = [r["wt"] for r in read_table(cql, keyspace, "events", "writetime(name) AS wt")]
+    assert sorted(times) == sorted(sealed), (sorted(times), sorted(sealed))
 
 
 def test_every_type_round_trips_through_a_stream_checkpointed_on_hdfs(

@@ -23,6 +23,8 @@ from tests.helpers.flush_fakes import (FAIL_IDS, PASSWORD, WRITES, LocalJob, flu
 from tests.helpers.spark_fakes import FakeSpark
 from tests.helpers.walfactory import WalFactory
 from wal.crashpoints import ENV_POINT
+from wal.errors import WalCorrupted
+from wal.stores import StoreAccess
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
@@ -208,6 +210,30 @@ def test_a_task_without_a_session_reports_every_segment_failed(tmp_path):
         results = list(write_segments(job, segment_tasks(built.seal, 0, 0)))
         assert [(r.index, r.rows, type(r.error)) for r in results] == \
             [(0, 0, ConnectionError), (1, 0, ConnectionError)]
+
+
+def test_a_segment_missing_from_the_store_is_corruption_naming_batch_and_segment(tmp_path):
+    # A WAL on a store: the tasks read their segments there (recovery/executors.py), and a
+    # sealed segment that is not there blocks the sink, as a damaged one does.
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        built = f.sealed(0, rows=(3, 2))
+        lost = built.seal.segments[1].name
+        os.remove(f.wal.segment_path(lost))
+        job = SegmentJob(str(tmp_path / "elsewhere"), 0, built.seal.base_ts_us, target(), (),
+                         recording_upserter, store_uri=f"file:{f.root}")
+        results = list(write_segments(job, segment_tasks(built.seal, 0, 0)))
+        assert [(r.index, r.rows, r.error is None) for r in results] == \
+            [(0, 3, True), (1, 0, False)]
+        error = results[1].error
+        assert isinstance(error, WalCorrupted), error
+        assert (error.batch, error.segment) == (0, lost) and lost in str(error)
+
+
+def test_store_keys_travel_in_the_closure_only(tmp_path):
+    access = StoreAccess(s3_endpoint="http://127.0.0.1:9", s3_access_key="AKIDSECRET",
+                         s3_secret_key="SECRETKEY")
+    job = SegmentJob(str(tmp_path), 0, 1, target(), store_uri="s3a://b/wal", access=access)
+    assert "SECRETKEY" not in repr(job) and "AKIDSECRET" not in repr(job)
 
 
 # -- which writer the flusher picks --------------------------------------------------------------

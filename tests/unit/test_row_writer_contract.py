@@ -69,9 +69,12 @@ def contract_upserter(_target):
     yield ContractUpserter()
 
 
-@pytest.fixture(params=["driver", "executors", "processes"])
+@pytest.fixture(params=["driver", "executors", "executors-store", "processes"])
 def writer(request, tmp_path, monkeypatch):
-    """One row writer of each flush mode, over the WAL at ``tmp_path / "wal"``."""
+    """One row writer of each flush mode, over the WAL at ``tmp_path / "wal"``;
+    ``executors-store``: the tasks of a WAL on a store, which read every segment from the
+    store (here a ``file:`` store holding the WAL's files; the folder the tasks are told is
+    the WAL's does not exist)."""
     monkeypatch.setenv(WRITES_ENV, str(tmp_path / "writes.jsonl"))
     monkeypatch.setenv(FAIL_ENV, "")
     root = str(tmp_path / "wal")
@@ -79,6 +82,9 @@ def writer(request, tmp_path, monkeypatch):
         made = DriverWriter(lambda seal: ContractUpserter())
     elif request.param == "executors":
         made = ExecutorsWriter(LocalJob(), root, target, open_upserter=contract_upserter)
+    elif request.param == "executors-store":
+        made = ExecutorsWriter(LocalJob(), str(tmp_path / "not-on-this-host"), target,
+                               open_upserter=contract_upserter, store_uri=f"file:{root}")
     else:
         made = ExecutorsWriter(ProcessPool(2), root, target, open_upserter=contract_upserter)
     yield made
