@@ -69,3 +69,21 @@ def test_the_check_sees_every_spelling_of_an_import_of_a_test_module():
     assert {n for n in names if is_test_module(n)} == {
         "tests.unit.test_upsert", "tests.unit.test_lists", "tests.unit.test_health",
         "tests.unit.test_wait_flushed"}
+
+
+def own_server_modules() -> list[str]:
+    """The modules ``scripts/test`` runs in its second process, after the unit tests."""
+    script = (TESTS.parent / "scripts" / "test").read_text()
+    listed = script.split("own_servers=(", 1)[1].split(")", 1)[0]
+    return listed.split()
+
+
+def test_the_modules_run_beside_the_unit_tests_are_integration_modules_that_exist():
+    # A module renamed or gone would leave the list naming nothing (pytest then errors out), and
+    # a module not marked integration would run twice (its --ignore does nothing in a -m run).
+    modules = own_server_modules()
+    assert len(modules) >= 3, modules
+    for name in modules:
+        path = TESTS.parent / name
+        assert path.is_file(), name
+        assert "pytestmark = pytest.mark.integration" in path.read_text(), name
