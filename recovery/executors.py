@@ -14,8 +14,9 @@ This module is only the :class:`~recovery.replay.RowWriter` that gets the rows t
 Who runs what:
 
 * **driver**, the flusher thread (:meth:`ExecutorsWriter.write`): one :class:`SegmentTask` per
-  segment not yet acknowledged, ``sc.parallelize(tasks, len(tasks)).mapPartitions(...)
-  .collect()``, then an acknowledgement per segment in seal order up to the first that failed,
+  segment not yet acknowledged, run as one Spark job of one task each (``run_job``:
+  :class:`sinks.spark_jobs.SparkJobs`, a DataFrame job a Spark Connect client runs too), then
+  an acknowledgement per segment in seal order up to the first that failed,
   then that failure (a corrupted segment first: it blocks the sink).
 * **executor task** (:func:`write_segments`): takes its worker's session for the flusher's own
   target and credentials (:mod:`recovery.sessions`: connected by the worker's first task, kept
@@ -180,7 +181,8 @@ def _write_segment_file(job: SegmentJob, task: SegmentTask, path: str, upserter,
 
 
 def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:
-    """The ``mapPartitions`` function: every task of this partition, on this worker's kept
+    """The function each Spark task runs (:func:`sinks.spark_jobs.run_partition` calls it):
+    every task of this partition, on this worker's kept
     session (:mod:`recovery.sessions`: one per worker and target, reused by its next tasks).
     The driver's measure of the batch's age is counted on from here (on another machine than
     the driver's; on the driver's, from its own reading: :meth:`BatchAge.received`)."""

@@ -311,6 +311,8 @@ class FlushRegistry:
         flusher.start()
 
     def _spark_jobs(self) -> SparkJobs | None:
+        """The runner of ``wal.flush.mode=executors`` jobs (a Connect client's too: DataFrame
+        jobs, run by the server's executors)."""
         return SparkJobs(self.spark)
 
     def track(self, query, checkpoint_location: str) -> str:
@@ -402,9 +404,6 @@ class ConnectFlushRegistry(FlushRegistry):
     def _name_of(self, query_id: str) -> str:
         with self._lock:
             return self.names.get(query_id, "")
-
-    def _spark_jobs(self) -> SparkJobs | None:
-        return None
 
     def track(self, query, checkpoint_location: str) -> str:
         """Flush ``query`` (a Connect ``StreamingQuery`` of this session, just started) from

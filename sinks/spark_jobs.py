@@ -1,38 +1,81 @@
 """The flush jobs of ``wal.flush.mode=executors`` on Spark: what the flusher
 (:mod:`recovery.flusher`, which imports no Spark) is handed to run them.
 
-Runs: in the driver process, on the flusher's thread; the job's tasks on executors
-(:func:`recovery.executors.write_segments`).
+Runs: in the driver process (Spark Connect: the client's), on the flusher's thread; the job's
+tasks on executors (:func:`recovery.executors.write_segments`, through :func:`run_partition`).
+
+One Spark job per batch, through the DataFrame API, so that a Spark Connect client runs it as
+a classic driver does: ``spark.range(n, numPartitions=n)`` (one row, so one task, per
+segment) joined with a broadcast table of the pickled tasks (no secret and no row in them:
+PySpark may hand that table to the JVM through a file), then ``mapInArrow`` of the job's
+closure (``fn``: credentials inside, pickled in memory with the plan), whose tasks hand back
+their pickled :class:`~recovery.executors.SegmentResult`. No shuffle: each task writes the
+segment of its own row. In a classic session the job runs in the scheduler pool :data:`POOL`
+(used where ``spark.scheduler.mode=FAIR``) with a description naming the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 
+import pyarrow as pa
 from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql.functions import broadcast
 
 from cql.errors import FlushFailed
 
+from .connect import is_connect_session
+
+#: The scheduler pool of the flush jobs (classic sessions).
+POOL = "cassandra_wal_flush"
+TASKS = "id long, task binary"
+RESULTS = "result binary"
+
+
+def run_partition(fn: Callable[[Iterable], Iterator], batches) -> Iterator:
+    """The ``mapInArrow`` function, on an executor: ``fn`` over this partition's tasks (their
+    pickled bytes in column ``task``), each result pickled into one row."""
+    tasks = [pickle.loads(raw) for rb in batches for raw in rb.column("task").to_pylist()]
+    for result in fn(tasks):
+        yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]},
+                                         schema=pa.schema([("result", pa.binary())]))
+
 
 class SparkJobs:
-    """A :class:`recovery.executors.SparkJobs` over one SparkSession."""
+    """A :class:`recovery.executors.SparkJobs` over one SparkSession, classic or Connect."""
 
     def __init__(self, spark):
         self.spark = spark
+        self.connect = is_connect_session(spark)
 
     def __call__(self, batch: int, tasks: list, fn: Callable) -> list:
-        """Run ``fn`` over ``tasks`` as one Spark job, one task (partition) per segment."""
-        context = self.spark.sparkContext
-        context.setJobDescription(f"cassandra_wal: flush batch {batch} ({len(tasks)} segments)")
+        """Run ``fn`` over ``tasks`` as one Spark job, one task per segment."""
+        if not self.connect:
+            context = self.spark.sparkContext
+            context.setJobDescription(f"cassandra_wal: flush batch {batch} ({len(tasks)} "
+                                      "segments)")
+            context.setLocalProperty("spark.scheduler.pool", POOL)
         try:
-            return context.parallelize(tasks, len(tasks)).mapPartitions(fn).collect()
-        except Py4JError as exc:   # tasks lost beyond spark.task.maxFailures, Spark stopping
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            listed = self.spark.createDataFrame(
+                [(i, pickle.dumps(task)) for i, task in enumerate(tasks)], TASKS)
+            rows = (self.spark.range(0, len(tasks), 1, len(tasks))
+                    .join(broadcast(listed), "id").select("task")
+                    .mapInArrow(partial(run_partition, fn), RESULTS).collect())
+        except (Py4JError, PySparkException) as exc:   # tasks lost beyond spark.task.maxFailures,
+            text = str(exc).strip()                     # Spark stopping, the server gone
+            first = text.splitlines()[0] if text else type(exc).__name__
             raise FlushFailed(batch, f"the Spark job of the flush failed: {first}") from None
+        return [pickle.loads(row.result) for row in rows]
 
     def active(self) -> bool:
+        """Whether Spark can still run a job (it stops before the query's last drain may)."""
         try:
+            if self.connect:
+                return not self.spark.is_stopped
             jsc = self.spark.sparkContext._jsc
             return jsc is not None and not jsc.sc().isStopped()
-        except Exception:  # noqa: BLE001 - a gateway that is gone: not active
+        except Exception:  # noqa: BLE001 - a gateway or server that is gone: not active
             return False

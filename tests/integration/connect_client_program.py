@@ -4,12 +4,14 @@ exit runs the last drain). Prints one JSON line of what it saw.
 
 Usage: connect_client_program.py URL SRC CHECKPOINT HOST PORT KEYSPACE TABLE BATCHES
        connect_client_program.py URL --once SRC CHECKPOINT HOST PORT KEYSPACE TABLE FLUSH
-  the second form: one availableNow run, flushing (FLUSH true) or not (false).
+  the second form: one availableNow run, flushing (FLUSH true), flushing from the
+  executors (executors), or not (false).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -75,17 +77,24 @@ def run(spark, src, cp, host, port, keyspace, table, batches) -> None:
 
 def run_once(spark, src, cp, host, port, keyspace, table, flush) -> None:
     """One availableNow run; ``flush`` "false": with ``wal.flush=false`` (its batches stay
-    pending, as an outage lasting past a restart leaves them)."""
+    pending, as an outage lasting past a restart leaves them); "executors": flushed with
+    ``wal.flush.mode=executors`` (jobs through this client's session, run on the server),
+    the flush jobs' log lines on stderr."""
     registry = sinks.register(spark)
+    options = {"keyspace": keyspace, "table": table, "checkpointLocation": cp,
+               "spark.cassandra.connection.host": host,
+               "spark.cassandra.connection.port": port,
+               "wal.flush": "false" if flush == "false" else "true"}
+    if flush == "executors":
+        options["wal.flush.mode"] = "executors"
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        logging.getLogger("recovery.executors").setLevel(logging.INFO)
     query = (spark.readStream.schema("id INT, tag INT, name STRING")
              .option("maxFilesPerTrigger", 1).json(src).writeStream.format("cassandra_wal")
-             .options(**{"keyspace": keyspace, "table": table, "checkpointLocation": cp,
-                         "spark.cassandra.connection.host": host,
-                         "spark.cassandra.connection.port": port, "wal.flush": flush})
-             .trigger(availableNow=True).start())
+             .options(**options).trigger(availableNow=True).start())
     registry.track(query, cp)
     assert query.awaitTermination(120) and query.exception() is None, query.exception()
-    if flush == "true":
+    if flush != "false":
         sinks.wait_flushed(query, timeout=60)
     print(json.dumps({"batch": (query.lastProgress or {}).get("batchId")}), flush=True)
 

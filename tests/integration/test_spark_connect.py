@@ -99,7 +99,9 @@ def test_a_connect_restart_with_another_table_writes_pending_batches_to_their_ow
     flusher finds the pending batches): run 1 stages into t1 and flushes nothing (wal.flush
     false, as an outage lasting past the restart leaves it), run 2, a new client process,
     writes t2 on the same checkpoint. Run 1's rows belong to t1: before seals carried their
-    table, they landed in t2."""
+    table, they landed in t2. Run 2 flushes with ``wal.flush.mode=executors``: its client runs
+    the flush jobs through the Connect session (issue 34; before, the mode fell back to the
+    client's own writes)."""
     url, _ = connect_url
     for name in ("t1", "t2"):
         create_table(cql, keyspace, f"{name} (id int PRIMARY KEY, tag int, name text)")
@@ -107,7 +109,7 @@ def test_a_connect_restart_with_another_table_writes_pending_batches_to_their_ow
     first, second = [_events(k) for k in range(2)], [_events(k) for k in range(2, 4)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
-    for files, table, flush, index in ((first, "t1", "false", 0), (second, "t2", "true", 2)):
+    for files, table, flush, index in ((first, "t1", "false", 0), (second, "t2", "executors", 2)):
         write_json_files(src, files, first_index=index)
         run = subprocess.run(
             [sys.executable, str(CLIENT), url, "--once", str(src), str(cp),
@@ -115,6 +117,10 @@ def test_a_connect_restart_with_another_table_writes_pending_batches_to_their_ow
             capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
             stdin=subprocess.DEVNULL)
         assert run.returncode == 0, run.stderr[-4000:]
+    # Every batch of both runs written by flush tasks on the server's executors.
+    by_tasks = sorted(line.split("batch ", 1)[1].split(":")[0] for line in run.stderr.splitlines()
+                      if "written by executor tasks" in line)
+    assert by_tasks == ["0", "1", "2", "3"], run.stderr[-4000:]
     in_t1 = rows_by_key(read_table(cql, keyspace, "t1"), "id")
     in_t2 = rows_by_key(read_table(cql, keyspace, "t2"), "id")
     assert_rows_equal(in_t1, {r["id"]: r for rows in first for r in rows}, "t1")

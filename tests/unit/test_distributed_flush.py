@@ -330,3 +330,29 @@ def test_an_unchanged_fingerprint_keeps_the_session(tmp_path):
         assert flusher.output is output and len(runs) == 2
     finally:
         flusher.log.close()
+
+
+def test_a_flush_task_runs_the_tasks_of_its_rows_and_returns_their_results_pickled():
+    # sinks/spark_jobs.run_partition, as mapInArrow calls it on an executor: the partition's
+    # rows carry pickled SegmentTasks; each result comes back pickled, one row each.
+    import pickle
+
+    import pyarrow as pa
+
+    from recovery.executors import SegmentResult, SegmentTask
+    from sinks.spark_jobs import run_partition
+    from wal.segment import SegmentRef
+
+    tasks = [SegmentTask(i, SegmentRef(f"00/{i}.seg", i, 0, 3, 1, 10, 7), 3 * i) for i in (4, 5)]
+    seen = []
+
+    def fn(partition):
+        for task in partition:
+            seen.append(task)
+            yield SegmentResult(task.index, task.segment.rows, None, "h")
+
+    rows = pa.RecordBatch.from_pydict({"task": [pickle.dumps(t) for t in tasks]})
+    out = list(run_partition(fn, iter([rows])))
+    assert seen == tasks
+    assert [pickle.loads(rb.column("result")[0].as_py()) for rb in out] == \
+        [SegmentResult(4, 3, None, "h"), SegmentResult(5, 3, None, "h")]

@@ -106,7 +106,9 @@ def test_track_starts_a_flusher_that_never_discards(connect_registry, tmp_path):
     assert connect_registry.track(query, str(cp)) == str(cp)
     (flusher,) = connect_registry.flushers_of(query.runId)
     assert flusher.calls == ["start", "kick"]               # no recover(): no discarding
-    assert flusher.spark_jobs is None                       # no SparkContext in a client
+    # wal.flush.mode=executors: DataFrame jobs through the client's session (it has no
+    # SparkContext), run by the server's executors (sinks/spark_jobs.py).
+    assert flusher.spark_jobs is not None and flusher.spark_jobs.spark is connect_registry.spark
     assert connect_registry.track(query, str(cp)) == str(cp)   # idempotent for a run
     assert flusher.calls == ["start", "kick"]
     assert registry.checkpoint_reported(query.id) == str(cp)   # what wait_flushed reads
