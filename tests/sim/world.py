@@ -80,6 +80,14 @@ def lists_on() -> bool:
     return setting == "1" or (setting != "0" and knows_lists_option())
 
 
+def executors_read_stores() -> bool:
+    """The code under test flushes a WAL on a store from the executors (its flush tasks read
+    their segments from the store); older code refused ``wal.flush.mode=executors`` there."""
+    import recovery.executors
+
+    return "store_uri" in getattr(recovery.executors.SegmentJob, "__dataclass_fields__", {})
+
+
 def store_uri(path: str) -> str:
     from .store import uri
 
@@ -155,6 +163,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         # A foreachBatch query (tests/sim/foreach.py) is drawn, like the store, from an RNG of
         # its own: a world without one draws from self.rng what it drew before.
         self.frng = random.Random(f"foreach:{self.seed}")
+        self.xrng = random.Random(f"executors-on-store:{self.seed}")
         self.foreach = None              # the adapter's shape, in a foreachBatch world
         self.wal_owners: dict[str, set[str]] = {}     # WAL location -> writers' owners
         self.owner_wal: dict[str, str] = {}           # a writer's owner -> its WAL location
@@ -220,8 +229,13 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
             group_rows=rng.choice((1, 2, 3, 30000)), retry_count=rng.choice((0, 0, 1, 2)),
             grouping=rng.choice(("partition", "none")), wal_path=wal_path)
         if self.clocks.on and self.store is None and self.clocks.rng.random() < 0.5:
-            # Flush tasks on the executors (clocks.py); never with a WAL on a store, which
-            # the sink refuses for this mode.
+            # Flush tasks on the executors (clocks.py).
+            options = dataclasses.replace(options, flush_mode="executors")
+        elif (self.clocks.on and self.store is not None and executors_read_stores()
+              and self.xrng.random() < 0.5):
+            # With a WAL on the store too, where the tasks read their segments (code that
+            # refused the mode there is not asked): drawn from an RNG of its own, so that a
+            # store world draws from the others what it drew before.
             options = dataclasses.replace(options, flush_mode="executors")
         if not self.lists or "l" not in dict(TABLES[options.table][0]):
             return options         # no list world, or a table without lists (a writer's)
