@@ -1,8 +1,8 @@
 """``wal.flush.mode=executors``: a batch's sealed segments written by Spark tasks, one per segment.
 
 Why: one Python process upserting every row is the sink's bottleneck (``docs/performance.md``,
-"Flush throughput and executors"), while the segments are already on the shared WAL path where
-every executor can read them.
+"Flush throughput and executors"), while the segments are already where every executor can
+read them: on the shared WAL path, or on the store (HDFS, S3) that holds the WAL.
 
 Why it is safe: every row's write timestamp is fixed by the seal (row *i* of the batch, segments
 in seal order, at ``base_ts_us + i``), so any task may write any segment, in any order, more
@@ -146,8 +146,10 @@ def segment_file(job: SegmentJob, task: SegmentTask) -> Iterator[str]:
     if data is None:
         # Sealed and not acknowledged, so not deleted by this WAL's flusher: lost.
         raise WalCorrupted(f"{job.store_uri.rstrip('/')}/segments/{task.segment.name}",
-                           "a sealed segment is missing from the store", batch=job.batch,
-                           partition=task.segment.partition, segment=task.segment.name)
+                           "a sealed segment is missing from the store (the driver's working "
+                           "copy may hold it: wal.flush.mode=driver writes from there)",
+                           batch=job.batch, partition=task.segment.partition,
+                           segment=task.segment.name)
     spool = spool_dir(job.store_uri)
     make_private_dirs(spool)
     with tempfile.NamedTemporaryFile(dir=spool, suffix=".seg") as copy:
@@ -243,6 +245,9 @@ class SparkJobs(Protocol):
     def active(self) -> bool:
         """Whether Spark can still run a job (it stops before the query's last drain may)."""
 
+    def carries_secrets(self) -> bool:
+        """Whether a job's closure may hold the target's credentials on its way to the tasks."""
+
 
 class ExecutorsWriter:
     """A :class:`~recovery.replay.RowWriter` whose rows are written by Spark tasks.
@@ -294,7 +299,7 @@ class ExecutorsWriter:
         job = SegmentJob(self.wal_root, seal.batch, seal.base_ts_us,
                          self._target().as_sealed(seal.write),
                          _crash_env(), self._open_upserter, age, self.store_uri,
-                         current_access() if self.store_uri else None)
+                         current_access().for_uri(self.store_uri) if self.store_uri else None)
         if len(pickle.dumps(job)) > CLOSURE_LIMIT:
             raise SinkError(f"batch {seal.batch}: the flush job's closure is over "
                             f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "

@@ -160,6 +160,7 @@ class QueryFlusher:
         self._replay: Replay | None = None     # the replay under way (recovery.events)
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
+        self._warned_secrets = False
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
         self.failing: str | None = None        # the transient failure drains are retrying
@@ -320,6 +321,15 @@ class QueryFlusher:
                                               or not self.spark_jobs.active()):
             if self.spark_jobs is not None:
                 log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
+            return None
+        if (wal.flush_mode == "executors" and self.output.current_target().has_secrets()
+                and not self.spark_jobs.carries_secrets()):
+            if not self._warned_secrets:
+                self._warned_secrets = True
+                log.warning("cassandra_wal: %s: wal.flush.mode=executors through Spark Connect "
+                            "without TLS would send the Cassandra credentials to the server in "
+                            "the plan: batches are flushed from this process (connect with "
+                            "sc://...;use_ssl=true)", self.wal.root)
             return None
         if self._executors_writer is None:
             if wal.flush_mode == "processes":

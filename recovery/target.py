@@ -124,6 +124,11 @@ class Target:
         conn = replace(self.config.connection, **changes)
         return replace(self, config=replace(self.config, connection=conn))
 
+    def has_secrets(self) -> bool:
+        """Whether connecting takes a secret (a password, a key store's password)."""
+        conn = self.config.connection
+        return any(getattr(conn, name) for name in conn.SECRET_FIELDS)
+
     def with_credentials(self, creds: Mapping[str, str]) -> "Target":
         """A copy connecting with ``creds`` (what :func:`cql.credentials.layered` chose)."""
         return self.with_connection(**creds)

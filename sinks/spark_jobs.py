@@ -11,19 +11,28 @@ PySpark may hand that table to the JVM through a file), then ``mapInArrow`` of t
 closure (``fn``: credentials inside, pickled in memory with the plan), whose tasks hand back
 their pickled :class:`~recovery.executors.SegmentResult`. No shuffle: each task writes the
 segment of its own row. In a classic session the job runs in the scheduler pool :data:`POOL`
-(used where ``spark.scheduler.mode=FAIR``) with a description naming the batch.
+(used where ``spark.scheduler.mode=FAIR``) with a description naming the batch. Through Spark
+Connect the closure travels to the server in the plan: a flush whose target has credentials
+runs there only over TLS (:meth:`SparkJobs.carries_secrets`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
-from pyspark.sql.functions import broadcast
+from pyspark.errors import (
+    AnalysisException,
+    PySparkAttributeError,
+    PySparkException,
+    PySparkPicklingError,
+    PySparkTypeError,
+    PySparkValueError,
+)
 
 from cql.errors import FlushFailed
 
@@ -33,6 +42,11 @@ from .connect import is_connect_session
 POOL = "cassandra_wal_flush"
 TASKS = "id long, task binary"
 RESULTS = "result binary"
+#: Errors of the job's own making (its plan, its closure), which no retry cures: they block
+#: the sink, naming the remedy. Any other failure (a task lost beyond
+#: ``spark.task.maxFailures``, Spark stopping, the Connect server gone) is retried.
+PERMANENT = (AnalysisException, PySparkAttributeError, PySparkPicklingError, PySparkTypeError,
+             PySparkValueError)
 
 
 def run_partition(fn: Callable[[Iterable], Iterator], batches) -> Iterator:
@@ -54,21 +68,38 @@ class SparkJobs:
     def __call__(self, batch: int, tasks: list, fn: Callable) -> list:
         """Run ``fn`` over ``tasks`` as one Spark job, one task per segment."""
         if not self.connect:
-            context = self.spark.sparkContext
-            context.setJobDescription(f"cassandra_wal: flush batch {batch} ({len(tasks)} "
-                                      "segments)")
-            context.setLocalProperty("spark.scheduler.pool", POOL)
+            with contextlib.suppress(Exception):    # a SparkContext stopping: the job says so
+                context = self.spark.sparkContext
+                context.setJobDescription(f"cassandra_wal: flush batch {batch} "
+                                          f"({len(tasks)} segments)")
+                context.setLocalProperty("spark.scheduler.pool", POOL)
         try:
             listed = self.spark.createDataFrame(
                 [(i, pickle.dumps(task)) for i, task in enumerate(tasks)], TASKS)
+            # The hint, not functions.broadcast: that one picks Connect or classic from the
+            # process's environment, not from this session.
             rows = (self.spark.range(0, len(tasks), 1, len(tasks))
-                    .join(broadcast(listed), "id").select("task")
+                    .join(listed.hint("broadcast"), "id").select("task")
                     .mapInArrow(partial(run_partition, fn), RESULTS).collect())
-        except (Py4JError, PySparkException) as exc:   # tasks lost beyond spark.task.maxFailures,
-            text = str(exc).strip()                     # Spark stopping, the server gone
+        except (Py4JError, PySparkException) as exc:
+            text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__
+            if isinstance(exc, PERMANENT):
+                raise FlushFailed(batch, f"the Spark job of the flush cannot run: {first}; "
+                                  "use wal.flush.mode=driver", permanent=True) from None
             raise FlushFailed(batch, f"the Spark job of the flush failed: {first}") from None
         return [pickle.loads(row.result) for row in rows]
+
+    def carries_secrets(self) -> bool:
+        """Whether a job's closure may hold credentials: always in a classic session (it stays
+        within the cluster's own transport, ``spark.network.crypto.enabled``); through Spark
+        Connect only over TLS (``sc://...;use_ssl=true``), the closure travelling in the plan."""
+        if not self.connect:
+            return True
+        try:
+            return bool(self.spark.client._builder.secure)
+        except Exception:  # noqa: BLE001 - a client of another shape: not known to be secure
+            return False
 
     def active(self) -> bool:
         """Whether Spark can still run a job (it stops before the query's last drain may)."""

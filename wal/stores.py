@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .store import LocalStore, Store
 
@@ -53,6 +53,16 @@ class StoreAccess:
                    s3_path_style=(get("fs.s3a.path.style.access") or "").lower() == "true",
                    s3_access_key=get("fs.s3a.access.key") or None,
                    s3_secret_key=get("fs.s3a.secret.key") or None)
+
+    def for_uri(self, uri: str) -> "StoreAccess":
+        """Only what reaching ``uri`` takes (an HDFS location carries no S3 keys), for
+        handing to another process."""
+        scheme = urllib.parse.urlsplit(uri).scheme.lower()
+        if scheme in ("hdfs", "webhdfs"):
+            return StoreAccess(webhdfs=self.webhdfs)
+        if scheme in ("s3", "s3a"):
+            return replace(self, webhdfs=())
+        return StoreAccess()
 
     def webhdfs_base(self, authority: str, host: str | None) -> str:
         for known, base in sorted(self.webhdfs, key=lambda kb: kb[0] == ANY):

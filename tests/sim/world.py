@@ -566,6 +566,9 @@ class SimSparkJobs:
     def __init__(self, world: World, driver: str | None):
         self.world, self.driver = world, driver
 
+    def carries_secrets(self) -> bool:
+        return True
+
     def active(self) -> bool:
         return True
 

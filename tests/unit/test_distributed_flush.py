@@ -14,12 +14,17 @@ import os
 
 import pytest
 
-from recovery.errors import FlushFailed, RecoveryBlocked
+from dataclasses import replace
+
+from py4j.protocol import Py4JError
+from pyspark.errors import AnalysisException, PySparkTypeError
+
+from recovery.errors import FlushFailed, RecoveryBlocked, is_transient
 from recovery.executors import ExecutorsWriter, SegmentJob, _armed, segment_tasks, write_segments
 from recovery.replay import Replayer
 from sinks.spark_jobs import SparkJobs
 from tests.helpers.flush_fakes import (FAIL_IDS, PASSWORD, WRITES, LocalJob, flusher_for,
-                                       recording_upserter, target)
+                                       recording_upserter, target, target_flushed_by)
 from tests.helpers.spark_fakes import FakeSpark
 from tests.helpers.walfactory import WalFactory
 from wal.crashpoints import ENV_POINT
@@ -356,3 +361,60 @@ def test_a_flush_task_runs_the_tasks_of_its_rows_and_returns_their_results_pickl
     assert seen == tasks
     assert [pickle.loads(rb.column("result")[0].as_py()) for rb in out] == \
         [SegmentResult(4, 3, None, "h"), SegmentResult(5, 3, None, "h")]
+
+
+def test_through_spark_connect_without_tls_a_flush_with_credentials_stays_in_the_client(
+        tmp_path, monkeypatch, caplog):
+    # The job's closure travels to a Connect server in the plan: with credentials, only over
+    # TLS; otherwise the client flushes itself and says so once (sinks/spark_jobs.py).
+    flusher, runs = flusher_for(tmp_path, "executors", FakeSpark())
+    try:
+        monkeypatch.setattr(flusher.spark_jobs, "carries_secrets", lambda: False)
+        monkeypatch.setattr(flusher.output, "current_target", lambda: target_flushed_by("executors"))
+        with caplog.at_level("WARNING", logger="recovery.flusher"):
+            flusher.drain(query_running=True)
+            flusher.drain(query_running=True)
+        assert runs == [None, None]
+        assert sum("use_ssl=true" in r.getMessage() for r in caplog.records) == 1
+        without = replace(target_flushed_by("executors"), config=replace(
+            target().config, connection=replace(target().config.connection, password=None),
+            wal=target_flushed_by("executors").config.wal))
+        monkeypatch.setattr(flusher.output, "current_target", lambda: without)
+        flusher.drain(query_running=True)
+        assert isinstance(runs[2], ExecutorsWriter)      # nothing secret: through the server
+    finally:
+        flusher.log.close()
+
+
+class _FailingSession:
+    """A classic session whose DataFrame calls raise ``error``."""
+
+    def __init__(self, error):
+        self.error = error
+        self.sparkContext = None          # setJobDescription fails: cosmetic, ignored
+
+    def createDataFrame(self, *args):
+        raise self.error
+
+
+@pytest.mark.parametrize("error, permanent", [
+    (AnalysisException("[UNRESOLVED_COLUMN] A column named `task` cannot be resolved."), True),
+    (PySparkTypeError("the closure's argument is not a Column"), True),
+    (Py4JError("An error occurred while calling o12.collectToPython"), False),
+])
+def test_a_flush_job_that_cannot_run_blocks_and_one_that_failed_is_retried(error, permanent):
+    with pytest.raises(FlushFailed) as info:
+        SparkJobs(_FailingSession(error))(7, [object()], lambda tasks: iter(()))
+    assert info.value.batch == 7
+    assert is_transient(info.value) is not permanent
+    if permanent:
+        assert "wal.flush.mode=driver" in str(info.value)
+
+
+def test_a_task_gets_only_the_store_access_its_wal_needs():
+    access = StoreAccess(webhdfs=(("nn:8020", "http://nn:9870"),), s3_endpoint="http://s3",
+                         s3_access_key="AK", s3_secret_key="SK")
+    assert access.for_uri("hdfs://nn:8020/wal") == StoreAccess(webhdfs=access.webhdfs)
+    on_s3 = access.for_uri("s3a://bucket/wal")
+    assert (on_s3.webhdfs, on_s3.s3_access_key, on_s3.s3_secret_key) == ((), "AK", "SK")
+    assert access.for_uri("/local/wal") == StoreAccess()
