@@ -112,8 +112,8 @@ class SegmentJob:
     open_upserter: Callable[[Target], ContextManager] | None = None
     #: The batch's age when the driver started the job, which its rows' TTLs count from.
     age: BatchAge | None = None
-    #: A WAL on a store: its URI and how the driver reaches it (keys inside), for a task
-    #: whose host has no copy of its segment; None for a local or mounted WAL.
+    #: A WAL on a store: its URI and how the driver reaches it (keys inside), where every
+    #: task reads its segment (:func:`segment_file`); None for a local or mounted WAL.
     store_uri: str | None = None
     access: StoreAccess | None = None
 
