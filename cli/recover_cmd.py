@@ -62,6 +62,7 @@ Examples:
   CASSANDRA_WAL_PASSWORD=... cassandra-wal recover /data/wal --username etl --host 10.0.0.5
   ETL_PW=... cassandra-wal recover /data/wal --username etl --password-env ETL_PW
   cassandra-wal recover /data/wal --json
+  cassandra-wal recover /data/wal --processes 4      # a long backlog: 4 writers, 4 sessions
   cassandra-wal recover hdfs://nn:8020/wal --checkpoint hdfs://nn:8020/cp --force"""
 
 
@@ -85,6 +86,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--keystore-password-env", default=ENV_KEYSTORE_PASSWORD, metavar="VAR",
                    help="environment variable holding the password of the client key "
                         f"(spark.cassandra.connection.ssl.keyStore.path; default {ENV_KEYSTORE_PASSWORD})")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="write the rows through N worker processes of this command, a segment "
+                        "at a time, each with its own session (as wal.flush.mode=processes); "
+                        "0: from this process (default: the WAL's recorded "
+                        "wal.flush.processes if its mode is processes, else 0)")
     p.add_argument("--json", action="store_true", help="print the plan/summary as JSON")
     p.set_defaults(run=run)
     return p
@@ -100,6 +106,17 @@ def _target(wal: WalDir, args) -> Target:
              "ssl_keystore_password": os.environ.get(args.keystore_password_env)}
     return recorded.target.with_credentials(credentials.layered(given)).with_connection(
         hosts=hosts, port=args.port)
+
+
+def _processes(target: Target, args) -> int:
+    """How many worker processes write the rows: ``--processes``, else the recorded mode's."""
+    if args.processes is not None:
+        if args.processes < 0:
+            raise UsageError(f"--processes {args.processes}: a count of worker processes",
+                             "pass 0 (this process) or more")
+        return args.processes
+    options = target.config.wal
+    return options.flush_processes if options.flush_mode == "processes" else 0
 
 
 def _checkpoint(wal: WalDir, args) -> str | None:
@@ -177,9 +194,11 @@ def run(args) -> int:
             print(table(("BATCH", "STATE", "ROWS", "FLUSHED", "ACTION", "DETAIL"), rows)
                   if rows else "nothing to do")
         return EXIT_OK
+    target = _target(wal, args)
+    processes = _processes(target, args)
     try:
-        report = replay_wal(wal, checkpoint, _target(wal, args),
-                            on_progress=_Reporter(quiet=args.json), discard_uncommitted=discard)
+        report = replay_wal(wal, checkpoint, target, on_progress=_Reporter(quiet=args.json),
+                            discard_uncommitted=discard, processes=processes)
     except RecoveryBlocked as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_CORRUPT
@@ -195,10 +214,11 @@ def run(args) -> int:
         return EXIT_ERROR
     left = report.waiting_at
     if args.json:
-        print(json.dumps(dict(report.to_dict(), left_from=left,
+        print(json.dumps(dict(report.to_dict(), left_from=left, processes=processes,
                               note=LEFT_NOTE if left is not None else None), indent=2))
     else:
-        print(f"replayed {len(report.replayed)} batches ({report.rows_written} rows), "
+        by = f" by {processes} worker processes" if processes else ""
+        print(f"replayed {len(report.replayed)} batches ({report.rows_written} rows){by}, "
               f"discarded {len(report.discarded)}, in {report.seconds:.1f}s")
         if left is not None:
             print(f"left batch {left} and later ones, which Spark has not committed: "

@@ -36,8 +36,9 @@ Who runs what:
 
 Credentials (Cassandra's, and the store's keys) travel only inside the task's closure
 (:class:`SegmentJob`, pickled in memory and shipped with the task by Spark), never in the task list, which PySpark hands to the JVM through
-a temporary file. Recovery at query start, batch writes and ``cassandra-wal recover`` keep the
-driver mode: they have no Spark job to run, or run before Spark may run one.
+a temporary file. A query's start leaves its committed backlog to the flusher's first drain,
+which runs these jobs (:meth:`recovery.flusher.QueryFlusher.recover`); batch writes and
+``cassandra-wal recover`` run no Spark job (a batch job's commit worker cannot start one).
 
 Crash points armed in the driver (``wal/crashpoints.py``) are handed to the tasks, so a test can
 kill a run at ``flush.task_written``: a task's segment acknowledged, before it returns.

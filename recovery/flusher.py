@@ -4,9 +4,10 @@ writes every batch Spark committed, in order, and blocks the sink on what no ret
 Driven by the listener of :mod:`sinks.registry` (which is Spark-facing); everything here runs
 in the driver process:
 
-* at query start (``recover``, synchronous, before the first batch): replay what Spark
-  committed and the WAL did not finish, discard what Spark never committed (it re-runs those
-  batches with the same ids);
+* at query start (``recover``, synchronous, before the first batch): discard what Spark never
+  committed (it re-runs those batches with the same ids) and, in ``driver`` mode, replay what
+  it committed and the WAL did not finish; the scale-out modes leave that backlog to the
+  thread's first drain, through their Spark tasks or worker processes;
 * from its start, in its thread: the session is connected (``warm_up``), before the first
   batch to write;
 * after each commit (seen in a local checkpoint's ``commits/``, or a ``kick`` from the
@@ -158,6 +159,9 @@ class QueryFlusher:
         self.replayer.current_run = run
         self._lists_said: set[int] = set()     # batches whose unaccepted lists were logged
         self._replay: Replay | None = None     # the replay under way (recovery.events)
+        #: The first committed batch :meth:`recover` left to the thread's drains (scale-out
+        #: modes), until a drain gets through; None: nothing left.
+        self.backlog_from: int | None = None
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
         self._warned_secrets = False
@@ -185,11 +189,12 @@ class QueryFlusher:
 
     # -- runs ----------------------------------------------------------------------------
     def drain(self, query_running: bool, crash_prefix: str = "flush",
-              executors_allowed: bool = True) -> None:
+              executors_allowed: bool = True, replay: bool = True) -> None:
         """Write what Spark committed, in order. A failure a retry may cure
         (:func:`~recovery.errors.is_transient`: Cassandra away, a shared filesystem away)
         keeps its batch for the next drain; any other blocks the sink (:meth:`_block`). A
-        drain that gets through clears the block."""
+        drain that gets through clears the block. ``replay`` False: only discard what Spark
+        never committed (:meth:`recover` of a scale-out mode)."""
         with self._lock:
             try:
                 if self.log.closed or isinstance(self.last_error, WalStorageError):
@@ -201,8 +206,11 @@ class QueryFlusher:
                     return
                 writer = self._executors() if executors_allowed else None
                 self._replay_due(query_running)
-                self.last_report = self.replayer.run(query_running, crash_prefix, writer)
+                self.last_report = self.replayer.run(query_running, crash_prefix, writer,
+                                                     replay=replay)
                 self.last_error = None
+                if replay:
+                    self.backlog_from = None
                 self._replay_done()
                 self._set_blocked(None)
                 self._set_failing(None)
@@ -400,16 +408,44 @@ class QueryFlusher:
         self.failing = text
 
     def recover(self) -> None:
-        """At query start, before any batch: replay committed, discard uncommitted. Always from
-        the driver: Spark calls this synchronously, before the query's first batch, so a
-        Cassandra away does not hold the query for the whole retry budget
-        (``spark.cassandra.query.retry.count``, some 50 s by default): each request is retried
-        at most :data:`RECOVERY_RETRIES` times, and the running flusher takes over."""
+        """At query start, before any batch (Spark calls this synchronously, before the query's
+        first batch): discard what Spark never committed, and write what it committed and the
+        WAL did not finish.
+
+        In ``driver`` mode both happen here, from the driver: a Cassandra away does not hold
+        the query for the whole retry budget (``spark.cassandra.query.retry.count``, some 50 s
+        by default): each request is retried at most :data:`RECOVERY_RETRIES` times, and the
+        running flusher takes over. In the scale-out modes (``executors`` with Spark up,
+        ``processes``) only the discard happens here, which must finish before Spark re-runs
+        those batches; the committed backlog is written by the flusher's thread as soon as it
+        starts, through the mode's Spark jobs or worker processes, while the new batches stage
+        (they are written after it, in order)."""
+        scale_out = self._scales_out()
         self.output.retries_at_most = RECOVERY_RETRIES
         try:
-            self.drain(query_running=False, crash_prefix="recover", executors_allowed=False)
+            self.drain(query_running=False, crash_prefix="recover", executors_allowed=False,
+                       replay=not scale_out)
         finally:
             self.output.retries_at_most = None
+        report = self.last_report
+        if (scale_out and self.last_error is None and report is not None
+                and report.backlog_from is not None):
+            self.backlog_from = report.backlog_from
+            log.info("cassandra_wal: %s: recovery at query start left batches %d and after to "
+                     "the flusher (wal.flush.mode=%s)", self.wal.root, report.backlog_from,
+                     self.target.config.wal.flush_mode)
+            self._replay = Replay("recovery at query start")
+            self._wake.set()        # the thread's first drain writes them, at once
+
+    def _scales_out(self) -> bool:
+        """Whether this flusher's drains write through Spark tasks or worker processes now."""
+        with self._lock:
+            try:
+                return self.target.config.wal.flush and self._executors() is not None
+            except Exception as exc:  # noqa: BLE001 - no writer now: the driver's recovery
+                log.debug("cassandra_wal: %s: no scale-out writer at query start: %s",
+                          self.wal.root, exc)
+                return False
 
     # -- background thread -----------------------------------------------------------------
     def start(self) -> None:

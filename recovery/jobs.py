@@ -2,7 +2,9 @@
 earlier shared layout; and job WALs that other jobs sealed and left when they died.
 
 A batch job's seal is its own commit point (there is no Spark checkpoint), so each is written
-in full by the :class:`~recovery.replay.Replayer` in this process, from the driver. Called by
+in full by the :class:`~recovery.replay.Replayer` in this process, from the driver, or with
+``wal.flush.mode=processes`` by that many worker processes of it (Spark's commit worker, where
+this runs, cannot start a Spark job: ``executors`` mode's jobs flush from the driver). Called by
 the sink's job commit (:mod:`sinks.batch_jobs`) under the job's lock; ``cassandra-wal recover
 <table root>/jobs/<job id>`` writes a job WAL by hand.
 """
@@ -27,8 +29,12 @@ log = logging.getLogger(__name__)
 
 def flush_sealed(wal: WalDir, target: Target) -> ReplayReport:
     """Write everything sealed in a job's ``wal`` (its seals are their own commit point), in
-    order, waiting a minute for a job that still holds it."""
-    return replay_wal(wal, None, target, lock_wait_s=60, crash_prefix="flush")
+    order, waiting a minute for a job that still holds it; through ``wal.flush.processes``
+    worker processes with ``wal.flush.mode=processes``."""
+    options = target.config.wal
+    return replay_wal(wal, None, target, lock_wait_s=60, crash_prefix="flush",
+                      processes=options.flush_processes if options.flush_mode == "processes"
+                      else 0)
 
 
 def _recorded_target(wal: WalDir, creds: Mapping[str, str]) -> Target:

@@ -1,5 +1,6 @@
-"""A WAL replayed whole from this process: what ``cassandra-wal recover`` runs with the query
-stopped, and what a batch job's commit runs over its own WAL (:mod:`recovery.jobs`).
+"""A WAL replayed whole from this process (or its worker processes): what ``cassandra-wal
+recover`` runs with the query stopped, and what a batch job's commit runs over its own WAL
+(:mod:`recovery.jobs`).
 
 The same :class:`~recovery.replay.Replayer` the flusher runs at query start: it takes the
 WAL's writer lock (so it cannot run beside a live sink), discards batches Spark never committed
@@ -20,6 +21,7 @@ from wal.log import WalLog
 from wal.seal import Seal
 
 from . import events
+from .executors import ExecutorsWriter
 from .output import CassandraOutput, logged_rows
 from .replay import Progress, Replayer, ReplayReport
 from .target import Target
@@ -49,23 +51,29 @@ def _before_write(wal: WalDir, log: WalLog, target: Target, output: CassandraOut
 def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
                on_progress: Callable[[Progress], None] | None = None,
                lock_wait_s: float = 0.0, crash_prefix: str = "recover",
-               discard_uncommitted: bool = True) -> ReplayReport:
+               discard_uncommitted: bool = True, processes: int = 0) -> ReplayReport:
     """Replay ``wal`` against the checkpoint ``checkpoint`` (a local folder; None for a batch
     job's WAL, whose seals are their own commit point), writing to ``target``.
     ``discard_uncommitted``: discard what Spark never committed (Spark re-runs it), as a
     query's start does; False leaves it as a running query's flusher does (waits), for when a
-    query may be running elsewhere. Raises ``WalLocked`` (another process holds the WAL),
-    ``RecoveryBlocked`` (a batch cannot be replayed: named), ``FlushFailed`` /
-    ``ConnectionFailed`` (Cassandra)."""
+    query may be running elsewhere. ``processes``: the rows are written by that many worker
+    processes of this one, a segment at a time, each with its own session (as
+    ``wal.flush.mode=processes``: :mod:`recovery.processes`); 0: by this process. Raises
+    ``WalLocked`` (another process holds the WAL), ``RecoveryBlocked`` (a batch cannot be
+    replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
+    writer = (ExecutorsWriter.on_processes(processes, wal.root, lambda: target)
+              if processes > 0 else None)
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,
                           before_write=lambda seal: _before_write(wal, wal_log, target, output,
-                                                                    seal)
+                                                                    seal), writer=writer
                           ).run(query_running=not discard_uncommitted, crash_prefix=crash_prefix)
     finally:
         wal_log.close()
         output.close()
+        if writer is not None:
+            writer.close()
     wal.write_blocked(None)     # what blocked the sink is written now: its next commit may go
     return report

@@ -3,7 +3,8 @@
 This is the one code path that writes sealed batches: the sink's flusher runs it after every
 micro-batch (``query_running=True``: undecided batches wait), a query start runs it before the
 first batch (``query_running=False``: batches Spark never committed are discarded, since Spark
-re-runs them with the same id), and ``cassandra-wal recover`` runs it offline.
+re-runs them with the same id; ``replay=False`` in the scale-out modes: only that, the backlog
+left to the flusher's drains), and ``cassandra-wal recover`` runs it offline.
 
 Rules (docs/guarantees.md): batches go in increasing id; a batch that cannot be written stops
 the run, and no later batch is written before it; a batch is replayed from its recorded
@@ -76,6 +77,8 @@ class ReplayReport:
     discarded: list[int] = field(default_factory=list)
     rows_written: int = 0
     waiting_at: int | None = None
+    #: The first committed batch a run with ``replay=False`` left to write (and every one after)
+    backlog_from: int | None = None
     removed_by_retention: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -187,9 +190,13 @@ class Replayer:
                                 committed=committed, current_run=self.current_run)
 
     def run(self, query_running: bool, crash_prefix: str | None = None,
-            writer: RowWriter | None = None) -> ReplayReport:
+            writer: RowWriter | None = None, replay: bool = True) -> ReplayReport:
         """Act on the plan. ``crash_prefix`` names this run's crash points (tests only);
-        ``writer`` replaces :attr:`writer` for this run's batches."""
+        ``writer`` replaces :attr:`writer` for this run's batches. ``replay`` False: write
+        nothing, only discard what Spark never committed (a scale-out query's start, whose
+        committed backlog its flusher's thread writes after): from the first batch to replay
+        on, only discards are done (``report.backlog_from`` names that batch), and a batch no
+        replay may pass still blocks."""
         if crash_prefix:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
@@ -206,6 +213,12 @@ class Replayer:
         views = self.plan(query_running, committed)
         self._take_in_hand(views)
         for view in views:
+            if report.backlog_from is not None and view.action not in (catalog.DISCARD,
+                                                                    catalog.BROKEN):
+                continue          # behind a batch left to write: nothing may be marked done
+            if view.action == catalog.REPLAY and not replay:
+                report.backlog_from = view.batch
+                continue
             if view.action == catalog.NOTHING:
                 if view.state == catalog.SKIPPED:
                     # Nothing of it to write, and every batch before it done: mark it done

@@ -36,7 +36,7 @@ then kills the whole run: the driver dies in the middle of the flush).
 
 ``--flush-mode executors`` sets ``wal.flush.mode=executors`` on the query (committed batches
 are written by a Spark job of one task per segment) and logs the sink's flush lines
-(``recovery.replay``, ``recovery.executors``) at INFO in this program's output.
+(``recovery.replay``, ``recovery.executors``, ``recovery.flusher``) at INFO in this program's output.
 
 ``--master standalone:2`` starts a Master and two Workers with ``spark-class`` (Workers on
 127.0.0.1 and 127.0.0.2, one core each): executors on two different *hosts*. Speculative
@@ -381,7 +381,7 @@ def main(argv=None) -> int:
 
         logging.basicConfig(level=logging.WARNING, stream=sys.stdout,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        for name in ("recovery.replay", "recovery.executors"):
+        for name in ("recovery.replay", "recovery.executors", "recovery.flusher"):
             logging.getLogger(name).setLevel(logging.INFO)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

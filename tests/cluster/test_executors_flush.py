@@ -10,8 +10,9 @@ batch 2 whose segment Cassandra acknowledged kills its Python worker's process g
 test then SIGKILLs every process of the run. The driver dies in the middle of the flush: rows of
 batch 2 are in Cassandra, the batch is not marked.
 
-**Run 2**: the restart's recovery (at query start, from the driver) finishes batch 2 from its
-recorded progress at the sealed timestamps; batch 3 is flushed by the executors again
+**Run 2**: the restart's recovery at query start only discards (nothing here); the flusher's
+first drain finishes batch 2 through a Spark job, from its recorded progress, at the sealed
+timestamps, and batch 3 is flushed by the executors too
 (``test_driver_killed_mid_flush_is_completed_exactly_once``).
 
 Every row's write time must be its batch's ``seal.base_ts_us`` + its position in the batch.
@@ -87,7 +88,7 @@ def run_crash(xchain):
 
 @pytest.fixture(scope="module")
 def run_restart(run_crash):
-    """Restart on the same checkpoint: recovery completes batch 2, the executors flush 3."""
+    """Restart on the same checkpoint: the executors complete batch 2, then flush 3."""
     chain = run_crash
     run = run_to_end(chain, "executors-restart", [
         "--master", LOCAL_CLUSTER, "--flush-mode", "executors",
@@ -127,11 +128,16 @@ def test_driver_killed_mid_flush_is_completed_exactly_once(run_restart):
     visible = {i for i, r in chain.rows_a.items() if r[0] == CRASH_BATCH}
     assert visible, "no row of the crashed batch was visible: the crash was not mid-flush"
     assert not written_by_executors(chain.runs[0].text(), CRASH_BATCH)
-    # Recovery (driver side, at query start) finished it; the executors wrote batch 3.
+    # The restart's backlog (batch 2) and batch 3: both written by Spark tasks, in order.
     restart = chain.runs[1].text()
     assert re.search(rf"flushed batch {CRASH_BATCH}: {ROWS_PER_FILE} rows", restart), \
         chain.runs[1].tail()
+    assert "left batches 2 and after to the flusher" in restart, chain.runs[1].tail()
+    finished = written_by_executors(restart, CRASH_BATCH)
+    assert finished, chain.runs[1].tail()
     assert written_by_executors(restart, AFTER_BATCH), chain.runs[1].tail()
+    assert restart.index(finished.group(0)) < restart.index(
+        written_by_executors(restart, AFTER_BATCH).group(0))
     # The seal of batch 2 was not replaced; rows seen before the restart kept their cells;
     # every batch holds exactly its rows at their sealed write times.
     assert_restart_completed(chain, CRASH_BATCH, AFTER_BATCH)

@@ -98,7 +98,13 @@ def flusher_for(tmp_path, mode: str, spark):
     flusher = QueryFlusher(wal.root, str(tmp_path / "cp"),
                            spark_jobs=SparkJobs(spark) if spark is not None else None)
     runs = []
-    flusher.replayer.run = lambda query_running, prefix, writer=None: runs.append(writer)
+
+    def run(query_running, prefix, writer=None, replay=True):
+        runs.append(writer)
+        flusher.replays.append(replay)      # False: only discards (a scale-out start)
+
+    flusher.replays = []
+    flusher.replayer.run = run
     return flusher, runs
 
 

@@ -259,3 +259,40 @@ def test_moving_wal_path_follows_the_move_refuses_it_while_the_old_wal_has_rows_
     assert min(stamps[r["id"]] for r in _rows(5)) > last_y
     wal_x = stream_wal(cp)
     assert wal_x.root == x and wal_x.read_blocked() is None
+
+
+def test_recover_through_worker_processes_writes_every_row_at_its_sealed_timestamp(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """Issue 34: ``cassandra-wal recover --processes 2`` writes a stopped query's committed
+    backlog through two worker processes, a segment at a time, at the timestamps its seals
+    fixed (row i of a batch at ``base_ts_us + i``, segments in seal order)."""
+    import json
+
+    from sinkutil import cassandra_wal, log_rows_by_batch, running, wait_query_done
+    from wal.seal import read_seal
+
+    cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [_rows(k, 30) for k in range(3)])
+    query = _file_stream(spark, cassandra_node, keyspace, "events", src, cp,
+                         **{"wal.flush": "false"})
+    with running(query):
+        wait_query_done(spark, query)
+    assert committed_batches(cp) == [0, 1, 2]
+    assert read_table(cql, keyspace, "events") == []
+    wal = stream_wal(cp)
+    seals = {b: read_seal(wal, b) for b in (0, 1, 2)}
+    recover = cassandra_wal("recover", wal.root, "--checkpoint", str(cp), "--processes", "2",
+                            "--json")
+    assert recover.returncode == 0, recover.stderr
+    summary = json.loads(recover.stdout)
+    assert summary["processes"] == 2 and summary["replayed"] == [0, 1, 2], summary
+    assert summary["rows_written"] == 90
+    in_order = log_rows_by_batch(wal, ["id"])         # the rows in flush order, per batch
+    expected = {i: seals[b].base_ts_us + pos for b, ids in in_order.items()
+                for pos, (i,) in enumerate(ids)}
+    got = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
+                                                "id, writetime(name) AS wt")}
+    assert got == expected
+    assert sorted(got) == sorted(r["id"] for k in range(3) for r in _rows(k, 30))
+    assert wal.read_flushed_through() == 2 and wal.staged_batch_ids() == []

@@ -437,8 +437,11 @@ class Streams:
         error = getattr(flusher, "last_error", None)
         of = f" of {self.table_of_wal(flusher)}" if q.writers is not None else ""
         self.say(f"{q.owner}: {what}{of}" + (f" ({type(error).__name__})" if error else ""))
+        # A scale-out start leaves the committed backlog to the flusher's thread (its next
+        # drains here), as the registry starts it right after: nothing to check yet.
+        left = recover and getattr(flusher, "backlog_from", None) is not None
         if healthy and self.node.faults == faults and self.node.mode == cassandra.UP and \
-                self.store_calm_since(store_faults):
+                self.store_calm_since(store_faults) and not left:
             check_live(self, q, what, flusher)
         self.check_disk_drain(q, flusher, what, disk_faults)      # disk.py
         return what

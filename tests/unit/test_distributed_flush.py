@@ -242,13 +242,14 @@ def test_store_keys_travel_in_the_closure_only(tmp_path):
 
 
 # -- which writer the flusher picks --------------------------------------------------------------
-def test_the_flusher_writes_from_the_executors_only_when_asked_and_never_in_recovery(tmp_path):
+def test_the_flusher_writes_from_the_executors_when_asked_and_recovery_leaves_them_the_backlog(
+        tmp_path):
     flusher, runs = flusher_for(tmp_path, "executors", FakeSpark())
     try:
         flusher.recover()
         flusher.drain(query_running=True)
-        assert runs[0] is None                          # recovery: the driver's own writer
-        assert isinstance(runs[1], ExecutorsWriter)
+        assert runs[0] is None and flusher.replays[0] is False   # query start: discards only
+        assert isinstance(runs[1], ExecutorsWriter) and flusher.replays[1] is True
     finally:
         flusher.log.close()
 
@@ -256,6 +257,9 @@ def test_the_flusher_writes_from_the_executors_only_when_asked_and_never_in_reco
 def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp_path):
     flusher, runs = flusher_for(tmp_path, "driver", FakeSpark())
     try:
+        flusher.recover()                           # driver mode: recovery writes too
+        assert runs == [None] and flusher.replays == [True]
+        runs.clear()
         flusher.drain(query_running=True)
         flusher.spark_jobs = SparkJobs(FakeSpark(stopped=True))
         target_json = flusher.wal.read_target()
@@ -296,7 +300,8 @@ def test_a_restart_that_turns_the_flush_on_is_followed_without_a_second_restart(
     wal.write_target({"fingerprint": "staging-only", "target": t.to_dict()})
     flusher = QueryFlusher(wal.root, str(tmp_path / "cp"))
     runs = []
-    flusher.replayer.run = lambda query_running, prefix, writer=None: runs.append(query_running)
+    flusher.replayer.run = (lambda query_running, prefix, writer=None, replay=True:
+                            runs.append(query_running))
     try:
         flusher.recover()                  # query start, with the previous run's options
         assert runs == []
@@ -418,3 +423,64 @@ def test_a_task_gets_only_the_store_access_its_wal_needs():
     on_s3 = access.for_uri("s3a://bucket/wal")
     assert (on_s3.webhdfs, on_s3.s3_access_key, on_s3.s3_secret_key) == ((), "AK", "SK")
     assert access.for_uri("/local/wal") == StoreAccess()
+
+
+# -- recovery at query start in a scale-out mode ----------------------------------------------------
+def test_a_scale_out_start_discards_at_once_and_leaves_the_committed_backlog_to_the_tasks(
+        tmp_path):
+    # Only the discard must finish before Spark re-runs a batch it never committed; the backlog
+    # (here two committed batches) is written by Spark tasks from the flusher's first drain,
+    # in order, at the sealed timestamps, instead of from the driver inside onQueryStarted.
+    from recovery.flusher import QueryFlusher
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.wal.write_target({"fingerprint": "f", "target": target_flushed_by("executors").to_dict()})
+        first, second = f.sealed(0, rows=(3, 2)), f.sealed(1, rows=(4,))
+        uncommitted = f.sealed(2, rows=(2,), committed=False)
+        root, cp = f.root, f.checkpoint
+    flusher = QueryFlusher(root, cp, spark_jobs=SparkJobs(FakeSpark()))
+    job = LocalJob()
+    flusher._executors_writer = ExecutorsWriter(job, root, target,
+                                                open_upserter=recording_upserter)
+    flusher.output.check_not_dropped = lambda *args, **kwargs: None   # no node here
+    try:
+        flusher.recover()
+        assert WRITES == [] and job.jobs == []                    # nothing written at start
+        assert flusher.last_report.discarded == [2] and flusher.last_report.backlog_from == 0
+        assert flusher.log.get(2).state is BatchState.DISCARDED
+        assert not os.path.exists(flusher.wal.batch_segments(2))
+        assert flusher.log.get(0) is None                        # untouched, not even ingested
+        assert flusher.wal.read_flushed_through() == -1
+        assert flusher._wake.is_set() and flusher.backlog_from == 0   # the thread: at once
+        flusher.drain(query_running=True)
+        assert flusher.backlog_from is None
+        assert job.jobs == [[0, 1], [0]]                         # batch 0, then batch 1
+        assert ids_written() == list(range(5)) + list(range(1000, 1004))
+        stamps = {ids[0]: ts for _, ts, ids in WRITES}
+        assert stamps[0] == first.seal.base_ts_us and stamps[1000] == second.seal.base_ts_us
+        assert flusher.wal.read_flushed_through() == 1
+        assert uncommitted.seal.batch not in flusher.last_report.replayed
+    finally:
+        flusher.stop(final_drain=False)
+
+
+def test_a_driver_mode_start_still_writes_the_backlog_before_the_first_batch(tmp_path):
+    from recovery.flusher import QueryFlusher
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.wal.write_target({"fingerprint": "f", "target": target_flushed_by("driver").to_dict()})
+        f.sealed(0, rows=(3, 2))
+        f.sealed(1, rows=(2,), committed=False)
+        root, cp = f.root, f.checkpoint
+    flusher = QueryFlusher(root, cp, spark_jobs=SparkJobs(FakeSpark()))
+    flusher.output.check_not_dropped = lambda *args, **kwargs: None
+    upserters = []
+    flusher.replayer.writer._factory = lambda seal: upserters.append(seal.batch) or \
+        recording_upserter(target()).__enter__()
+    try:
+        flusher.recover()
+        assert ids_written(0) == list(range(5)) and upserters == [0]
+        assert flusher.last_report.discarded == [1] and flusher.last_report.backlog_from is None
+        assert not flusher._wake.is_set() and flusher.backlog_from is None
+    finally:
+        flusher.stop(final_drain=False)

@@ -183,7 +183,7 @@ def test_the_flusher_writes_through_worker_processes_when_asked_and_closes_them_
     flusher, runs = flusher_for(tmp_path, "processes", spark=None)
     flusher.recover()
     flusher.drain(query_running=True)
-    assert runs[0] is None                                  # recovery: the driver's own writer
+    assert runs[0] is None and flusher.replays[0] is False  # query start: discards only
     assert isinstance(runs[1], ExecutorsWriter) and isinstance(runs[1]._run_job, ProcessPool)
     pool = runs[1]._run_job
     assert pool.processes == 2
@@ -191,3 +191,57 @@ def test_the_flusher_writes_through_worker_processes_when_asked_and_closes_them_
     pids = list(pool.pids)
     flusher.stop()
     assert wait_gone(pids, 1.0) == [] and pool.pids == []
+
+
+# -- batch jobs and cassandra-wal recover ------------------------------------------------------------
+@pytest.mark.parametrize("mode,processes", [("processes", 2), ("executors", 0), ("driver", 0)])
+def test_a_batch_job_flushes_through_worker_processes_in_processes_mode(tmp_path, monkeypatch,
+                                                                        mode, processes):
+    # Spark's commit worker, where a batch job's flush runs, cannot start a Spark job: the
+    # processes mode is what scales there; executors mode's jobs flush from the driver.
+    import recovery.jobs as jobs
+    from tests.helpers.flush_fakes import target_flushed_by
+
+    asked = []
+    monkeypatch.setattr(jobs, "replay_wal", lambda *a, **kw: asked.append(kw["processes"]))
+    jobs.flush_sealed(None, target_flushed_by(mode))
+    assert asked == [processes]
+
+
+def test_replay_wal_hands_its_batches_to_worker_processes_and_closes_them(tmp_path, monkeypatch):
+    import recovery.recover as recover
+
+    used = []
+    real_run = recover.Replayer.run
+
+    def run(self, *args, **kwargs):
+        used.append(self.writer)
+        assert isinstance(self.writer, ExecutorsWriter)
+        assert isinstance(self.writer._run_job, ProcessPool) and self.writer._run_job.processes == 3
+        self.writer._run_job(0, [1], where_run)           # the pool's workers start
+        used.append(list(self.writer._run_job.pids))
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(recover.Replayer, "run", run)
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        root, cp = f.root, f.checkpoint
+    from wal.layout import WalDir
+
+    report = recover.replay_wal(WalDir(root), cp, target(), processes=3)
+    assert report.replayed == [] and len(used[1]) >= 1
+    assert wait_gone(used[1], 5.0) == [] and used[0]._run_job.pids == []
+
+
+def test_recover_command_takes_its_worker_processes_from_the_option_or_the_recorded_mode():
+    from types import SimpleNamespace
+
+    from cli import UsageError
+    from cli.recover_cmd import _processes
+    from tests.helpers.flush_fakes import target_flushed_by
+
+    assert _processes(target_flushed_by("processes"), SimpleNamespace(processes=None)) == 2
+    assert _processes(target_flushed_by("executors"), SimpleNamespace(processes=None)) == 0
+    assert _processes(target_flushed_by("processes"), SimpleNamespace(processes=0)) == 0
+    assert _processes(target_flushed_by("driver"), SimpleNamespace(processes=4)) == 4
+    with pytest.raises(UsageError, match="--processes -1"):
+        _processes(target_flushed_by("driver"), SimpleNamespace(processes=-1))
