@@ -7,8 +7,9 @@ read them: on the shared WAL path, or on the store (HDFS, S3) that holds the WAL
 Why it is safe: every row's write timestamp is fixed by the seal (row *i* of the batch, segments
 in seal order, at ``base_ts_us + i``), so any task may write any segment, in any order, more
 than once, and the cells end the same. What must stay ordered is the *marking*, and that stays
-where it was: :class:`recovery.replay.Replayer` records progress only for the acknowledged
-prefix of segments, marks the batch FLUSHED after the last one, and writes no later batch before.
+where it was: :class:`recovery.replay.Replayer` records the acknowledged prefix of segments as
+progress and each segment acknowledged beyond it on its own (not written again by a retry),
+marks the batch FLUSHED after the last one, and writes no later batch before.
 This module is only the :class:`~recovery.replay.RowWriter` that gets the rows there.
 
 Who runs what:
@@ -16,8 +17,9 @@ Who runs what:
 * **driver**, the flusher thread (:meth:`ExecutorsWriter.write`): one :class:`SegmentTask` per
   segment not yet acknowledged, run as one Spark job of one task each (``run_job``:
   :class:`sinks.spark_jobs.SparkJobs`, a DataFrame job a Spark Connect client runs too), then
-  an acknowledgement per segment in seal order up to the first that failed,
-  then that failure (a corrupted segment first: it blocks the sink).
+  an acknowledgement per segment in seal order up to the first that failed, one for each
+  later segment written whole (:class:`~recovery.replay.SegmentAcknowledged`), then that
+  failure (a corrupted segment first: it blocks the sink).
 * **executor task** (:func:`write_segments`): takes its worker's session for the flusher's own
   target and credentials (:mod:`recovery.sessions`: connected by the worker's first task, kept
   for its next tasks and batches), reads its segment from the WAL folder (at the driver's
@@ -72,7 +74,7 @@ from wal.stores import StoreAccess, current_access, use_access
 
 from .errors import is_transient, portable_error
 from .processes import ProcessPool
-from .replay import Acknowledged
+from .replay import Acknowledged, SegmentAcknowledged
 from .sessions import kept_upserter
 from .target import Target
 
@@ -119,11 +121,13 @@ class SegmentJob:
     access: StoreAccess | None = None
 
 
-def segment_tasks(seal: Seal, next_segment: int, next_chunk: int) -> list[SegmentTask]:
-    """The segments of ``seal`` not acknowledged yet, from (``next_segment``, ``next_chunk``)."""
-    offsets = seal.row_offsets()
+def segment_tasks(seal: Seal, next_segment: int, next_chunk: int,
+                  acknowledged: Iterable[int] = ()) -> list[SegmentTask]:
+    """The segments of ``seal`` not acknowledged yet: from (``next_segment``, ``next_chunk``)
+    on, but those ``acknowledged`` whole already."""
+    offsets, done = seal.row_offsets(), set(acknowledged)
     return [SegmentTask(i, seal.segments[i], offsets[i], next_chunk if i == next_segment else 0)
-            for i in range(next_segment, len(seal.segments))]
+            for i in range(next_segment, len(seal.segments)) if i not in done]
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -289,8 +293,9 @@ class ExecutorsWriter:
             close()
 
     def write(self, log_: WalLog, seal: Seal, record: BatchRecord,
-              age: BatchAge | None = None) -> Iterator[Acknowledged]:
-        tasks = segment_tasks(seal, record.next_segment, record.next_chunk)
+              age: BatchAge | None = None) -> Iterator[Acknowledged | SegmentAcknowledged]:
+        done = {segment for segment, _ in record.acknowledged}
+        tasks = segment_tasks(seal, record.next_segment, record.next_chunk, done)
         if not tasks:
             return
         # The batch's age as this driver measured it, read again as the job starts: what the
@@ -311,12 +316,21 @@ class ExecutorsWriter:
         outcomes = [returned.get(t.index) or SegmentResult(t.index, 0, FlushFailed(
             seal.batch, f"segment {t.segment.name}: its task returned no result"))
             for t in tasks]
-        rows = 0
-        for outcome in outcomes:       # seal order: progress is a prefix of the batch
-            if outcome.error is not None:
+        rows, by_index = 0, {o.index: o for o in outcomes}
+        first_failed = next((o.index for o in outcomes if o.error is not None), None)
+        # Seal order: progress is a prefix of the batch, passing segments acknowledged before;
+        # after the first failure, each segment written whole is acknowledged on its own.
+        for index in range(record.next_segment, len(seal.segments)):
+            if index == first_failed:
                 break
-            rows += outcome.rows
-            yield Acknowledged(outcome.index + 1, 0, outcome.rows)
+            outcome = by_index.get(index)
+            rows += outcome.rows if outcome is not None else 0
+            yield Acknowledged(index + 1, 0, outcome.rows if outcome is not None else 0)
+        for outcome in outcomes:
+            if first_failed is not None and outcome.index > first_failed \
+                    and outcome.error is None:
+                rows += outcome.rows
+                yield SegmentAcknowledged(outcome.index, outcome.rows)
         failed = [o for o in outcomes if o.error is not None]
         for f in failed:
             log.warning("batch %d: segment %d failed on %s: %s", seal.batch, f.index,

@@ -114,12 +114,23 @@ class Acknowledged:
     rows: int
 
 
+@dataclass(frozen=True)
+class SegmentAcknowledged:
+    """Cassandra acknowledged every row (``rows``) of segment ``segment``, beyond the prefix
+    acknowledged so far (an earlier segment failed): a retry does not write it again."""
+
+    segment: int
+    rows: int
+
+
 class RowWriter(Protocol):
     """Writes the rows of one batch that are not acknowledged yet; nothing else.
 
-    ``write`` starts at ``(record.next_segment, record.next_chunk)``, writes row *i* of the
-    batch at ``seal.base_ts_us + i``, and yields acknowledgements in seal order, each one a
-    longer prefix of the batch. It raises :class:`~wal.errors.WalCorrupted` before writing
+    ``write`` starts at ``(record.next_segment, record.next_chunk)``, skips the segments
+    ``record.acknowledged`` names, writes row *i* of the batch at ``seal.base_ts_us + i``, and
+    yields acknowledgements: :class:`Acknowledged`, in seal order, each one a longer prefix of
+    the batch (a skipped segment adds no rows), then, after a segment failed, a
+    :class:`SegmentAcknowledged` for each later segment written whole. It raises :class:`~wal.errors.WalCorrupted` before writing
     any row of a damaged chunk or segment, and :class:`~cql.errors.FlushFailed` (or a
     connection error) when rows were not acknowledged. It never touches the log's states:
     recording progress and marking the batch are the Replayer's. TTLs count down from
@@ -128,7 +139,8 @@ class RowWriter(Protocol):
     """
 
     def write(self, log: WalLog, seal: Seal, record: BatchRecord,
-              age: BatchAge | None = None) -> Iterator[Acknowledged]: ...
+              age: BatchAge | None = None
+              ) -> Iterator[Acknowledged | SegmentAcknowledged]: ...
 
     def reset(self) -> None:
         """Forget any open session (it was closed after a failure)."""
@@ -149,7 +161,9 @@ class DriverWriter:
     def write(self, log: WalLog, seal: Seal, record: BatchRecord,
               age: BatchAge | None = None) -> Iterator[Acknowledged]:
         age = age or batch_age.measure(seal.sealed_at_us)
-        chunks = iter(log.chunks(seal.batch, record.next_segment, record.next_chunk))
+        done = {segment for segment, _ in record.acknowledged}   # by another mode's tasks
+        chunks = (c for c in log.chunks(seal.batch, record.next_segment, record.next_chunk)
+                  if c.segment_index not in done)
         first = next(chunks, None)
         if first is None:
             return
@@ -321,13 +335,22 @@ class Replayer:
         if record.state == BatchState.SEALED:
             record = self.log.begin_flush(batch)
         progress = Progress(batch, record.flushed_rows, seal.rows)
+        # Rows of segments acknowledged beyond the prefix, not yet passed by it: the prefix's
+        # own rows are what a progress key records.
+        beyond = dict(record.acknowledged)
         written = 0
         try:
             for ack in writer.write(self.log, seal, record, self.age_of(seal)):
                 written += ack.rows
                 progress.rows_done += ack.rows
-                self.log.record_progress(batch, ack.next_segment, ack.next_chunk,
-                                         progress.rows_done)
+                if isinstance(ack, SegmentAcknowledged):
+                    beyond[ack.segment] = ack.rows
+                    self.log.record_acknowledged(batch, ack.segment, ack.rows)
+                else:
+                    for segment in [s for s in beyond if s < ack.next_segment]:
+                        del beyond[segment]
+                    self.log.record_progress(batch, ack.next_segment, ack.next_chunk,
+                                             progress.rows_done - sum(beyond.values()))
                 if self.on_progress:
                     self.on_progress(progress)
                 crash_point(f"{self._crash_prefix}.mid")

@@ -57,6 +57,7 @@ KEY_REPAIR = b"m/repair"                    # a repair under way (wal/repair.py)
 KEY_BATCH_PREFIX = b"b/"
 KEY_SEAL_PREFIX = b"s/"                     # the batch's seal, written once when ingested
 KEY_PROGRESS_PREFIX = b"p/"                 # one small key per acknowledgement
+KEY_ACKED_PREFIX = b"a/"                    # a whole segment acknowledged beyond the progress
 KEY_ROWS_PREFIX = b"r/"
 ROW_VALUE_HEAD = struct.Struct("<II")       # u32 crc32(payload), u32 rows
 
@@ -89,6 +90,14 @@ MAX_CHUNKS_PER_SEGMENT = 99_999_999
 def progress_key(batch_id: int, next_segment: int, next_chunk: int) -> bytes:
     """Key order is flush order: the greatest key of a batch is its progress."""
     return progress_prefix(batch_id) + f"{next_segment:05d}/{next_chunk:08d}".encode()
+
+
+def acked_prefix(batch_id: int) -> bytes:
+    return KEY_ACKED_PREFIX + batch_name(batch_id).encode() + b"/"
+
+
+def acked_key(batch_id: int, segment_index: int) -> bytes:
+    return acked_prefix(batch_id) + f"{segment_index:05d}".encode()
 
 
 def rows_prefix(batch_id: int) -> bytes:

@@ -54,9 +54,13 @@ class BatchRecord:
     seal: Seal | None = None
     next_segment: int = 0          # flush progress: first (segment, chunk) not yet acknowledged
     next_chunk: int = 0
-    flushed_rows: int = 0
+    flushed_rows: int = 0          # acknowledged: the prefix's rows and the segments' beyond it
     updated_at_us: int = field(default_factory=now_us)
     reason: str = ""
+    #: (segment, rows) of each segment at or after ``next_segment`` acknowledged whole, out of
+    #: order (a scale-out writer's task finished it while an earlier one failed): not written
+    #: again (``a/`` keys)
+    acknowledged: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> bytes:
         """The whole view in one JSON object (a repair's manifest, dumps; and format 1's
@@ -66,7 +70,7 @@ class BatchRecord:
             "seal": self.seal.to_dict() if self.seal else None,
             "next_segment": self.next_segment, "next_chunk": self.next_chunk,
             "flushed_rows": self.flushed_rows, "updated_at_us": self.updated_at_us,
-            "reason": self.reason,
+            "reason": self.reason, "acknowledged": [list(a) for a in self.acknowledged],
         }, sort_keys=True).encode()
 
     @classmethod
@@ -77,7 +81,8 @@ class BatchRecord:
                    seal=Seal.from_dict(d["seal"]) if d["seal"] else None,
                    next_segment=d["next_segment"], next_chunk=d["next_chunk"],
                    flushed_rows=d["flushed_rows"], updated_at_us=d["updated_at_us"],
-                   reason=d.get("reason", ""))
+                   reason=d.get("reason", ""),
+                   acknowledged=tuple(tuple(a) for a in d.get("acknowledged", ())))
 
 
 @dataclass(frozen=True)
@@ -397,19 +402,35 @@ class WalLog:
         it = self.db.iter()
         try:
             it.seek_for_prev(fmt.prefix_end(prefix))
-            if not it.valid() or not bytes(it.key()).startswith(prefix):
-                return record
-            key, value = bytes(it.key()), bytes(it.value())
+            found = it.valid() and bytes(it.key()).startswith(prefix)
+            key, value = (bytes(it.key()), bytes(it.value())) if found else (b"", b"")
         finally:
             del it
-        try:
-            segment, chunk = (int(p) for p in key[len(prefix):].split(b"/"))
-            rows, at_us = (int(p) for p in value.split())
-        except ValueError:
-            raise WalCorrupted(self.wal.log, f"unreadable progress {key!r} = {value!r}",
-                               batch=record.batch) from None
-        return replace(record, next_segment=segment, next_chunk=chunk, flushed_rows=rows,
-                       updated_at_us=max(at_us, record.updated_at_us))
+        if found:
+            try:
+                segment, chunk = (int(p) for p in key[len(prefix):].split(b"/"))
+                rows, at_us = (int(p) for p in value.split())
+            except ValueError:
+                raise WalCorrupted(self.wal.log, f"unreadable progress {key!r} = {value!r}",
+                                   batch=record.batch) from None
+            record = replace(record, next_segment=segment, next_chunk=chunk, flushed_rows=rows,
+                             updated_at_us=max(at_us, record.updated_at_us))
+        acked = []
+        lo = fmt.acked_prefix(record.batch)
+        for key, value in self._pages(lo, fmt.prefix_end(lo), size=256):
+            try:
+                segment = int(key[len(lo):])
+                rows, at_us = (int(p) for p in value.split())
+            except ValueError:
+                raise WalCorrupted(self.wal.log, f"unreadable acknowledgement {key!r} = "
+                                                 f"{value!r}", batch=record.batch) from None
+            if segment >= record.next_segment:      # the prefix has not passed it yet
+                acked.append((segment, rows))
+                record = replace(record, updated_at_us=max(at_us, record.updated_at_us))
+        if acked:
+            record = replace(record, acknowledged=tuple(acked),
+                             flushed_rows=record.flushed_rows + sum(r for _, r in acked))
+        return record
 
     def flushed_through(self) -> int:
         """Highest batch id flushed so far (-1 if none): earlier batches need nothing more."""
@@ -494,7 +515,8 @@ class WalLog:
 
     def _clear(self, wb: WriteBatch, batch: int) -> None:
         """Everything of ``batch`` but its record: seal, progress, rows."""
-        for prefix in (fmt.progress_prefix(batch), fmt.rows_prefix(batch)):
+        for prefix in (fmt.progress_prefix(batch), fmt.acked_prefix(batch),
+                       fmt.rows_prefix(batch)):
             wb.delete_range(prefix, fmt.prefix_end(prefix))
         wb.delete(fmt.seal_key(batch))
         self._seals.drop(batch)
@@ -534,8 +556,8 @@ class WalLog:
             raise
         record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
         wb = WriteBatch(raw_mode=True)
-        prefix = fmt.progress_prefix(seal.batch)
-        wb.delete_range(prefix, fmt.prefix_end(prefix))
+        for prefix in (fmt.progress_prefix(seal.batch), fmt.acked_prefix(seal.batch)):
+            wb.delete_range(prefix, fmt.prefix_end(prefix))
         wb.put(fmt.seal_key(seal.batch), json.dumps(seal.to_dict(), sort_keys=True).encode())
         self._put(_Head.of(record), wb)   # synced: makes the row writes above durable too
         self._seals.put(seal)
@@ -579,6 +601,7 @@ class WalLog:
         wb.delete_range(fmt.batch_key(batch), fmt.prefix_end(fmt.KEY_BATCH_PREFIX))
         wb.delete_range(fmt.seal_key(batch), fmt.prefix_end(fmt.KEY_SEAL_PREFIX))
         wb.delete_range(fmt.progress_prefix(batch), fmt.prefix_end(fmt.KEY_PROGRESS_PREFIX))
+        wb.delete_range(fmt.acked_prefix(batch), fmt.prefix_end(fmt.KEY_ACKED_PREFIX))
         wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.KEY_ROWS_PREFIX))
         self._seals.drop()
         for key, current in ((fmt.KEY_FLUSHED_THROUGH, self.flushed_through()),
@@ -618,12 +641,25 @@ class WalLog:
                            current.reason)
 
     @_storage_errors
+    def record_acknowledged(self, batch: int, segment: int, rows: int) -> None:
+        """Segment ``segment`` (its index in the seal) is acknowledged whole, beyond the
+        progress (an earlier segment is not): a retry does not write it again. One small key
+        (``a/<batch>/<segment>``), not synced, as progress: losing it means writing the
+        segment again, identical cells."""
+        current = self._head(batch)
+        if current is None or current.state is not BatchState.FLUSHING:
+            raise IllegalTransition(batch, current.state.value if current else "absent",
+                                    BatchState.FLUSHING.value,
+                                    "acknowledgements are recorded only while flushing")
+        self.db.put(fmt.acked_key(batch, segment), _progress_value(rows, now_us()))
+
+    @_storage_errors
     def mark_flushed(self, batch: int) -> BatchRecord:
         current = self._transition(batch, BatchState.FLUSHED)
         head = replace(current, state=BatchState.FLUSHED, updated_at_us=now_us())
         wb = WriteBatch(raw_mode=True)
-        prefix = fmt.progress_prefix(batch)
-        wb.delete_range(prefix, fmt.prefix_end(prefix))
+        for prefix in (fmt.progress_prefix(batch), fmt.acked_prefix(batch)):
+            wb.delete_range(prefix, fmt.prefix_end(prefix))
         if batch > self.flushed_through():
             wb.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode())
         self._put(head, wb)

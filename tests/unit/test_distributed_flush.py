@@ -81,7 +81,8 @@ def test_a_segment_without_a_result_leaves_the_batch_unmarked(tmp_path):
             replayer(f, writer(f.root, LocalJob(f, drop_results={1}))).run(query_running=True)
         record = f.log.get(0)
         assert record.state is BatchState.FLUSHING
-        assert (record.next_segment, record.next_chunk, record.flushed_rows) == (1, 0, 3)
+        assert (record.next_segment, record.next_chunk, record.flushed_rows) == (1, 0, 5)
+        assert record.acknowledged == ((2, 2),)       # segment 2's task answered: kept
         assert f.wal.read_flushed_through() == -1
 
 
@@ -96,8 +97,8 @@ def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_p
             r.run(query_running=True)
         record = f.log.get(0)
         assert record.state is BatchState.FLUSHING
-        # Segments 0 and 2 were written by their tasks; progress covers the prefix only.
-        assert (record.next_segment, record.flushed_rows) == (1, 3)
+        # Segments 0 and 2 were written by their tasks: the prefix, and 2 on its own.
+        assert (record.next_segment, record.flushed_rows, record.acknowledged) == (1, 5, ((2, 2),))
         assert set(ids_written(0)) == {0, 1, 2, 8, 9}
         assert ids_written(1) == [] and f.log.get(1) is None     # nothing later was touched
         assert f.wal.read_flushed_through() == -1
@@ -107,8 +108,8 @@ def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_p
         WRITES.clear()
         report = r.run(query_running=True)
         assert report.replayed == [0, 1]
-        assert job.jobs[1] == [1, 2]        # the retry starts at the first unacknowledged one
-        assert ids_written(0) == [3, 4, 5, 6, 7, 8, 9]
+        assert job.jobs[1] == [1]           # the retry writes only the unacknowledged one
+        assert ids_written(0) == [3, 4, 5, 6, 7]
         assert f.log.get(0).state is BatchState.FLUSHED and f.log.get(0).flushed_rows == 10
         assert f.log.get(1).state is BatchState.FLUSHED
         assert f.wal.read_flushed_through() == 1
@@ -399,6 +400,9 @@ class _FailingSession:
         self.sparkContext = None          # setJobDescription fails: cosmetic, ignored
 
     def createDataFrame(self, *args):
+        raise self.error
+
+    def range(self, *args):
         raise self.error
 
 

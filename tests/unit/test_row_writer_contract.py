@@ -28,7 +28,7 @@ from recovery.errors import is_transient
 from recovery.executors import ExecutorsWriter
 from recovery.processes import ProcessPool
 from recovery.config import SinkConfig
-from recovery.replay import Acknowledged, DriverWriter, Replayer
+from recovery.replay import Acknowledged, DriverWriter, Replayer, SegmentAcknowledged
 from recovery.target import Target
 from tests.helpers.fake_cassandra import RecordingSession, visible
 from tests.helpers.skewed_clock import skewed_clock
@@ -205,13 +205,20 @@ def test_through_the_replayer_the_batch_is_marked_once_every_row_is_written(writ
     assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
 
 
-def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_rest(
-        writer, wal, tmp_path, monkeypatch):
-    monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(2)[0]))
+def failed_flush(writer, wal, monkeypatch, segment: int) -> Replayer:
+    """A Replayer whose flush of the batch failed at the first row of ``segment`` (which it
+    keeps failing until ``FAIL_ENV`` is cleared)."""
+    monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(segment)[0]))
     replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
     with pytest.raises(Exception):
         replayer.run(query_running=True)
     assert wal.log.get(BATCH).state is BatchState.FLUSHING
+    return replayer
+
+
+def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_rest(
+        writer, wal, tmp_path, monkeypatch):
+    replayer = failed_flush(writer, wal, monkeypatch, 2)
     progress = wal.log.get(BATCH)
     monkeypatch.setenv(FAIL_ENV, "")
     writer.reset()                               # as the flusher does after a failure
@@ -221,6 +228,63 @@ def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_r
     assert sorted(set(row for row, _ in rows)) == ALL_IDS
     rewritten = [row for row in ALL_IDS if [r for r, _ in rows].count(row) > 1]
     assert not set(rewritten) & set(ALL_IDS[:progress.flushed_rows])   # the prefix stays written
+
+
+def acknowledged_ids(acks) -> set[int]:
+    """The row ids the acknowledgements claim: the longest prefix (in seal order, chunk by
+    chunk) and every segment acknowledged whole."""
+    prefix = max(((a.next_segment, a.next_chunk) for a in acks
+                  if isinstance(a, Acknowledged)), default=(0, 0))
+    ids = {i for s in range(prefix[0]) for i in ids_of_segment(s)}
+    if prefix[0] < len(ROWS):
+        ids |= set(ids_of_segment(prefix[0])[:prefix[1] * CHUNK_ROWS])
+    return ids | {i for a in acks if isinstance(a, SegmentAcknowledged)
+                  for i in ids_of_segment(a.segment)}
+
+
+def test_a_write_skips_the_segments_acknowledged_beyond_the_prefix(writer, wal, tmp_path):
+    wal.log.record_acknowledged(BATCH, 1, ROWS[1])     # segment 1 written whole, 0 failed
+    record = wal.log.get(BATCH)
+    assert record.acknowledged == ((1, ROWS[1]),) and record.flushed_rows == ROWS[1]
+    acks = write(writer, wal)
+    assert sorted(row for row, _ in written(tmp_path)) == ids_of_segment(0) + ids_of_segment(2)
+    assert sum(a.rows for a in acks) == ROWS[0] + ROWS[2]
+    assert acknowledged_ids(acks) | set(ids_of_segment(1)) == set(ALL_IDS)
+
+
+def test_after_a_failed_segment_each_later_segment_written_whole_is_acknowledged(
+        writer, wal, tmp_path, monkeypatch):
+    monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(1)[0]))     # segment 1 fails at once
+    acks = []
+    with pytest.raises(Exception) as raised:
+        for ack in writer.write(wal.log, wal.built[BATCH].seal, wal.log.get(BATCH)):
+            acks.append(ack)
+    assert is_transient(raised.value), raised.value
+    done = {row for row, _ in written(tmp_path)}
+    assert acknowledged_ids(acks) <= done                 # nothing claimed that was not written
+    assert not set(ids_of_segment(1)) & acknowledged_ids(acks)
+    if isinstance(writer, ExecutorsWriter):               # one task a segment: 2 is done
+        assert [(a.segment, a.rows) for a in acks if isinstance(a, SegmentAcknowledged)] == \
+            [(2, ROWS[2])]
+
+
+def test_through_the_replayer_a_retry_writes_only_the_segments_not_acknowledged(
+        writer, wal, tmp_path, monkeypatch):
+    replayer = failed_flush(writer, wal, monkeypatch, 1)
+    kept = wal.log.get(BATCH)
+    scale_out = isinstance(writer, ExecutorsWriter)
+    assert kept.acknowledged == (((2, ROWS[2]),) if scale_out else ())
+    assert kept.flushed_rows == ROWS[0] + (ROWS[2] if scale_out else 0)
+    first = len(written(tmp_path))
+    monkeypatch.setenv(FAIL_ENV, "")
+    writer.reset()
+    replayer.run(query_running=True)
+    assert wal.log.get(BATCH).state is BatchState.FLUSHED
+    again = sorted(row for row, _ in written(tmp_path)[first:])
+    assert again == ids_of_segment(1) + ([] if scale_out else ids_of_segment(2))
+    assert sorted(set(row for row, _ in written(tmp_path))) == ALL_IDS
+    base = wal.built[BATCH].seal.base_ts_us
+    assert all(ts == base + (row - BATCH * 1000) for row, ts in written(tmp_path))
 
 
 # -- TTLs: the age the driver measured, whatever the clock of the process that writes ---------
