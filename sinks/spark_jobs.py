@@ -6,11 +6,15 @@ tasks on executors (:func:`recovery.executors.write_segments`, through :func:`ru
 
 One Spark job per batch, through the DataFrame API, so that a Spark Connect client runs it as
 a classic driver does: ``spark.range(n, numPartitions=n)`` (one row, so one task, per
-segment) joined with a broadcast table of the pickled tasks (no secret and no row in them:
-PySpark may hand that table to the JVM through a file), then ``mapInArrow`` of the job's
-closure (``fn``: credentials inside, pickled in memory with the plan), whose tasks hand back
-their pickled :class:`~recovery.executors.SegmentResult`. No shuffle: each task writes the
-segment of its own row. In a classic session the job runs in the scheduler pool :data:`POOL`
+segment), then ``mapInArrow`` of the job's closure (``fn``, credentials inside, pickled in
+memory with the plan, and the pickled tasks: each task takes those of its rows' ids), whose
+tasks hand back their pickled :class:`~recovery.executors.SegmentResult`. No shuffle, no
+exchange: each task writes the segment of its own row. A closure that the task list would make
+larger than :data:`~recovery.executors.CLOSURE_LIMIT` (thousands of segments; PySpark would
+write it to the driver's disk) leaves the tasks out: the range is joined with a broadcast
+table of them instead (no secret and no row in them: PySpark may hand that table to the JVM
+through a file), which costs the driver's JVM some 0.6 CPU-s more a job
+(``docs/performance.md``, "Driver CPU of the flush"). In a classic session the job runs in the scheduler pool :data:`POOL`
 (used where ``spark.scheduler.mode=FAIR``) with a description naming the batch. Through Spark
 Connect the closure travels to the server in the plan: a flush whose target has credentials
 runs there only over TLS (:meth:`SparkJobs.carries_secrets`).
@@ -35,6 +39,7 @@ from pyspark.errors import (
 )
 
 from cql.errors import FlushFailed
+from recovery.executors import CLOSURE_LIMIT
 
 from .connect import is_connect_session
 
@@ -50,10 +55,23 @@ PERMANENT = (AnalysisException, PySparkAttributeError, PySparkPicklingError, PyS
 
 
 def run_partition(fn: Callable[[Iterable], Iterator], batches) -> Iterator:
-    """The ``mapInArrow`` function, on an executor: ``fn`` over this partition's tasks (their
-    pickled bytes in column ``task``), each result pickled into one row."""
+    """The ``mapInArrow`` function of a job whose tasks are a joined table, on an executor:
+    ``fn`` over this partition's tasks (their pickled bytes in column ``task``), each result
+    pickled into one row."""
     tasks = [pickle.loads(raw) for rb in batches for raw in rb.column("task").to_pylist()]
-    for result in fn(tasks):
+    yield from _results(fn(tasks))
+
+
+def run_listed_partition(fn: Callable[[Iterable], Iterator], listed: list[bytes],
+                         batches) -> Iterator:
+    """The ``mapInArrow`` function of a job that carries its tasks (``listed``, pickled), on an
+    executor: ``fn`` over the tasks of this partition's ids, each result pickled into one row."""
+    tasks = [pickle.loads(listed[i]) for rb in batches for i in rb.column("id").to_pylist()]
+    yield from _results(fn(tasks))
+
+
+def _results(results: Iterable) -> Iterator:
+    for result in results:
         yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]},
                                          schema=pa.schema([("result", pa.binary())]))
 
@@ -74,13 +92,17 @@ class SparkJobs:
                                           f"({len(tasks)} segments)")
                 context.setLocalProperty("spark.scheduler.pool", POOL)
         try:
-            listed = self.spark.createDataFrame(
-                [(i, pickle.dumps(task)) for i, task in enumerate(tasks)], TASKS)
-            # The hint, not functions.broadcast: that one picks Connect or classic from the
-            # process's environment, not from this session.
-            rows = (self.spark.range(0, len(tasks), 1, len(tasks))
-                    .join(listed.hint("broadcast"), "id").select("task")
-                    .mapInArrow(partial(run_partition, fn), RESULTS).collect())
+            listed = [pickle.dumps(task) for task in tasks]
+            ids = self.spark.range(0, len(tasks), 1, len(tasks))
+            carried = partial(run_listed_partition, fn, listed)
+            if len(pickle.dumps(carried)) <= CLOSURE_LIMIT:
+                rows = ids.mapInArrow(carried, RESULTS).collect()
+            else:
+                table = self.spark.createDataFrame(list(enumerate(listed)), TASKS)
+                # The hint, not functions.broadcast: that one picks Connect or classic from
+                # the process's environment, not from this session.
+                rows = (ids.join(table.hint("broadcast"), "id").select("task")
+                        .mapInArrow(partial(run_partition, fn), RESULTS).collect())
         except (Py4JError, PySparkException) as exc:
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__
