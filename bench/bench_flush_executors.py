@@ -19,7 +19,14 @@ Two measurements:
      ``executors`` mode the upserts are a Spark job of one task per segment (4 here).
 
    Rates are rows / seconds of each part; "commit -> visible" is rows / *flush*. The ratios
-   compare the two modes at the same executor count, within one run.
+   compare each mode with ``driver`` at the same executor count, within one run.
+
+   *The driver host's CPU in the flush*: CPU seconds of the driver's Python process, of its
+   other children (``processes`` mode's flush workers) and of the driver's JVM (not its
+   children: local-cluster's executors), from ``commits/N`` seen to ``flushed_through``, less
+   what the same processes spend over as long a time with the query idle (measured for
+   :data:`IDLE_S` right after: the trigger loop, heartbeats). Per row, and as a share of
+   ``driver`` mode's.
 
 2. **The flusher alone, from a prepared WAL**: the same batch staged and sealed by a query with
    ``wal.flush=false`` (2 executors), then flushed in this process with
@@ -37,9 +44,9 @@ Needs a Cassandra node (``--host``/``--port``, or ``CASSANDRA_HOST``/``CASSANDRA
 Java 17. Usage::
 
     python bench/bench_flush_executors.py [--rows 200000] [--executors 1,2]
-        [--modes driver,executors] [--no-offline] [--host H --port P]
+        [--modes driver,executors] [--no-offline] [--host H --port P] [--results FILE]
 
-Prints a markdown table and writes ``bench/results/flush_executors.json``. Each Spark run is a
+Prints a markdown table and writes ``bench/results/flush_executors.json`` (or ``--results``). Each Spark run is a
 child process of this script (``--child``): one SparkSession per process.
 """
 
@@ -142,6 +149,45 @@ def cpu_ticks() -> tuple[int, int]:
     return ticks[3] + ticks[4], sum(ticks)
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` used since it started."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def driver_cpu_s(spark) -> dict:
+    """CPU seconds the driver host's own processes used so far: this Python process (the
+    flusher's thread, the query's planning), its other children but the JVM (``processes``
+    mode's flush workers: the driver host's CPU too) and the driver's JVM itself (the query,
+    the scheduling of the flush job; not its children, which are local-cluster's executors)."""
+    jvm = spark.sparkContext._gateway.proc.pid
+    workers = 0.0
+    for kid in _children(os.getpid()):
+        if kid != jvm:
+            try:
+                workers += process_cpu_s(kid)
+            except OSError:
+                pass
+    return {"python": process_cpu_s(os.getpid()), "workers": workers, "jvm": process_cpu_s(jvm)}
+
+
+#: Seconds the query is left idle after the measured batch, to measure the driver's background
+#: CPU (the trigger loop, heartbeats, the flusher's commit watch), subtracted from the flush's.
+IDLE_S = 6.0
+
+
 def _progress(query, batch: int) -> dict:
     for p in query.recentProgress:
         d = p if isinstance(p, dict) else json.loads(p.json)
@@ -202,27 +248,36 @@ def child(args) -> int:
                  .trigger(processingTime="200 milliseconds")
                  .start())
 
+        cpu: dict[str, dict] = {}
+
         def release(src: Path | None, batch: int) -> float:
             released = time.time()
             if src is not None:
                 tmp = work / f"{name}-{src.name}"
                 shutil.copy(src, tmp)
                 released = time.time()
+                cpu["released"] = driver_cpu_s(spark)
                 os.replace(tmp, folder / src.name)
             deadline = time.monotonic() + args.deadline_s
             while True:
                 assert query.isActive, f"query failed: {query.exception()}"
                 root = read_pointer(cp)
-                if ckpt.is_committed(cp, batch) and root and (
-                        not flush or WalDir(root).read_flushed_through() >= batch):
-                    return released
+                if ckpt.is_committed(cp, batch) and root:
+                    cpu.setdefault("committed", driver_cpu_s(spark))
+                    if not flush or WalDir(root).read_flushed_through() >= batch:
+                        cpu["flushed"] = driver_cpu_s(spark)
+                        return released
                 assert time.monotonic() < deadline, f"batch {batch} not done in time"
                 time.sleep(0.05)
 
         release(None, 0)                                  # the warm-up batch
+        cpu.clear()
         idle0, total0 = cpu_ticks()
         released = release(big, 1)
         idle1, total1 = cpu_ticks()
+        cpu["idle_from"] = driver_cpu_s(spark)
+        time.sleep(IDLE_S)                                # the query runs on, with no data
+        cpu["idle_to"] = driver_cpu_s(spark)
         wal = WalDir(read_pointer(cp))
         seal = read_seal(wal, 1)
         committed = os.path.getmtime(os.path.join(cp, "commits", "1"))
@@ -232,6 +287,14 @@ def child(args) -> int:
                "released": released, "sealed": seal.sealed_at_us / 1e6, "committed": committed,
                "duration_ms": progress.get("durationMs", {}), "wal_root": wal.root,
                "checkpoint": cp,
+               # the driver's CPU seconds: staging (release -> commits/N seen, polled every
+               # 50 ms) and flush (commits/N seen -> flushed_through), Python and JVM apart
+               "driver_cpu_s": {phase: {k: round(cpu[end][k] - cpu[start][k], 3)
+                                        for k in ("python", "workers", "jvm")}
+                                for phase, start, end in (("staging", "released", "committed"),
+                                                          ("flush", "committed", "flushed"),
+                                                          ("idle", "idle_from", "idle_to"))},
+               "idle_s": IDLE_S,
                # share of all the machine's CPUs busy from release to flushed (anyone's work)
                "machine_cpu_busy": round(1 - (idle1 - idle0) / max(1, total1 - total0), 2)}
         if flush:
@@ -392,7 +455,15 @@ def split_times(stream: dict) -> dict:
             round(rows / flush), "end_to_end_rows_per_s": round(rows / total),
             "flush_share": round(flush / total, 3), "spark_add_batch_ms":
             stream["duration_ms"].get("addBatch"),
-            "machine_cpu_busy": stream.get("machine_cpu_busy")}
+            "machine_cpu_busy": stream.get("machine_cpu_busy"),
+            "driver_cpu_s": stream.get("driver_cpu_s"),
+            # the flush's own: its CPU less the idle query's over as long a time
+            "driver_flush_cpu_s": {k: round(v - stream["driver_cpu_s"]["idle"][k]
+                                            * flush / stream["idle_s"], 3)
+                                   for k, v in stream["driver_cpu_s"]["flush"].items()},
+            "driver_flush_cpu_us_per_row": round(max(0.0, sum(
+                v - stream["driver_cpu_s"]["idle"][k] * flush / stream["idle_s"]
+                for k, v in stream["driver_cpu_s"]["flush"].items())) / rows * 1e6, 2)}
 
 
 def mode_ratios(rows: list[dict]) -> list[dict]:
@@ -400,28 +471,46 @@ def mode_ratios(rows: list[dict]) -> list[dict]:
     by = {(r["executors"], r["flush_mode"]): r for r in rows}
     out = []
     for e in sorted({r["executors"] for r in rows}):
-        d, x = by.get((e, "driver")), by.get((e, "executors"))
-        if d and x:
-            out.append({"executors": e,
-                        "flush_speedup": round(d["flush_s"] / x["flush_s"], 2),
-                        "end_to_end_speedup": round(d["total_s"] / x["total_s"], 2)})
+        d = by.get((e, "driver"))
+        for mode in ("executors", "processes"):
+            x = by.get((e, mode))
+            if d and x:
+                out.append({"executors": e, "flush_mode": mode,
+                            "flush_speedup": round(d["flush_s"] / x["flush_s"], 2),
+                            "driver_flush_cpu_share": round(
+                                x["driver_flush_cpu_us_per_row"]
+                                / d["driver_flush_cpu_us_per_row"], 3),
+                            # Python alone (the driver's process and its workers): the JVM's
+                            # part is mostly the running query's own, in every mode
+                            "driver_python_cpu_share": round(
+                                (x["driver_flush_cpu_s"]["python"]
+                                 + x["driver_flush_cpu_s"]["workers"])
+                                / d["driver_flush_cpu_s"]["python"], 3),
+                            "end_to_end_speedup": round(d["total_s"] / x["total_s"], 2)})
     return out
 
 
 def markdown(result: dict) -> str:
     lines = ["| executors | flush mode | staging s | commit s | flush s | staging rows/s "
-             "| commit -> visible rows/s | end-to-end rows/s | flush share | CPUs busy |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| commit -> visible rows/s | end-to-end rows/s | flush share | CPUs busy "
+             "| driver host CPU s in the flush, less idle (Python + workers + JVM) "
+             "| driver host CPU µs a row |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["end_to_end"]:
         lines.append(f"| {r['executors']} | {r['flush_mode']} | {r['staging_s']} | "
                      f"{r['commit_s']} | {r['flush_s']} | "
                      f"{r['staging_rows_per_s']:,} | {r['commit_to_visible_rows_per_s']:,} | "
                      f"{r['end_to_end_rows_per_s']:,} | {r['flush_share']:.0%} | "
-                     f"{r.get('machine_cpu_busy', 0):.0%} |")
+                     f"{r.get('machine_cpu_busy', 0):.0%} | "
+                     f"{r['driver_flush_cpu_s']['python']} + {r['driver_flush_cpu_s']['workers']} + "
+                     f"{r['driver_flush_cpu_s']['jvm']} | "
+                     f"{r['driver_flush_cpu_us_per_row']} |")
     for r in result.get("mode_ratios", []):
-        lines.append(f"\n{r['executors']} executor(s): executors mode / driver mode: flush "
+        lines.append(f"\n{r['executors']} executor(s): {r['flush_mode']} mode / driver mode: flush "
                      f"{r['flush_speedup']}x as fast, release -> visible "
-                     f"{r['end_to_end_speedup']}x.")
+                     f"{r['end_to_end_speedup']}x; the driver host's CPU a row in the flush "
+                     f"{r['driver_flush_cpu_share']:.1%} of driver mode's "
+                     f"({r['driver_python_cpu_share']:.1%} for its Python processes alone).")
     off = result.get("flusher_offline")
     if off:
         lines += ["", f"Flusher alone ({off['rows']:,} rows from a prepared WAL): ingest "
@@ -453,6 +542,7 @@ def main(argv=None) -> int:
     p.add_argument("--dir", default=None, help="scratch folder (default: a temp folder)")
     p.add_argument("--deadline-s", type=float, default=900.0)
     p.add_argument("--no-offline", action="store_true", help="skip the flusher-alone run")
+    p.add_argument("--results", default=str(RESULTS), help="the result file to write")
     # child mode (internal)
     p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
@@ -504,8 +594,9 @@ def main(argv=None) -> int:
         result["seconds"] = round(time.time() - started, 1)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    out = Path(args.results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
     return 0
 

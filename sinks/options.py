@@ -337,7 +337,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "segments from the WAL folder (which every node must mount at the same path), or "
         "from the store for a WAL on HDFS or S3, and upsert them at the sealed timestamps. In every mode the driver marks the batch "
         "flushed once every segment is acknowledged, and batches stay strictly in order. "
-        "Recovery at query start, batch writes and `cassandra-wal recover` always use `driver`.",
+        "A restart's committed backlog is written in the mode too (only the discard of what "
+        "Spark never committed runs before its first batch). Batch writes use `processes` in "
+        "that mode and `driver` otherwise (their flush runs where no Spark job can start); "
+        "`cassandra-wal recover --processes N` writes through worker processes.",
         section=_L, target="wal.flush_mode",
     ),
     _spec(
