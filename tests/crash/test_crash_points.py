@@ -33,10 +33,12 @@ class CrashCase:
     steps: tuple[str, ...]          # one crashed run per step, then a clean run
     storage: str = LOCAL            # where the checkpoint and WAL are (storage.py)
     lose_working_copy: bool = False  # each restart "on another host" (a store only)
+    flush_mode: str = "driver"      # wal.flush.mode of every run
 
     @property
     def id(self) -> str:
-        steps = "+".join(self.steps)
+        steps = ("" if self.flush_mode == "driver" else f"{self.flush_mode}-") + \
+            "+".join(self.steps)
         if self.storage == LOCAL:
             return steps
         return f"{self.storage}-{'lost-copy-' if self.lose_working_copy else ''}{steps}"
@@ -90,12 +92,18 @@ FULL = EVERY_POINT + (
     CrashCase(("commit.after_seal@2", "flush.before_ingest@2")),
     CrashCase(("flush.mid@12", "flush.mid@5")),
     CrashCase(("stage.after@3", "commit.after_seal@1")),
+    # The scale-out path: every batch, and a restart's backlog (only discards run before its
+    # first batch), written by Spark tasks; flush.mid fires after each segment acknowledged.
+    CrashCase(("flush.before_ingest@3",), flush_mode="executors"),
+    CrashCase(("flush.mid@5",), flush_mode="executors"),
+    CrashCase(("flush.before_mark@3",), flush_mode="executors"),
+    CrashCase(("flush.mid@5", "flush.mid@1"), flush_mode="executors"),
 )
 
 
 
 def on_store(case: CrashCase, storage: str, lose_working_copy: bool = False) -> CrashCase:
-    return CrashCase(case.steps, storage, lose_working_copy)
+    return CrashCase(case.steps, storage, lose_working_copy, case.flush_mode)
 
 
 # The default suite on HDFS: two instants where the store, not the driver's disk, must hold
@@ -141,6 +149,7 @@ def test_the_default_cases_on_a_store_cover_a_lost_working_copy():
 
 
 def test_crash_restart_finish(crash_harness, crash_case):  # noqa: F811 - fixture
+    crash_harness.flush_mode = crash_case.flush_mode
     if crash_case.lose_working_copy:
         crash_harness.restart_on_another_host()
     phases = [crash_harness.crash_at(step) for step in crash_case.steps]
