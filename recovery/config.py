@@ -24,7 +24,7 @@ class WalConfig:
     backpressure: str = "block"
     backpressure_timeout_s: float = 600.0
     flush: bool = True
-    flush_mode: str = "driver"
+    flush_mode: str = "auto"
     flush_processes: int = 2
     metrics_port: int | None = None     # the driver's Prometheus endpoint (sinks.metrics_endpoint)
 

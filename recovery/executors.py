@@ -253,6 +253,9 @@ class SparkJobs(Protocol):
     def carries_secrets(self) -> bool:
         """Whether a job's closure may hold the target's credentials on its way to the tasks."""
 
+    def on_a_cluster(self) -> bool:
+        """Whether Spark runs its executors apart from the driver (``wal.flush.mode=auto``)."""
+
 
 class ExecutorsWriter:
     """A :class:`~recovery.replay.RowWriter` whose rows are written by Spark tasks.

@@ -70,6 +70,10 @@ log = logging.getLogger(__name__)
 #: request).
 COMMIT_POLL_S = 0.025
 
+#: ``wal.flush.mode``'s default: the mode is chosen by where Spark runs and where the WAL is
+#: (:meth:`QueryFlusher.flush_mode`).
+AUTO = "auto"
+
 #: Retries of a request in recovery at query start (see :meth:`QueryFlusher.recover`).
 RECOVERY_RETRIES = 2
 
@@ -165,6 +169,7 @@ class QueryFlusher:
         self.spark_jobs = spark_jobs          # executors mode: Spark, as the registry hands it
         self._executors_writer: ExecutorsWriter | None = None
         self._warned_secrets = False
+        self._auto_said: str | None = None     # what wal.flush.mode=auto resolved to, said
         self.retry_interval_s = retry_interval_s
         self.last_error: Exception | None = None
         self.failing: str | None = None        # the transient failure drains are retrying
@@ -319,18 +324,34 @@ class QueryFlusher:
         return CassandraOutput(target, self.wal.root, self.session_conf,
                                on_retry=lambda: self.counters.count(retries=1))
 
+    def flush_mode(self) -> str:
+        """The mode this flusher writes in now: ``wal.flush.mode``, ``auto`` resolved
+        (:data:`AUTO`): ``executors`` when Spark runs executors apart from the driver or the
+        WAL is on a store, and Spark can run a job; else ``driver``."""
+        mode = self.target.config.wal.flush_mode
+        if mode != AUTO:
+            return mode
+        scale_out = (self.spark_jobs is not None and self.spark_jobs.active()
+                     and (self.wal.remote is not None or self.spark_jobs.on_a_cluster()))
+        mode = "executors" if scale_out else "driver"
+        if mode != self._auto_said:
+            self._auto_said = mode
+            log.info("cassandra_wal: %s: wal.flush.mode=auto: batches written by %s", self.wal.root,
+                     "Spark tasks on the executors" if scale_out else "the driver")
+        return mode
+
     def _executors(self) -> ExecutorsWriter | None:
         """The segment writer of ``wal.flush.mode=processes`` (worker processes), or of
         ``executors`` when Spark is up; else None (the Replayer's own driver-side writer)."""
         wal = self.target.config.wal
-        if wal.flush_mode == "driver":
+        mode = self.flush_mode()
+        if mode == "driver":
             return None
-        if wal.flush_mode == "executors" and (self.spark_jobs is None
-                                              or not self.spark_jobs.active()):
+        if mode == "executors" and (self.spark_jobs is None or not self.spark_jobs.active()):
             if self.spark_jobs is not None:
                 log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
             return None
-        if (wal.flush_mode == "executors" and self.output.current_target().has_secrets()
+        if (mode == "executors" and self.output.current_target().has_secrets()
                 and not self.spark_jobs.carries_secrets()):
             if not self._warned_secrets:
                 self._warned_secrets = True
@@ -340,7 +361,7 @@ class QueryFlusher:
                             "sc://...;use_ssl=true)", self.wal.root)
             return None
         if self._executors_writer is None:
-            if wal.flush_mode == "processes":
+            if mode == "processes":
                 self._executors_writer = ExecutorsWriter.on_processes(
                     wal.flush_processes, self.wal.root, self.output.current_target)
             else:
@@ -433,7 +454,7 @@ class QueryFlusher:
             self.backlog_from = report.backlog_from
             log.info("cassandra_wal: %s: recovery at query start left batches %d and after to "
                      "the flusher (wal.flush.mode=%s)", self.wal.root, report.backlog_from,
-                     self.target.config.wal.flush_mode)
+                     self.flush_mode())
             self._replay = Replay("recovery at query start")
             self._wake.set()        # the thread's first drain writes them, at once
 

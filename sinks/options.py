@@ -327,8 +327,11 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.flush",
     ),
     _spec(
-        "wal.flush.mode", "driver", values.choice("driver", "processes", "executors"),
-        "Who writes a committed batch's rows to Cassandra. `driver`: the flusher in the driver"
+        "wal.flush.mode", "auto", values.choice("auto", "driver", "processes", "executors"),
+        "Who writes a committed batch's rows to Cassandra. `auto` (the default): `executors` "
+        "when Spark runs executors apart from the driver (a cluster manager's master or "
+        "`local-cluster`; through Spark Connect, the server's) or the WAL is on HDFS or S3, "
+        "else `driver` (measured in docs/performance.md, 'Flush modes'). `driver`: the flusher in the driver"
         " process, chunk by chunk (one Python process writes every row). `processes`: "
         "`wal.flush.processes` worker processes on the driver's machine, each writing whole "
         "sealed segments from the WAL folder with a session of its own (several GILs, no Spark "

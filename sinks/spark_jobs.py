@@ -82,6 +82,7 @@ class SparkJobs:
     def __init__(self, spark):
         self.spark = spark
         self.connect = is_connect_session(spark)
+        self._on_a_cluster: bool | None = None
 
     def __call__(self, batch: int, tasks: list, fn: Callable) -> list:
         """Run ``fn`` over ``tasks`` as one Spark job, one task per segment."""
@@ -122,6 +123,19 @@ class SparkJobs:
             return bool(self.spark.client._builder.secure)
         except Exception:  # noqa: BLE001 - a client of another shape: not known to be secure
             return False
+
+    def on_a_cluster(self) -> bool:
+        """Whether Spark runs its executors apart from the driver: any master but ``local``
+        and ``local[...]`` (``local-cluster[...]`` is a cluster); through Spark Connect, the
+        server's. Read once; a master that cannot be read counts as local."""
+        if self._on_a_cluster is None:
+            try:
+                master = (self.spark.conf.get("spark.master", "local") if self.connect
+                          else self.spark.sparkContext.master)
+            except Exception:  # noqa: BLE001 - a session that cannot say: the driver writes
+                master = "local"
+            self._on_a_cluster = not (master == "local" or master.startswith("local["))
+        return self._on_a_cluster
 
     def active(self) -> bool:
         """Whether Spark can still run a job (it stops before the query's last drain may)."""

@@ -62,10 +62,10 @@ class FakeSpark:
 
     streams = _Streams()
 
-    def __init__(self, stopped: bool = False):
+    def __init__(self, stopped: bool = False, master: str = "local[2]"):
         jsc = type("Jsc", (), {"sc": lambda _self: type("Sc", (), {
             "isStopped": lambda _s: stopped})()})()
-        self.sparkContext = type("Ctx", (), {"_jsc": jsc})()
+        self.sparkContext = type("Ctx", (), {"_jsc": jsc, "master": master})()
 
 
 def pointing(wal_of):

@@ -163,16 +163,15 @@ def test_a_stream_checkpointed_on_hdfs_lands_exactly_once_and_survives_a_lost_wo
 
 def test_a_stream_on_hdfs_flushed_from_the_executors_writes_every_row_at_its_sealed_timestamp(
         spark, on_hdfs, cassandra_node, cql, keyspace, tmp_path, caplog):
-    # wal.flush.mode=executors with the WAL on a store: each flush task reads its segment
-    # from HDFS (recovery/executors.py), not from the driver's working copy.
+    # The default wal.flush.mode (auto) with the WAL on a store is executors: each flush task
+    # reads its segment from HDFS (recovery/executors.py), not from the driver's working copy.
     caplog.set_level(logging.INFO, logger="recovery.executors")
     create_table(cql, keyspace, "events (id int PRIMARY KEY, tag int, name text)")
     src = tmp_path / "src"
     cp = f"{on_hdfs[0]}/cp-{uuid.uuid4().hex[:8]}"
     files = [_events(k) for k in range(3)]
     write_json_files(src, files)
-    _run(spark, src, cp, cassandra_node, keyspace, batches_through=2,
-         **{"wal.flush.mode": "executors"})
+    _run(spark, src, cp, cassandra_node, keyspace, batches_through=2)
     got = rows_by_key(read_table(cql, keyspace, "events"), "id")
     assert_rows_equal(got, {r["id"]: r for f in files for r in f}, "events")
     by_tasks = [r.getMessage() for r in caplog.records

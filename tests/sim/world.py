@@ -229,14 +229,15 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
             group_rows=rng.choice((1, 2, 3, 30000)), retry_count=rng.choice((0, 0, 1, 2)),
             grouping=rng.choice(("partition", "none")), wal_path=wal_path)
         if self.clocks.on and self.store is None and self.clocks.rng.random() < 0.5:
-            # Flush tasks on the executors (clocks.py).
-            options = dataclasses.replace(options, flush_mode="executors")
+            # Flush tasks on the executors (clocks.py), asked for or chosen by ``auto`` (the
+            # simulated Spark runs executors apart from the driver).
+            options = dataclasses.replace(options, flush_mode=self._scale_out_mode())
         elif (self.clocks.on and self.store is not None and executors_read_stores()
               and self.xrng.random() < 0.5):
             # With a WAL on the store too, where the tasks read their segments (code that
             # refused the mode there is not asked): drawn from an RNG of its own, so that a
             # store world draws from the others what it drew before.
-            options = dataclasses.replace(options, flush_mode="executors")
+            options = dataclasses.replace(options, flush_mode=self._scale_out_mode())
         if not self.lists or "l" not in dict(TABLES[options.table][0]):
             return options         # no list world, or a table without lists (a writer's)
         return dataclasses.replace(
@@ -266,6 +267,15 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                     rows[-1].update(l=self.lrng.choice(LISTS), fl=self.lrng.choice(LISTS))
             out[p] = rows
         return out
+
+    def _scale_out_mode(self) -> str:
+        """``executors``, or ``auto`` where the code under test has it (it picks the
+        executors here: the simulated Spark runs them apart from the driver); from the
+        executors' own RNG, as the store worlds' choice."""
+        from sinks.options import OPTION_SPECS
+
+        has_auto = any(s.name == "wal.flush.mode" and s.default == "auto" for s in OPTION_SPECS)
+        return "auto" if has_auto and self.xrng.random() < 0.5 else "executors"
 
     # -- processes, machines and clocks ----------------------------------------------------------
     @contextmanager
@@ -571,6 +581,9 @@ class SimSparkJobs:
 
     def active(self) -> bool:
         return True
+
+    def on_a_cluster(self) -> bool:
+        return True          # the executors are machines of their own (clocks.py)
 
     def __call__(self, batch: int, tasks: list, fn) -> list:
         world, began, out = self.world, self.world.clock_us, []

@@ -488,3 +488,40 @@ def test_a_driver_mode_start_still_writes_the_backlog_before_the_first_batch(tmp
         assert not flusher._wake.is_set() and flusher.backlog_from is None
     finally:
         flusher.stop(final_drain=False)
+
+
+# -- wal.flush.mode=auto (the default) -------------------------------------------------------------
+@pytest.mark.parametrize("master, on_a_store, scale_out", [
+    ("local[2]", False, False), ("local", False, False), ("local[*]", False, False),
+    ("local-cluster[2,1,1024]", False, True), ("yarn", False, True),
+    ("spark://10.0.0.1:7077", False, True), ("k8s://https://api:6443", False, True),
+    ("local[2]", True, True),
+])
+def test_auto_writes_from_the_executors_on_a_cluster_or_a_store_else_from_the_driver(
+        tmp_path, master, on_a_store, scale_out):
+    from types import SimpleNamespace
+
+    flusher, runs = flusher_for(tmp_path, "auto", FakeSpark(master=master))
+    try:
+        if on_a_store:      # the flusher's view of a WAL on HDFS (its working copy here)
+            flusher.wal.__dict__["remote"] = SimpleNamespace(uri="hdfs://nn:8020/wal")
+        flusher.recover()
+        flusher.drain(query_running=True)
+        assert flusher.flush_mode() == ("executors" if scale_out else "driver")
+        assert isinstance(runs[1], ExecutorsWriter) is scale_out
+        assert flusher.replays[0] is not scale_out      # a scale-out start only discards
+        flusher.spark_jobs = SparkJobs(FakeSpark(stopped=True, master=master))
+        flusher.drain(query_running=True)
+        assert runs[2] is None and flusher.flush_mode() == "driver"   # Spark stopped
+    finally:
+        flusher.wal.__dict__["remote"] = None      # the cached property, as found
+        flusher.log.close()
+
+
+def test_auto_without_spark_writes_from_the_driver(tmp_path):
+    flusher, runs = flusher_for(tmp_path, "auto", None)
+    try:
+        flusher.drain(query_running=True)
+        assert runs == [None] and flusher.flush_mode() == "driver"
+    finally:
+        flusher.log.close()

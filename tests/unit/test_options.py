@@ -75,7 +75,7 @@ def test_defaults_of_every_field():
     assert wal.backpressure == "block"
     assert wal.backpressure_timeout_s == 600.0
     assert wal.flush is True
-    assert wal.flush_mode == "driver"
+    assert wal.flush_mode == "auto"
     assert wal.flush_processes == 2
 
 
