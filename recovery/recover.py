@@ -23,7 +23,7 @@ from wal.seal import Seal
 from . import events
 from .executors import ExecutorsWriter
 from .output import CassandraOutput, logged_rows
-from .replay import Progress, Replayer, ReplayReport
+from .replay import Progress, Replayer, ReplayReport, RowWriter
 from .target import Target
 
 
@@ -51,19 +51,21 @@ def _before_write(wal: WalDir, log: WalLog, target: Target, output: CassandraOut
 def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
                on_progress: Callable[[Progress], None] | None = None,
                lock_wait_s: float = 0.0, crash_prefix: str = "recover",
-               discard_uncommitted: bool = True, processes: int = 0) -> ReplayReport:
+               discard_uncommitted: bool = True, processes: int = 0,
+               writer: RowWriter | None = None) -> ReplayReport:
     """Replay ``wal`` against the checkpoint ``checkpoint`` (a local folder; None for a batch
     job's WAL, whose seals are their own commit point), writing to ``target``.
     ``discard_uncommitted``: discard what Spark never committed (Spark re-runs it), as a
     query's start does; False leaves it as a running query's flusher does (waits), for when a
     query may be running elsewhere. ``processes``: the rows are written by that many worker
     processes of this one, a segment at a time, each with its own session (as
-    ``wal.flush.mode=processes``: :mod:`recovery.processes`); 0: by this process. Raises
+    ``wal.flush.mode=processes``: :mod:`recovery.processes`); 0: by this process, unless
+    ``writer`` says who (Spark tasks: :func:`sinks.recover`). Raises
     ``WalLocked`` (another process holds the WAL), ``RecoveryBlocked`` (a batch cannot be
     replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
-    writer = (ExecutorsWriter.on_processes(processes, wal.root, lambda: target)
-              if processes > 0 else None)
+    if writer is None and processes > 0:
+        writer = ExecutorsWriter.on_processes(processes, wal.root, lambda: target)
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,
@@ -73,7 +75,8 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
     finally:
         wal_log.close()
         output.close()
-        if writer is not None:
-            writer.close()
+        close = getattr(writer, "close", None)
+        if close is not None:
+            close()
     wal.write_blocked(None)     # what blocked the sink is written now: its next commit may go
     return report

@@ -33,7 +33,8 @@ listener and flusher in the client process, which must be told each query's chec
 (:mod:`sinks.foreach_batch`), and ``sinks.wait_flushed(query, timeout)`` returns once every
 batch a query committed is in Cassandra (:mod:`sinks.wait`); ``sinks.status(query)`` returns
 the figures of its WAL now: backlog, oldest pending age, latency, retries, blocked state
-(:mod:`sinks.query_status`).
+(:mod:`sinks.query_status`); ``sinks.recover(spark, wal, checkpoint)`` writes a stopped
+query's backlog through Spark tasks (:mod:`sinks.recover_job`).
 """
 
 from __future__ import annotations
@@ -111,7 +112,18 @@ def status(query, lag_after_s: float = 30.0, table: str | None = None):
     return read(query, lag_after_s, table)
 
 
-__all__ = ["register", "wait_flushed", "status", "WalBlocked", "NotFlushedYet",
+def recover(spark, wal_path: str, checkpoint: str | None = None, *, force: bool = False):
+    """Write a stopped query's committed backlog (the WAL at ``wal_path``) through Spark tasks
+    of ``spark``, as ``cassandra-wal recover`` does from one process; returns the
+    :class:`recovery.replay.ReplayReport`. See :func:`sinks.recover_job.recover`.
+
+    Runs: in the driver process, on the calling thread; the rows on the executors."""
+    from .recover_job import recover as replay
+
+    return replay(spark, wal_path, checkpoint, force=force)
+
+
+__all__ = ["register", "wait_flushed", "status", "recover", "WalBlocked", "NotFlushedYet",
            "CassandraWalWriter", "CassandraWalDataSource", "FORMAT_NAME",
            "SinkError", "OptionError", "SchemaError", "NullPrimaryKeyError", "ConnectionFailed",
            "CounterTableError", "UnknownKeyspaceError", "UnknownTableError"]

@@ -296,3 +296,38 @@ def test_recover_through_worker_processes_writes_every_row_at_its_sealed_timesta
     assert got == expected
     assert sorted(got) == sorted(r["id"] for k in range(3) for r in _rows(k, 30))
     assert wal.read_flushed_through() == 2 and wal.staged_batch_ids() == []
+
+
+def test_sinks_recover_writes_a_stopped_querys_backlog_through_spark_tasks(
+        spark, cassandra_node, cql, keyspace, tmp_path, caplog):
+    """Issue 34: ``sinks.recover(spark, wal, checkpoint)`` writes what a stopped query
+    committed through Spark tasks, one per sealed segment, at the sealed timestamps, and
+    leaves what Spark never committed (``force`` discards it)."""
+    import logging
+
+    import sinks
+    from sinkutil import log_rows_by_batch, running, wait_query_done
+    from wal.seal import read_seal
+
+    caplog.set_level(logging.INFO, logger="recovery.executors")
+    cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [_rows(k, 25) for k in range(2)])
+    query = _file_stream(spark, cassandra_node, keyspace, "events", src, cp,
+                         **{"wal.flush": "false"})
+    with running(query):
+        wait_query_done(spark, query)
+    wal = stream_wal(cp)
+    seals = {b: read_seal(wal, b) for b in (0, 1)}
+    report = sinks.recover(spark, wal.root, str(cp))
+    assert report.replayed == [0, 1] and report.rows_written == 50, report
+    by_tasks = [r.getMessage() for r in caplog.records
+                if "written by executor tasks" in r.getMessage()]
+    assert [line.split(":")[0] for line in by_tasks] == ["batch 0", "batch 1"], by_tasks
+    in_order = log_rows_by_batch(wal, ["id"])          # the rows in flush order, per batch
+    expected = {i: seals[b].base_ts_us + pos for b, ids in in_order.items()
+                for pos, (i,) in enumerate(ids)}
+    got = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
+                                                "id, writetime(name) AS wt")}
+    assert got == expected and len(got) == 50
+    assert wal.read_flushed_through() == 1

@@ -64,6 +64,7 @@ def test_a_broken_floor_is_caught(tmp_path, module, bad_import, contract):
 OWN_DEFERRED = {("sinks/__init__.py", "register", "sinks.registry"),
                 ("sinks/__init__.py", "wait_flushed", "sinks.wait"),
                 ("sinks/__init__.py", "status", "sinks.query_status"),
+                ("sinks/__init__.py", "recover", "sinks.recover_job"),
                 ("sinks/source.py", "commit", "sinks.batch_jobs"),
                 ("sinks/source.py", "abort", "sinks.batch_jobs"),
                 # A store's client (boto3, an HTTP client) only where a location names it.
