@@ -355,10 +355,11 @@ class QueryFlusher:
                 and not self.spark_jobs.carries_secrets()):
             if not self._warned_secrets:
                 self._warned_secrets = True
-                log.warning("cassandra_wal: %s: wal.flush.mode=executors through Spark Connect "
-                            "without TLS would send the Cassandra credentials to the server in "
-                            "the plan: batches are flushed from this process (connect with "
-                            "sc://...;use_ssl=true)", self.wal.root)
+                log.warning("cassandra_wal: %s: flushing from the executors (wal.flush.mode=%s) "
+                            "through Spark Connect without TLS would send the Cassandra "
+                            "credentials to the server in the plan: batches are flushed from "
+                            "this process (connect with sc://...;use_ssl=true)", self.wal.root,
+                            self.target.config.wal.flush_mode)
             return None
         if self._executors_writer is None:
             if mode == "processes":

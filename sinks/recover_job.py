@@ -13,6 +13,9 @@ the executors.
 
 from __future__ import annotations
 
+import logging
+
+from cql.errors import SinkError
 from recovery.executors import ExecutorsWriter
 from recovery.flusher import load_target
 from recovery.recover import replay_wal
@@ -24,6 +27,8 @@ from wal.layout import WalDir
 
 from .registry import register_session
 from .spark_jobs import SparkJobs
+
+log = logging.getLogger(__name__)
 
 
 #: How long :func:`recover` waits for the WAL's writer lock: a query just stopped in this
@@ -39,16 +44,31 @@ def recover(spark, wal_path: str, checkpoint: str | None = None, *,
     run of the query is live anywhere). Credentials and defaults come from ``spark``'s
     ``spark.cassandra.*`` conf, the rest from the WAL's ``target.json``. Raises as
     :func:`recovery.recover.replay_wal` (``WalLocked`` while a query's flusher holds the WAL
-    longer than ``lock_wait_s``), and ``WalBoundElsewhere`` for another query's checkpoint."""
+    longer than ``lock_wait_s``), ``WalBoundElsewhere`` for another query's checkpoint, and
+    :class:`~cql.errors.SinkError` for a checkpoint Spark never wrote (every batch would look
+    uncommitted), before anything is changed. Through Spark Connect without TLS, with
+    credentials to send, the rows are written from this process (said in the log), as the
+    flusher does."""
     registry = register_session(spark)      # the session's conf, and how it reaches stores
     wal = WalDir.at(wal_path)
     recorded = RecordedTarget.require(wal)
     checkpoint = checkpoint or recorded.checkpoint_location
     if checkpoint:
         checkpoint = ckpt.normal_location(checkpoint)
+        if not (ckpt.exists(checkpoint) and ckpt.written_by_spark(checkpoint)):
+            raise SinkError(f"{checkpoint} is not a Spark checkpoint (no metadata, offsets/ or "
+                            f"commits/): recovering {wal.location} against it would take every "
+                            f"batch for one Spark never committed; pass the query's checkpoint "
+                            f"(nothing was changed)")
         binding.check(wal, checkpoint)
     target = load_target(wal, registry.session_conf)
-    writer = ExecutorsWriter.on_spark(SparkJobs(spark), wal.root, lambda: target,
+    jobs = SparkJobs(spark)
+    writer = ExecutorsWriter.on_spark(jobs, wal.root, lambda: target,
                                       store_uri=wal.remote.uri if wal.remote else None)
+    if target.has_secrets() and not jobs.carries_secrets():
+        log.warning("cassandra_wal: %s: through Spark Connect without TLS the Cassandra "
+                    "credentials would travel to the server in the plan: the backlog is "
+                    "written from this process (connect with sc://...;use_ssl=true)", wal.root)
+        writer = None
     return replay_wal(wal, checkpoint, target, discard_uncommitted=force, writer=writer,
                       lock_wait_s=lock_wait_s)

@@ -319,6 +319,11 @@ def test_sinks_recover_writes_a_stopped_querys_backlog_through_spark_tasks(
         wait_query_done(spark, query)
     wal = stream_wal(cp)
     seals = {b: read_seal(wal, b) for b in (0, 1)}
+    not_spark = tmp_path / "not-a-checkpoint"        # every batch would look uncommitted
+    not_spark.mkdir()
+    with pytest.raises(sinks.SinkError, match="not a Spark checkpoint"):
+        sinks.recover(spark, wal.root, str(not_spark), force=True)
+    assert sorted(wal.sealed_batch_ids()) == [0, 1]   # nothing was discarded
     report = sinks.recover(spark, wal.root, str(cp))
     assert report.replayed == [0, 1] and report.rows_written == 50, report
     by_tasks = [r.getMessage() for r in caplog.records
