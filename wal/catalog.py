@@ -180,7 +180,7 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
                                    detail=record.reason, **base))
         elif record is not None:  # SEALED or FLUSHING in the log: committed and final
             views.append(BatchView(state=record.state.value, action=REPLAY,
-                                   detail=f"resume at row {record.flushed_rows}", **base))
+                                   detail=_resume_detail(record), **base))
         elif seal_error:
             views.append(BatchView(state="sealed", action=BROKEN, detail=seal_error, **base))
         elif seal is not None and batch <= flushed_through:
@@ -239,3 +239,14 @@ def _left_by_another_run(wal: WalDir, batch: int, run_id: str | None, sealed: bo
     if entry is None:
         return batch >= since
     return bool(entry.run_id) and entry.run_id != run_id
+
+
+def _resume_detail(record) -> str:
+    """Where a replay of ``record`` starts: the acknowledged prefix's row, and the segments
+    acknowledged beyond it, which it skips."""
+    beyond = sum(rows for _, rows in record.acknowledged)
+    detail = f"resume at row {record.flushed_rows - beyond}"
+    if record.acknowledged:
+        detail += (f", {len(record.acknowledged)} later segment(s) ({beyond} rows) "
+                   f"acknowledged already")
+    return detail

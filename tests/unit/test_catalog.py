@@ -165,6 +165,18 @@ def test_ingested_flushing_batch_is_replayed_from_its_progress(wal, log, checkpo
         ("flushing", REPLAY, "resume at row 4", 4)
 
 
+def test_a_flushing_batch_names_the_segments_acknowledged_beyond_its_progress(wal, log,
+                                                                           checkpoint):
+    log.ingest(seal(wal, 3, partitions=3))
+    commit(checkpoint, 3)
+    log.begin_flush(3)
+    log.record_progress(3, 1, 0, 4)                # segment 0 written
+    log.record_acknowledged(3, 2, 4)               # segment 2 too, segment 1 failed
+    v = view(wal, log, checkpoint, 3)
+    assert (v.action, v.flushed_rows) == (REPLAY, 8)
+    assert v.detail == "resume at row 4, 1 later segment(s) (4 rows) acknowledged already"
+
+
 def test_ingested_batch_is_replayed_even_if_the_checkpoint_is_unknown(wal, log):
     log.ingest(seal(wal, 3))
     assert view(wal, log, None, 3).action == REPLAY
