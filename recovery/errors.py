@@ -117,6 +117,19 @@ class FlushTaskError(RecoveryError):
         return f"{self.type_name}: {self.text}"
 
 
+class FlushJobIncomplete(FlushFailed):
+    """A flush job that failed part-way (a worker process died): ``results`` are what the
+    tasks that did answer returned, so their segments are acknowledged and not written again;
+    the rest fail with this error (transient: new workers take over)."""
+
+    def __init__(self, batch: int, detail: str, results: list | None = None):
+        super().__init__(batch, detail)
+        self.results = list(results or ())
+
+    def __reduce__(self):
+        return (self.__class__, (self.batch, self.detail, self.results))
+
+
 #: Every family of errors the sink raises on purpose; an error of none of them is a bug (the
 #: flusher logs its traceback).
 SINK_ERRORS = (SinkError, FlushFailed, RecoveryError, WalError)

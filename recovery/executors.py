@@ -72,7 +72,7 @@ from wal.seal import Seal
 from wal.segment import SegmentReader, SegmentRef
 from wal.stores import StoreAccess, current_access, use_access
 
-from .errors import is_transient, portable_error
+from .errors import FlushJobIncomplete, is_transient, portable_error
 from .processes import ProcessPool
 from .replay import Acknowledged, SegmentAcknowledged
 from .sessions import kept_upserter
@@ -314,9 +314,12 @@ class ExecutorsWriter:
                             f"{CLOSURE_LIMIT} bytes and would be written to disk by PySpark; "
                             "use wal.flush.mode=driver")
         started = clock.monotonic()
-        returned = {r.index: r for r in self._run_job(seal.batch, tasks,
-                                                      partial(write_segments, job))}
-        outcomes = [returned.get(t.index) or SegmentResult(t.index, 0, FlushFailed(
+        try:
+            got, lost = self._run_job(seal.batch, tasks, partial(write_segments, job)), None
+        except FlushJobIncomplete as exc:      # the tasks that answered keep their segments
+            got, lost = exc.results, exc
+        returned = {r.index: r for r in got}
+        outcomes = [returned.get(t.index) or SegmentResult(t.index, 0, lost or FlushFailed(
             seal.batch, f"segment {t.segment.name}: its task returned no result"))
             for t in tasks]
         rows, by_index = 0, {o.index: o for o in outcomes}

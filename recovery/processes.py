@@ -38,10 +38,9 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from cql.errors import FlushFailed
 from wal import clock
 
-from .errors import portable_error
+from .errors import FlushJobIncomplete, portable_error
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +139,11 @@ class ProcessPool:
                     raised.append(value)
         except (BrokenPipeError, OSError) as exc:
             failed.append(f"could not hand it the segments: {exc}")
-        if failed:
+        if failed:     # what the live workers wrote stays acknowledged
             self.close()
-            raise FlushFailed(batch, "a flush worker process died: " + "; ".join(failed)
-                              + "; new workers take over from the recorded progress")
+            raise FlushJobIncomplete(batch, "a flush worker process died: " + "; ".join(failed)
+                                     + "; new workers take over from the recorded progress",
+                                     results)
         if raised:   # the worker lives on; the flusher decides: retry, or block
             raise raised[0]
         return results

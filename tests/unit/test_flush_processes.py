@@ -104,6 +104,7 @@ def test_a_worker_that_dies_fails_the_batch_as_transient_and_the_next_batch_gets
         assert info.value.batch == 7 and not info.value.permanent
         assert "killed by signal 9" in str(info.value)
         assert "new workers take over" in str(info.value)
+        assert sorted(info.value.results) == [1, 3]     # the live worker's answers are kept
         assert pool.pids == [] and wait_gone(old) == []          # every worker closed
         assert sorted(t for t, _ in pool(8, [1, 2, 3], where_run)) == [1, 2, 3]
         assert not set(pool.pids) & set(old)
@@ -245,3 +246,45 @@ def test_recover_command_takes_its_worker_processes_from_the_option_or_the_recor
     assert _processes(target_flushed_by("driver"), SimpleNamespace(processes=4)) == 4
     with pytest.raises(UsageError, match="--processes -1"):
         _processes(target_flushed_by("driver"), SimpleNamespace(processes=-1))
+
+
+def test_when_a_worker_dies_the_segments_the_other_wrote_are_not_written_again(
+        tmp_path, monkeypatch):
+    # Three segments dealt to two workers: 0 and 2 to the first, 1 to the second, which dies
+    # on it. The first worker's segments are acknowledged (2 beyond the prefix), and the retry
+    # writes segment 1 only.
+    monkeypatch.setenv(WRITES_ENV, str(tmp_path / "writes.jsonl"))
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3, 4, 2))
+        pool = ProcessPool(2)
+        dying = {"on": True}
+
+        def run_job(batch, tasks, fn):
+            if dying["on"]:
+                dying["on"] = False
+                return pool(batch, tasks, partial(_die_on_segment, 1, fn))
+            return pool(batch, tasks, fn)
+
+        run_job.close = pool.close
+        writer = ExecutorsWriter(run_job, f.root, target, open_upserter=file_recording_upserter)
+        replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=writer)
+        try:
+            with pytest.raises(FlushFailed, match="a flush worker process died"):
+                replayer.run(query_running=True)
+            kept = f.log.get(0)
+            assert (kept.next_segment, kept.acknowledged, kept.flushed_rows) == (1, ((2, 2),), 5)
+            before = len((tmp_path / "writes.jsonl").read_text().splitlines())
+            replayer.run(query_running=True)
+            again = [json.loads(line)[2] for line in
+                     (tmp_path / "writes.jsonl").read_text().splitlines()[before:]]
+            assert sorted(i for ids in again for i in ids) == [3, 4, 5, 6]   # segment 1 only
+            assert f.log.get(0).state is BatchState.FLUSHED
+        finally:
+            pool.close()
+
+
+def _die_on_segment(index, fn, tasks):
+    """A worker's share: killed before writing if it holds segment ``index``."""
+    if any(t.index == index for t in tasks):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fn(tasks)
