@@ -261,6 +261,38 @@ def test_moving_wal_path_follows_the_move_refuses_it_while_the_old_wal_has_rows_
     assert wal_x.root == x and wal_x.read_blocked() is None
 
 
+def _committed_not_written(spark, node, cql, keyspace: str, tmp_path, files: int, rows: int):
+    """A stopped stream whose ``files`` batches Spark committed and the sink only staged
+    (``wal.flush=false``): its WAL, checkpoint and seals."""
+    from sinkutil import running, wait_query_done
+    from wal.seal import read_seal
+
+    cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [_rows(k, rows) for k in range(files)])
+    query = _file_stream(spark, node, keyspace, "events", src, cp, **{"wal.flush": "false"})
+    with running(query):
+        wait_query_done(spark, query)
+    assert committed_batches(cp) == list(range(files))
+    assert read_table(cql, keyspace, "events") == []
+    wal = stream_wal(cp)
+    return wal, cp, {b: read_seal(wal, b) for b in range(files)}
+
+
+def _sealed_write_times(wal, seals) -> dict:
+    """Row id -> the write time its seal fixed: row i of a batch (flush order, as the log
+    holds the rows) at ``base_ts_us + i``."""
+    from sinkutil import log_rows_by_batch
+
+    return {i: seals[b].base_ts_us + pos for b, ids in log_rows_by_batch(wal, ["id"]).items()
+            for pos, (i,) in enumerate(ids)}
+
+
+def _write_times(cql, keyspace: str) -> dict:
+    return {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
+                                                 "id, writetime(name) AS wt")}
+
+
 def test_recover_through_worker_processes_writes_every_row_at_its_sealed_timestamp(
         spark, cassandra_node, cql, keyspace, tmp_path):
     """Issue 34: ``cassandra-wal recover --processes 2`` writes a stopped query's committed
@@ -268,32 +300,17 @@ def test_recover_through_worker_processes_writes_every_row_at_its_sealed_timesta
     fixed (row i of a batch at ``base_ts_us + i``, segments in seal order)."""
     import json
 
-    from sinkutil import cassandra_wal, log_rows_by_batch, running, wait_query_done
-    from wal.seal import read_seal
+    from sinkutil import cassandra_wal
 
-    cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
-    src, cp = tmp_path / "src", tmp_path / "cp"
-    write_json_files(src, [_rows(k, 30) for k in range(3)])
-    query = _file_stream(spark, cassandra_node, keyspace, "events", src, cp,
-                         **{"wal.flush": "false"})
-    with running(query):
-        wait_query_done(spark, query)
-    assert committed_batches(cp) == [0, 1, 2]
-    assert read_table(cql, keyspace, "events") == []
-    wal = stream_wal(cp)
-    seals = {b: read_seal(wal, b) for b in (0, 1, 2)}
+    wal, cp, seals = _committed_not_written(spark, cassandra_node, cql, keyspace, tmp_path, 3, 30)
     recover = cassandra_wal("recover", wal.root, "--checkpoint", str(cp), "--processes", "2",
                             "--json")
     assert recover.returncode == 0, recover.stderr
     summary = json.loads(recover.stdout)
     assert summary["processes"] == 2 and summary["replayed"] == [0, 1, 2], summary
     assert summary["rows_written"] == 90
-    in_order = log_rows_by_batch(wal, ["id"])         # the rows in flush order, per batch
-    expected = {i: seals[b].base_ts_us + pos for b, ids in in_order.items()
-                for pos, (i,) in enumerate(ids)}
-    got = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
-                                                "id, writetime(name) AS wt")}
-    assert got == expected
+    got = _write_times(cql, keyspace)
+    assert got == _sealed_write_times(wal, seals)
     assert sorted(got) == sorted(r["id"] for k in range(3) for r in _rows(k, 30))
     assert wal.read_flushed_through() == 2 and wal.staged_batch_ids() == []
 
@@ -306,19 +323,9 @@ def test_sinks_recover_writes_a_stopped_querys_backlog_through_spark_tasks(
     import logging
 
     import sinks
-    from sinkutil import log_rows_by_batch, running, wait_query_done
-    from wal.seal import read_seal
 
     caplog.set_level(logging.INFO, logger="recovery.executors")
-    cql.execute(f"CREATE TABLE {keyspace}.events (id int PRIMARY KEY, file int, name text)")
-    src, cp = tmp_path / "src", tmp_path / "cp"
-    write_json_files(src, [_rows(k, 25) for k in range(2)])
-    query = _file_stream(spark, cassandra_node, keyspace, "events", src, cp,
-                         **{"wal.flush": "false"})
-    with running(query):
-        wait_query_done(spark, query)
-    wal = stream_wal(cp)
-    seals = {b: read_seal(wal, b) for b in (0, 1)}
+    wal, cp, seals = _committed_not_written(spark, cassandra_node, cql, keyspace, tmp_path, 2, 25)
     not_spark = tmp_path / "not-a-checkpoint"        # every batch would look uncommitted
     not_spark.mkdir()
     with pytest.raises(sinks.SinkError, match="not a Spark checkpoint"):
@@ -329,10 +336,6 @@ def test_sinks_recover_writes_a_stopped_querys_backlog_through_spark_tasks(
     by_tasks = [r.getMessage() for r in caplog.records
                 if "written by executor tasks" in r.getMessage()]
     assert [line.split(":")[0] for line in by_tasks] == ["batch 0", "batch 1"], by_tasks
-    in_order = log_rows_by_batch(wal, ["id"])          # the rows in flush order, per batch
-    expected = {i: seals[b].base_ts_us + pos for b, ids in in_order.items()
-                for pos, (i,) in enumerate(ids)}
-    got = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
-                                                "id, writetime(name) AS wt")}
-    assert got == expected and len(got) == 50
+    got = _write_times(cql, keyspace)
+    assert got == _sealed_write_times(wal, seals) and len(got) == 50
     assert wal.read_flushed_through() == 1
