@@ -77,7 +77,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     p.add_argument("--force", action="store_true",
                    help="discard what Spark never committed too: only when no run of the "
-                        "query is live anywhere (the next start of the query does it anyway)")
+                        "query is live anywhere (the next start of the query does it anyway); "
+                        "refused when the checkpoint does not exist")
     p.add_argument("--host", help="contact points, comma separated (default: recorded)")
     p.add_argument("--port", type=int, help="native port (default: recorded)")
     p.add_argument("--username", help=f"user name (default: ${ENV_USERNAME})")
@@ -138,6 +139,13 @@ def _checkpoint(wal: WalDir, args) -> str | None:
     except StoreUnavailable as exc:
         raise CliError(f"{where}: {exc}", "check the store's address and credentials "
                        "(AWS_*, ~/.aws, CASSANDRA_WAL_WEBHDFS); nothing was changed") from None
+    if not found and args.force:
+        # Every batch would look uncommitted, and --force discards those: batches Spark did
+        # commit, whose commits went with the folder, would be lost.
+        raise UsageError(f"{where}: the checkpoint {local} does not exist: recover cannot read "
+                         f"which batches Spark committed, and --force would discard them",
+                         "pass the query's checkpoint, or leave out --force (batches the log "
+                         "saw committed are written, the rest left); nothing was changed")
     if found and not ckpt.written_by_spark(local):
         # What an earlier release left when Spark's default filesystem was HDFS: the sink
         # wrote its pointer into a local folder of that name, and Spark its checkpoint on HDFS.

@@ -217,6 +217,16 @@ def test_recover_refuses_a_local_folder_spark_never_wrote(tmp_path, capsys):
     assert wal.sealed_batch_ids() == [0]
 
 
+def test_recover_force_refuses_a_checkpoint_that_does_not_exist(tmp_path, capsys):
+    """Issue 34's review: with the query's checkpoint gone, every batch looks uncommitted and
+    --force would discard batches Spark committed; without --force they are left."""
+    gone = tmp_path / "cp-deleted"
+    wal = _stream_wal(tmp_path, str(gone))
+    code, err = _recover(capsys, wal.root, "--force")
+    assert code == 2 and str(gone) in err and "does not exist" in err
+    assert "nothing was changed" in err and wal.sealed_batch_ids() == [0]
+
+
 def test_recover_refuses_the_checkpoint_of_another_query(tmp_path, capsys):
     """A WAL bound to its query (wal/binding.py): recover given another query's checkpoint
     would record that query's commits as this WAL's for good (m/committed_through) and replay
