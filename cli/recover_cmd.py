@@ -116,8 +116,7 @@ def _processes(target: Target, args) -> int:
             raise UsageError(f"--processes {args.processes}: a count of worker processes",
                              "pass 0 (this process) or more")
         return args.processes
-    options = target.config.wal
-    return options.flush_processes if options.flush_mode == "processes" else 0
+    return target.config.wal.worker_processes()
 
 
 def _checkpoint(wal: WalDir, args) -> str | None:

@@ -31,6 +31,12 @@ class WalConfig:
     def public_dict(self) -> dict[str, Any]:
         return public_fields(self)
 
+    def worker_processes(self) -> int:
+        """How many worker processes write this WAL's batches where no Spark job can start (a
+        batch job's commit, ``cassandra-wal recover``): ``flush_processes`` in ``processes``
+        mode; 0, this process, in any other."""
+        return self.flush_processes if self.flush_mode == "processes" else 0
+
 
 @dataclass(frozen=True)
 class SinkConfig:

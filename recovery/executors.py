@@ -257,6 +257,13 @@ class SparkJobs(Protocol):
         """Whether Spark runs its executors apart from the driver (``wal.flush.mode=auto``)."""
 
 
+def may_carry_credentials(target: Target, spark_jobs: SparkJobs) -> bool:
+    """Whether ``spark_jobs`` may run a flush job of ``target``: no secret to send, or a
+    closure that keeps it (:meth:`SparkJobs.carries_secrets`: through Spark Connect, only
+    over TLS). Otherwise the rows are written from this process."""
+    return not target.has_secrets() or spark_jobs.carries_secrets()
+
+
 class ExecutorsWriter:
     """A :class:`~recovery.replay.RowWriter` whose rows are written by Spark tasks.
 

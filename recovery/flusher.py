@@ -54,7 +54,7 @@ from wal.seal import Seal
 from . import events
 from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_shutdown_error,
                      is_transient)
-from .executors import ExecutorsWriter, SparkJobs
+from .executors import ExecutorsWriter, SparkJobs, may_carry_credentials
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
 from .output import CassandraOutput, logged_rows
 from .recover import open_writer_waiting
@@ -351,8 +351,8 @@ class QueryFlusher:
             if self.spark_jobs is not None:
                 log.warning("cassandra_wal: Spark is stopped: batch flushed from the driver")
             return None
-        if (mode == "executors" and self.output.current_target().has_secrets()
-                and not self.spark_jobs.carries_secrets()):
+        if mode == "executors" and not may_carry_credentials(self.output.current_target(),
+                                                              self.spark_jobs):
             if not self._warned_secrets:
                 self._warned_secrets = True
                 log.warning("cassandra_wal: %s: flushing from the executors (wal.flush.mode=%s) "

@@ -31,10 +31,8 @@ def flush_sealed(wal: WalDir, target: Target) -> ReplayReport:
     """Write everything sealed in a job's ``wal`` (its seals are their own commit point), in
     order, waiting a minute for a job that still holds it; through ``wal.flush.processes``
     worker processes with ``wal.flush.mode=processes``."""
-    options = target.config.wal
     return replay_wal(wal, None, target, lock_wait_s=60, crash_prefix="flush",
-                      processes=options.flush_processes if options.flush_mode == "processes"
-                      else 0)
+                      processes=target.config.wal.worker_processes())
 
 
 def _recorded_target(wal: WalDir, creds: Mapping[str, str]) -> Target:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from cql.errors import SinkError
-from recovery.executors import ExecutorsWriter
+from recovery.executors import ExecutorsWriter, may_carry_credentials
 from recovery.flusher import load_target
 from recovery.recover import replay_wal
 from recovery.replay import ReplayReport
@@ -65,7 +65,7 @@ def recover(spark, wal_path: str, checkpoint: str | None = None, *,
     jobs = SparkJobs(spark)
     writer = ExecutorsWriter.on_spark(jobs, wal.root, lambda: target,
                                       store_uri=wal.remote.uri if wal.remote else None)
-    if target.has_secrets() and not jobs.carries_secrets():
+    if not may_carry_credentials(target, jobs):
         log.warning("cassandra_wal: %s: through Spark Connect without TLS the Cassandra "
                     "credentials would travel to the server in the plan: the backlog is "
                     "written from this process (connect with sc://...;use_ssl=true)", wal.root)

@@ -415,7 +415,7 @@ class WalLog:
                                    batch=record.batch) from None
             record = replace(record, next_segment=segment, next_chunk=chunk, flushed_rows=rows,
                              updated_at_us=max(at_us, record.updated_at_us))
-        acked = []
+        acked, latest = [], record.updated_at_us
         lo = fmt.acked_prefix(record.batch)
         for key, value in self._pages(lo, fmt.prefix_end(lo), size=256):
             try:
@@ -426,9 +426,9 @@ class WalLog:
                                                  f"{value!r}", batch=record.batch) from None
             if segment >= record.next_segment:      # the prefix has not passed it yet
                 acked.append((segment, rows))
-                record = replace(record, updated_at_us=max(at_us, record.updated_at_us))
+                latest = max(latest, at_us)
         if acked:
-            record = replace(record, acknowledged=tuple(acked),
+            record = replace(record, acknowledged=tuple(acked), updated_at_us=latest,
                              flushed_rows=record.flushed_rows + sum(r for _, r in acked))
         return record
 
@@ -513,11 +513,24 @@ class WalLog:
         check_transition(batch, current.state if current else None, wanted)
         return current
 
+    def _flushing(self, batch: int, what: str) -> _Head:
+        """``batch``'s record, which must be FLUSHING for ``what`` to be recorded."""
+        current = self._transition(batch, BatchState.FLUSHING)
+        if current.state is not BatchState.FLUSHING:  # SEALED -> FLUSHING is begin_flush's edge
+            raise IllegalTransition(batch, current.state.value, BatchState.FLUSHING.value,
+                                    f"{what} is recorded only while flushing (begin_flush first)")
+        return current
+
+    @staticmethod
+    def _clear_progress(wb: WriteBatch, batch: int) -> None:
+        """``batch``'s progress and the segments acknowledged beyond it."""
+        for prefix in (fmt.progress_prefix(batch), fmt.acked_prefix(batch)):
+            wb.delete_range(prefix, fmt.prefix_end(prefix))
+
     def _clear(self, wb: WriteBatch, batch: int) -> None:
         """Everything of ``batch`` but its record: seal, progress, rows."""
-        for prefix in (fmt.progress_prefix(batch), fmt.acked_prefix(batch),
-                       fmt.rows_prefix(batch)):
-            wb.delete_range(prefix, fmt.prefix_end(prefix))
+        self._clear_progress(wb, batch)
+        wb.delete_range(fmt.rows_prefix(batch), fmt.prefix_end(fmt.rows_prefix(batch)))
         wb.delete(fmt.seal_key(batch))
         self._seals.drop(batch)
 
@@ -556,8 +569,7 @@ class WalLog:
             raise
         record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
         wb = WriteBatch(raw_mode=True)
-        for prefix in (fmt.progress_prefix(seal.batch), fmt.acked_prefix(seal.batch)):
-            wb.delete_range(prefix, fmt.prefix_end(prefix))
+        self._clear_progress(wb, seal.batch)
         wb.put(fmt.seal_key(seal.batch), json.dumps(seal.to_dict(), sort_keys=True).encode())
         self._put(_Head.of(record), wb)   # synced: makes the row writes above durable too
         self._seals.put(seal)
@@ -629,10 +641,7 @@ class WalLog:
         the record and the seal are not rewritten. Not synced: losing the latest progress only
         means replaying a few chunks again, which writes identical cells.
         """
-        current = self._transition(batch, BatchState.FLUSHING)
-        if current.state is not BatchState.FLUSHING:  # SEALED -> FLUSHING is begin_flush's edge
-            raise IllegalTransition(batch, current.state.value, BatchState.FLUSHING.value,
-                                    "progress is recorded only while flushing (begin_flush first)")
+        current = self._flushing(batch, "progress")
         at_us = now_us()
         self.db.put(fmt.progress_key(batch, next_segment, next_chunk),
                     _progress_value(flushed_rows, at_us))
@@ -646,11 +655,7 @@ class WalLog:
         progress (an earlier segment is not): a retry does not write it again. One small key
         (``a/<batch>/<segment>``), not synced, as progress: losing it means writing the
         segment again, identical cells."""
-        current = self._head(batch)
-        if current is None or current.state is not BatchState.FLUSHING:
-            raise IllegalTransition(batch, current.state.value if current else "absent",
-                                    BatchState.FLUSHING.value,
-                                    "acknowledgements are recorded only while flushing")
+        self._flushing(batch, "acknowledgements")
         self.db.put(fmt.acked_key(batch, segment), _progress_value(rows, now_us()))
 
     @_storage_errors
@@ -658,8 +663,7 @@ class WalLog:
         current = self._transition(batch, BatchState.FLUSHED)
         head = replace(current, state=BatchState.FLUSHED, updated_at_us=now_us())
         wb = WriteBatch(raw_mode=True)
-        for prefix in (fmt.progress_prefix(batch), fmt.acked_prefix(batch)):
-            wb.delete_range(prefix, fmt.prefix_end(prefix))
+        self._clear_progress(wb, batch)
         if batch > self.flushed_through():
             wb.put(fmt.KEY_FLUSHED_THROUGH, str(batch).encode())
         self._put(head, wb)
