@@ -210,7 +210,8 @@ def choose_source(wal: WalDir, log: WalLog | None, batch: int) -> Source:
                               wal.read_flushed_through())
     in_log = record is not None and record.seal is not None and record.state in (
         BatchState.SEALED, BatchState.FLUSHING, BatchState.FLUSHED)
-    if in_log and (record.state != BatchState.FLUSHED or _log_has_rows(wal, log, batch)):
+    if in_log and record.rows_in_log and (record.state != BatchState.FLUSHED
+                                          or _log_has_rows(wal, log, batch)):
         return LogSource(wal, log, record.seal)
     discarded = record is not None and record.state == BatchState.DISCARDED
     reason = f" ({record.reason})" if discarded and record.reason else ""
@@ -223,6 +224,12 @@ def choose_source(wal: WalDir, log: WalLog | None, batch: int) -> Source:
             record is not None and record.state == BatchState.FLUSHED)
         if retained and not all(os.path.exists(wal.segment_path(s.name))
                                 for s in seal.segments):
+            if record is not None and not record.rows_in_log:
+                raise CliError(f"batch {batch} was written by flush tasks that read its "
+                               f"segments, which went once it was flushed: its rows were "
+                               f"never copied into the log (only its seal is kept)",
+                               "wal.flush.mode=driver keeps flushed rows for "
+                               "wal.retention.batches")
             raise CliError(f"batch {batch} was flushed and retention removed its rows "
                            f"(only its seal is kept)")
         if discarded:

@@ -271,6 +271,8 @@ class ExecutorsWriter:
     ``run_job`` and ``open_upserter`` are injectable for tests (a job run in this process, a
     fake Upserter)."""
 
+    reads_log = False      # each task reads its segment where the staging task left it
+
     def __init__(self, run_job: JobRunner, wal_root: str, target: Callable[[], Target],
                  open_upserter: Callable[[Target], ContextManager] | None = None,
                  store_uri: str | None = None):
@@ -285,10 +287,17 @@ class ExecutorsWriter:
         return cls(spark_jobs, wal_root, target, store_uri=store_uri)
 
     @classmethod
-    def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target]):
+    def on_processes(cls, processes: int, wal_root: str, target: Callable[[], Target],
+                     store_uri: str | None = None):
         """``wal.flush.mode=processes``: the tasks run in worker processes of this one, each
-        keeping its session from batch to batch (:mod:`recovery.processes`)."""
-        return cls(ProcessPool(processes), wal_root, target, open_upserter=kept_upserter)
+        keeping its session from batch to batch (:mod:`recovery.processes`); ``store_uri``
+        as for :meth:`on_spark`."""
+        return cls(ProcessPool(processes), wal_root, target, open_upserter=kept_upserter,
+                   store_uri=store_uri)
+
+    @property
+    def reads_store(self) -> bool:
+        return self.store_uri is not None
 
     def reset(self) -> None:
         """After a failed flush: worker processes (and their sessions) are closed, the next

@@ -56,7 +56,7 @@ from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_sh
                      is_transient)
 from .executors import ExecutorsWriter, SparkJobs, may_carry_credentials
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
-from .output import CassandraOutput, logged_rows
+from .output import CassandraOutput, sealed_rows
 from .recover import open_writer_waiting
 from .replay import RUNBOOK_LOST, Replayer, WrittenBatch
 from .target import RecordedTarget, Target
@@ -278,7 +278,7 @@ class QueryFlusher:
         (:func:`check_not_dropped`), and say once that a batch an earlier release sealed with
         a non-frozen list column is written at least once."""
         self.output.check_not_dropped(seal, self.wal.location,
-                                      rows=lambda: logged_rows(self.log, seal.batch))
+                                      rows=lambda: sealed_rows(self.wal, self.log, seal))
         if seal.batch in self._lists_said:
             return
         columns = self.target.unaccepted_lists(seal.write)
@@ -364,7 +364,8 @@ class QueryFlusher:
         if self._executors_writer is None:
             if mode == "processes":
                 self._executors_writer = ExecutorsWriter.on_processes(
-                    wal.flush_processes, self.wal.root, self.output.current_target)
+                    wal.flush_processes, self.wal.root, self.output.current_target,
+                    store_uri=self.wal.remote.uri if self.wal.remote else None)
             else:
                 self._executors_writer = ExecutorsWriter.on_spark(
                     self.spark_jobs, self.wal.root, self.output.current_target,

@@ -99,7 +99,7 @@ class CassandraOutput:
         The timestamps are the sink's (from ``base_ts_us``: the first row's is the smallest),
         the constant ``writetime``, or, with a ``writetime`` column, the rows' own: for each
         dropped column, the smallest of the rows with a value in it, read from ``rows()``
-        (the batch's record batches: :func:`logged_rows`, :func:`segment_rows`); never the
+        (the batch's record batches: :func:`sealed_rows`, :func:`segment_rows`); never the
         sealing driver's clock, which may run ahead of Cassandra's. Without ``rows``, every
         dropped column such a batch writes counts (it may hide them)."""
         if seal.rows == 0:
@@ -200,9 +200,17 @@ def smallest_stamps(rows: Iterable[pa.RecordBatch], stamp_column: str,
     return out
 
 
-def logged_rows(log: WalLog, batch: int) -> Iterable[pa.RecordBatch]:
-    """The rows of an ingested batch, from the log (what the writers send)."""
-    for chunk in log.chunks(batch):
+def sealed_rows(wal, log: WalLog, seal: Seal) -> Iterable[pa.RecordBatch]:
+    """The rows of ``seal``'s batch: from the log where they were copied in, else from its
+    sealed segments (verified as they are read; a WAL on a store's fetched first, where the
+    working copy left them on the store for the tasks)."""
+    record = log.get(seal.batch)
+    if record is None or not record.rows_in_log:
+        if wal.remote:
+            wal.remote.fetch_segments(wal.root, [ref.name for ref in seal.segments])
+        yield from segment_rows(wal, seal)
+        return
+    for chunk in log.chunks(seal.batch):
         yield decode_chunk(chunk.payload)
 
 

@@ -22,7 +22,7 @@ from wal.seal import Seal
 
 from . import events
 from .executors import ExecutorsWriter
-from .output import CassandraOutput, logged_rows
+from .output import CassandraOutput, sealed_rows
 from .replay import Progress, Replayer, ReplayReport, RowWriter
 from .target import Target
 
@@ -42,7 +42,7 @@ def _before_write(wal: WalDir, log: WalLog, target: Target, output: CassandraOut
     """What the flusher does before a batch's rows: refuse a batch a dropped column would
     hide; say that a batch an earlier release sealed with a non-frozen list column is written
     at least once (each batch is written once in a replay of the whole WAL)."""
-    output.check_not_dropped(seal, wal.location, rows=lambda: logged_rows(log, seal.batch))
+    output.check_not_dropped(seal, wal.location, rows=lambda: sealed_rows(wal, log, seal))
     columns = target.unaccepted_lists(seal.write)
     if columns:
         events.lists_at_least_once(wal.root, seal.batch, columns)
@@ -65,7 +65,8 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
     replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
     if writer is None and processes > 0:
-        writer = ExecutorsWriter.on_processes(processes, wal.root, lambda: target)
+        writer = ExecutorsWriter.on_processes(processes, wal.root, lambda: target,
+                                              store_uri=wal.remote.uri if wal.remote else None)
     wal_log = open_writer_waiting(wal, lock_wait_s)
     try:
         report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,

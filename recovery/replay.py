@@ -138,6 +138,15 @@ class RowWriter(Protocol):
     now), whatever process writes the rows and whatever its clock says.
     """
 
+    #: Whether it reads the batch's rows from the log (the Replayer has them copied in when
+    #: it ingests the batch, or later: :meth:`WalLog.copy_rows <wal.log.WalLog.copy_rows>`);
+    #: False: its tasks read the sealed segments where they are, and the log keeps the seal
+    #: alone (the segments verified by the driver when it ingests the batch)
+    reads_log: bool
+    #: Whether its tasks read the segments from the WAL's store (HDFS, S3), each verifying
+    #: its own: the driver's working copy fetches none, and checks none of them first
+    reads_store: bool
+
     def write(self, log: WalLog, seal: Seal, record: BatchRecord,
               age: BatchAge | None = None
               ) -> Iterator[Acknowledged | SegmentAcknowledged]: ...
@@ -151,6 +160,8 @@ class DriverWriter:
     :class:`~cql.upsert.Upserter` in this process. ``upserter_factory(seal)`` gives the
     Upserter that writes the way ``seal`` recorded (columns, TTL, write time, nulls); the
     factory keeps the session and its Upserters (``recovery.output.CassandraOutput``)."""
+
+    reads_log, reads_store = True, False
 
     def __init__(self, upserter_factory: Callable[[Seal], object] | None):
         self._factory = upserter_factory
@@ -221,7 +232,9 @@ class Replayer:
             # Spark's commits. Spark writes commits/N only once N's seal is published, so every
             # seal pulled now of a batch read as committed is the one Spark committed; a seal
             # pulled before commits/N was read could be an aborted run's, replaced since.
-            self.wal.remote.pull(self.wal.root)
+            # Segments: only their batches' folders for tasks that read them from the store,
+            # or for a run that writes nothing (a scale-out start's discards).
+            self.wal.remote.pull(self.wal.root, fetch=replay and not writer.reads_store)
         self.note_committed(committed)
         staged = set(self.wal.staged_batch_ids())
         views = self.plan(query_running, committed)
@@ -325,7 +338,10 @@ class Replayer:
         batch = view.batch
         crash_point(f"{self._crash_prefix}.before_ingest")
         try:
-            record = view.record or self.log.ingest(view.seal)
+            record = view.record or self.log.ingest(view.seal, copy_rows=writer.reads_log,
+                                                    verify=not writer.reads_store)
+            if writer.reads_log and not record.rows_in_log:   # a scale-out writer's before
+                record = self.log.copy_rows(batch)
         except WalCorrupted as exc:
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         seal = amended(self.wal, record.seal)     # as an operator decided, if one did
@@ -359,7 +375,7 @@ class Replayer:
         crash_point(f"{self._crash_prefix}.before_mark")
         self.log.mark_flushed(batch)
         self.wal.write_flushed_through(batch)
-        # Flushed rows stay in the log for retention; the staged files are no longer needed,
+        # Flushed rows copied into the log stay there for retention; the staged files are no longer needed,
         # so the segments folder holds exactly the backlog that wal.maxBytes caps.
         remove_batch_files(self.wal, batch, keep_seal=True)
         self._ages.pop(_age_key(seal), None)

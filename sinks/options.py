@@ -295,7 +295,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "wal.retention.batches", "10", values.int_in(0),
-        "Newest flushed batches kept (rows in the log, for `cassandra-wal dump`) before retention removes them.",
+        "Newest flushed batches kept (rows in the log, for `cassandra-wal dump`; in the scale-out flush modes their records and seals only, the rows were never copied) before retention removes them.",
         section=_L, target="wal.retention_batches",
     ),
     _spec(
@@ -334,11 +334,13 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "else `driver` (measured in docs/performance.md, 'Flush modes'). `driver`: the flusher in the driver"
         " process, chunk by chunk (one Python process writes every row). `processes`: "
         "`wal.flush.processes` worker processes on the driver's machine, each writing whole "
-        "sealed segments from the WAL folder with a session of its own (several GILs, no Spark "
-        "job). `executors`: the "
+        "sealed segments from the WAL folder (or the store, for a WAL on HDFS or S3) with a "
+        "session of its own (several GILs, no Spark job). `executors`: the "
         "flusher runs a Spark job with one task per sealed segment; the tasks read their "
         "segments from the WAL folder (which every node must mount at the same path), or "
-        "from the store for a WAL on HDFS or S3, and upsert them at the sealed timestamps. In every mode the driver marks the batch "
+        "from the store for a WAL on HDFS or S3, and upsert them at the sealed timestamps "
+        "(in these two modes no row passes through the driver's log). In every mode the "
+        "driver marks the batch "
         "flushed once every segment is acknowledged, and batches stay strictly in order. "
         "A restart's committed backlog is written in the mode too (only the discard of what "
         "Spark never committed runs before its first batch). Batch writes use `processes` in "

@@ -11,8 +11,10 @@ Lifecycle of one batch N (the on-disk layout is on one page: ``wal/FORMAT.md``):
    timestamp, atomically, before ``commit`` returns.
 3. **Spark commits**: ``<checkpoint>/commits/N`` appears. Only now may N reach Cassandra.
 4. **Ingest** (the single writer of the RocksDB log, in the Spark driver):
-   :meth:`~wal.log.WalLog.ingest` copies the sealed segments into the log, verifying every
-   checksum; state SEALED. Unnamed segments are deleted.
+   :meth:`~wal.log.WalLog.ingest` verifies every sealed segment's checksum and copies its
+   rows into the log for a writer that reads them there (a scale-out writer's tasks read the
+   segments themselves: the log keeps the seal alone); state SEALED. Unnamed segments are
+   deleted.
 5. **Flush** (driven by :mod:`recovery`): FLUSHING, progress recorded chunk by chunk (or
    segment by segment) as Cassandra acknowledges; then **mark** FLUSHED.
 6. **Retain** (:mod:`wal.retention`): flushed batches are dropped after a count/age.

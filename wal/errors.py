@@ -88,6 +88,19 @@ class IllegalTransition(WalError):
         return f"{msg} ({self.why})" if self.why else msg
 
 
+class RowsNotInLog(WalError):
+    """The rows of a batch were asked of the log, which keeps its seal alone: a scale-out
+    writer's tasks read them from its sealed segments (``WalLog.copy_rows`` copies them in)."""
+
+    def __init__(self, path: str, batch: int):
+        super().__init__(path, batch)
+        self.path, self.batch = path, batch
+
+    def __str__(self) -> str:
+        return (f"batch {self.batch}: its rows are in its sealed segments, not in the log "
+                f"[{self.path}]")
+
+
 class WalLocked(WalError):
     """Another process holds the WAL's writer lock (a running sink, or a recovery)."""
 

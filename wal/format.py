@@ -9,7 +9,8 @@ import struct
 
 FORMAT_NAME = "cassandra-wal"
 FORMAT_VERSION = 1           # the files under WAL_DIR (WAL_FORMAT)
-LOG_FORMAT_VERSION = 2       # the RocksDB log's keys (m/format); 1: records held seal and progress
+LOG_FORMAT_VERSION = 3       # the RocksDB log's keys (m/format); FORMAT.md, "Log formats"
+LOG_FORMATS_RAISED = (b"2",)  # formats a writer takes as they are, raising m/format only
 
 # Files and folders under WAL_DIR (FORMAT.md, "Directory").
 MARKER_FILE = "WAL_FORMAT"

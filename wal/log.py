@@ -8,9 +8,14 @@ take the lock and never change a byte under the WAL directory.
 Keys and values are specified in ``wal/FORMAT.md``, "The log". What a batch costs the driver
 is linear in its segments: its seal is written once (``s/<batch>``) and decoded once per
 process (:class:`_SealCache`), each acknowledgement is one small key (``p/<batch>/...``), and
-the batch record (``b/<batch>``) holds only its state. A log of format 1 (whose records held
-the seal and the progress, rewritten at each acknowledgement) is rewritten to format 2, in one
-synced write, when a writer first opens it; readers read either.
+the batch record (``b/<batch>``) holds only its state. A batch's rows are copied into the log
+(``r/<batch>/...``) for a writer that reads them from here (``wal.flush.mode=driver``); for the
+scale-out writers, whose tasks read the sealed segments where they are, the log keeps the seal
+alone (:meth:`WalLog.ingest` with ``copy_rows=False``) and copies the rows only if a writer of
+this process needs them later (:meth:`WalLog.copy_rows`). A log of format 1 (whose records
+held the seal and the progress, rewritten at each acknowledgement) is rewritten to format 3, in
+one synced write, when a writer first opens it; a log of format 2 (every batch's rows copied)
+only has its ``m/format`` raised; readers read all three.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from tenacity import Retrying, stop_after_attempt
 from . import format as fmt
 from .errors import (
     IllegalTransition,
+    RowsNotInLog,
     UnsupportedFormat,
     WalCorrupted,
     WalError,
@@ -61,6 +67,9 @@ class BatchRecord:
     #: order (a scale-out writer's task finished it while an earlier one failed): not written
     #: again (``a/`` keys)
     acknowledged: tuple[tuple[int, int], ...] = ()
+    #: whether the batch's rows are copied into the log (``r/`` keys); False: they are only in
+    #: its sealed segments (ingested for a scale-out writer, whose tasks read the segments)
+    rows_in_log: bool = True
 
     def to_json(self) -> bytes:
         """The whole view in one JSON object (a repair's manifest, dumps; and format 1's
@@ -71,6 +80,7 @@ class BatchRecord:
             "next_segment": self.next_segment, "next_chunk": self.next_chunk,
             "flushed_rows": self.flushed_rows, "updated_at_us": self.updated_at_us,
             "reason": self.reason, "acknowledged": [list(a) for a in self.acknowledged],
+            "rows_in_log": self.rows_in_log,
         }, sort_keys=True).encode()
 
     @classmethod
@@ -82,12 +92,14 @@ class BatchRecord:
                    next_segment=d["next_segment"], next_chunk=d["next_chunk"],
                    flushed_rows=d["flushed_rows"], updated_at_us=d["updated_at_us"],
                    reason=d.get("reason", ""),
-                   acknowledged=tuple(tuple(a) for a in d.get("acknowledged", ())))
+                   acknowledged=tuple(tuple(a) for a in d.get("acknowledged", ())),
+                   rows_in_log=d.get("rows_in_log", True))
 
 
 @dataclass(frozen=True)
 class _Head:
-    """``b/<batch>`` of format 2: the state, and of the seal only its id and rows."""
+    """``b/<batch>`` of formats 2 and 3: the state, of the seal only its id and rows, and
+    (format 3) whether the rows are in the log."""
 
     batch: int
     state: BatchState
@@ -95,11 +107,13 @@ class _Head:
     rows: int = 0                  # the seal's rows (FLUSHED: every one of them written)
     updated_at_us: int = field(default_factory=now_us)
     reason: str = ""
+    rows_in_log: bool = True       # format 2 copied every batch's rows
 
     def encode(self) -> bytes:
         return json.dumps({"batch": self.batch, "state": self.state.value,
                            "seal_id": self.seal_id, "rows": self.rows,
-                           "updated_at_us": self.updated_at_us, "reason": self.reason},
+                           "updated_at_us": self.updated_at_us, "reason": self.reason,
+                           "rows_in_log": self.rows_in_log},
                           sort_keys=True).encode()
 
     @classmethod
@@ -107,14 +121,14 @@ class _Head:
         d = json.loads(data)
         return cls(batch=d["batch"], state=BatchState(d["state"]), seal_id=d.get("seal_id"),
                    rows=d.get("rows", 0), updated_at_us=d["updated_at_us"],
-                   reason=d.get("reason", ""))
+                   reason=d.get("reason", ""), rows_in_log=d.get("rows_in_log", True))
 
     @classmethod
     def of(cls, record: BatchRecord) -> "_Head":
         seal = record.seal
         return cls(record.batch, record.state, seal.seal_id if seal else None,
                    seal.rows if seal else record.flushed_rows, record.updated_at_us,
-                   record.reason)
+                   record.reason, record.rows_in_log)
 
 
 def _progress_value(flushed_rows: int, at_us: int) -> bytes:
@@ -230,7 +244,8 @@ class WalLog:
         self.wal, self._db, self.writable, self._scratch = wal, db, writable, scratch
         self._sync = _sync()
         self._seals = _SealCache()
-        #: format 1 (a reader of a log no writer of format 2 opened yet) or 2
+        #: format 1 (a reader of a log no writer of a later format opened yet), 2 or 3: only
+        #: format 1 is read differently (a format-2 record has every batch's rows in the log)
         self.format = fmt.LOG_FORMAT_VERSION
 
     # -- opening ---------------------------------------------------------------------------
@@ -261,6 +276,8 @@ class WalLog:
             except BaseException:
                 db.close()
                 raise
+        elif found in fmt.LOG_FORMATS_RAISED:
+            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode(), log._sync)
         elif found != str(fmt.LOG_FORMAT_VERSION).encode():
             db.close()
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
@@ -288,7 +305,8 @@ class WalLog:
                 db.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise WalCorrupted(wal.log, f"cannot open the RocksDB log: {exc}") from None
-        if found is not None and found not in (b"1", str(fmt.LOG_FORMAT_VERSION).encode()):
+        if found is not None and found not in (b"1", *fmt.LOG_FORMATS_RAISED,
+                                               str(fmt.LOG_FORMAT_VERSION).encode()):
             db.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
@@ -374,7 +392,7 @@ class WalLog:
         seal = self._seal(head)
         record = BatchRecord(head.batch, head.state, seal, flushed_rows=(
             head.rows if head.state is BatchState.FLUSHED else 0),
-            updated_at_us=head.updated_at_us, reason=head.reason)
+            updated_at_us=head.updated_at_us, reason=head.reason, rows_in_log=head.rows_in_log)
         if head.state is BatchState.FLUSHING:
             record = self._with_progress(record)
         return record
@@ -454,10 +472,13 @@ class WalLog:
             raise WalCorrupted(self.wal.log, f"malformed {fmt.KEY_REPAIR!r}: {exc}") from None
 
     def chunks(self, batch: int, segment: int = 0, chunk: int = 0) -> Iterator[LogChunk]:
-        """Sealed rows of ``batch`` in flush order, from (segment, chunk) on, verified."""
+        """Sealed rows of ``batch`` in flush order, from (segment, chunk) on, verified.
+        :class:`RowsNotInLog` for a batch ingested without its rows (never an empty batch)."""
         record = self.get(batch)
         if record is None or record.seal is None:
             return
+        if not record.rows_in_log:
+            raise RowsNotInLog(self.wal.log, batch)
         offsets = record.seal.row_offsets()
         current_seg, seen_rows = -1, 0
         prefix = fmt.rows_prefix(batch)
@@ -535,8 +556,14 @@ class WalLog:
         self._seals.drop(batch)
 
     @_storage_errors
-    def ingest(self, seal: Seal) -> BatchRecord:
-        """Copy a final seal's segments into the log (verifying every checksum) -> SEALED.
+    def ingest(self, seal: Seal, copy_rows: bool = True, verify: bool = True) -> BatchRecord:
+        """Take a final seal into the log -> SEALED, its segments' checksums verified.
+
+        ``copy_rows``: and copy the segments' rows into the log, for a writer that reads them
+        from here; False (a scale-out writer, whose tasks read the segments): the segments are
+        read and verified against the seal, not copied, and the log keeps the seal alone;
+        ``verify`` False too: not even read (a WAL on a store, whose tasks read and verify
+        each its own segment from the store: ``wal/FORMAT.md``, "States").
 
         Idempotent: ingesting the same seal again returns the existing record. A segment that
         fails its checksum raises WalCorrupted naming it, and leaves the log as it was.
@@ -546,6 +573,42 @@ class WalLog:
             return self.get(seal.batch)
         check_transition(seal.batch, current.state if current else None, BatchState.SEALED)
         check_width(seal.batch, seal.segments)
+        if copy_rows:
+            self._copy_segments(seal)
+        elif verify:
+            for ref in seal.segments:
+                SegmentReader(self.wal.segment_path(ref.name), seal.batch, ref.partition,
+                              ref.name).verify(expect=ref)
+        record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal, rows_in_log=copy_rows)
+        wb = WriteBatch(raw_mode=True)
+        self._clear_progress(wb, seal.batch)
+        wb.put(fmt.seal_key(seal.batch), json.dumps(seal.to_dict(), sort_keys=True).encode())
+        self._put(_Head.of(record), wb)   # synced: makes the row writes above durable too
+        self._seals.put(seal)
+        return record
+
+    @_storage_errors
+    def copy_rows(self, batch: int) -> BatchRecord:
+        """Copy the rows of ``batch`` (SEALED or FLUSHING, ingested without them) from its
+        sealed segments into the log, verifying every checksum: for a writer that reads them
+        from here, after a scale-out writer had the batch. Its progress and acknowledgements
+        stay. A segment that fails its checksum raises WalCorrupted naming it, and leaves the
+        log as it was."""
+        current = self._head(batch)
+        record = self.get(batch)
+        if current is None or record.seal is None or current.state not in (
+                BatchState.SEALED, BatchState.FLUSHING):
+            raise IllegalTransition(batch, current.state.value if current else "absent",
+                                    "rows copied", "only a sealed batch's rows are copied")
+        if current.rows_in_log:
+            return record
+        self._copy_segments(record.seal)
+        self._put(replace(current, rows_in_log=True))   # synced: the rows above durable too
+        return replace(record, rows_in_log=True)
+
+    def _copy_segments(self, seal: Seal) -> None:
+        """``seal``'s segments into ``r/<batch>/...``, verified against the seal; on any
+        failure none of them stays. Not synced: the caller's synced record write is."""
         lo, hi = fmt.rows_prefix(seal.batch), fmt.prefix_end(fmt.rows_prefix(seal.batch))
         self.db.delete_range(lo, hi)
         try:
@@ -567,13 +630,6 @@ class WalLog:
         except BaseException:
             self.db.delete_range(lo, hi)
             raise
-        record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal)
-        wb = WriteBatch(raw_mode=True)
-        self._clear_progress(wb, seal.batch)
-        wb.put(fmt.seal_key(seal.batch), json.dumps(seal.to_dict(), sort_keys=True).encode())
-        self._put(_Head.of(record), wb)   # synced: makes the row writes above durable too
-        self._seals.put(seal)
-        return record
 
     @_storage_errors
     def note_committed(self, batch: int) -> None:
@@ -694,7 +750,7 @@ class WalLog:
         self.db.write(wb, self._sync)
 
     def _upgrade_from_format_1(self) -> None:
-        """Rewrite a format-1 log (each record held its seal and its progress) to format 2, in
+        """Rewrite a format-1 log (each record held its seal and its progress) to format 3, in
         one synced write: a crash leaves it as it was (opened again, it is upgraded then) or
         upgraded. Rows, marks and the repair fence are the same in both formats."""
         self.format = 1

@@ -16,7 +16,9 @@ host. Lifecycle of batch N (the store's keys: ``wal/FORMAT.md``, "On a store"):
    never replaces one. The newest version is the seal; Spark never re-runs a committed batch.
 3. **Flush** (the driver): :meth:`RemoteWal.pull` brings the seals, the segments of batches not
    yet flushed and the shared markers into the working copy, and the local machinery does the
-   rest. Marking N flushed publishes ``flushed/<batch>`` (create-only; the highest wins);
+   rest. For a scale-out writer (``wal.flush.mode=executors`` or ``processes``), whose tasks
+   read each its segment from the store, the pull makes each staged batch's folder and
+   fetches no segment: no row passes through the driver. Marking N flushed publishes ``flushed/<batch>`` (create-only; the highest wins);
    retention deletes the batch's objects on the store as in the working copy.
 
 Files that change (``target.json``, ``blocked.json``) are versioned or deleted and created
@@ -315,11 +317,15 @@ class RemoteWal:
                 pulled.append(int(batch))
         return pulled
 
-    def pull_segments(self, root: str, above: int) -> int:
+    def pull_segments(self, root: str, above: int, fetch: bool = True) -> int:
         """Segments of batches above ``above`` (the highest flushed) that the working copy
         does not have yet; returns how many were fetched. Segments of batches at or below it
         are a late task attempt's (a zombie or speculative task that published after its
-        batch was flushed: wal/FORMAT.md, "States"): garbage, deleted from the store."""
+        batch was flushed: wal/FORMAT.md, "States"): garbage, deleted from the store.
+        ``fetch`` False (a scale-out writer's tasks read the segments from the store): only
+        each such batch's folder is made in the working copy, empty, so that it sees what
+        the store has staged; the bytes stay on the store (:meth:`fetch_segments` when this
+        process needs them)."""
         fetched = 0
         prefix = f"{fmt.SEGMENTS_DIR}/"
         late: dict[str, list[str]] = {}
@@ -332,6 +338,9 @@ class RemoteWal:
             if not batch.isdigit() or not name.endswith(fmt.SEGMENT_SUFFIX):
                 continue
             path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
+            if not fetch:
+                make_private_dirs(os.path.dirname(path))
+                continue
             if os.path.exists(path):
                 continue
             data = self.store.read(key)
@@ -346,15 +355,30 @@ class RemoteWal:
                 self.store.delete_folder(f"{fmt.SEGMENTS_DIR}/{batch}")
         return fetched
 
-    def pull(self, root: str, segments: bool = True) -> None:
-        """Everything the working copy at ``root`` needs to flush (``segments``) or to seal."""
+    def fetch_segments(self, root: str, names: list[str]) -> None:
+        """The segments ``names`` (``<batch>/<file>``) into the working copy at ``root``, those
+        it does not hold yet (pulled without them: :meth:`pull_segments`). One the store no
+        longer has is left out: reading it then fails as a missing segment."""
+        for name in names:
+            path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
+            if os.path.exists(path):
+                continue
+            data = self.read_segment(name)
+            if data is not None:
+                make_private_dirs(os.path.dirname(path))
+                atomic_write(path, data)
+
+    def pull(self, root: str, segments: bool = True, fetch: bool = True) -> None:
+        """Everything the working copy at ``root`` needs to flush (``segments``: and the
+        segments' bytes, unless ``fetch`` is False: :meth:`pull_segments`) or to seal."""
         self.pull_state(root)
         self.pull_seals(root)
         self.pull_entries(root)
         self._pull_versions(AMENDMENT_VERSIONS, os.path.join(root, fmt.AMENDMENTS_DIR),
                             fmt.ENTRY_SUFFIX)
         if segments:
-            self.pull_segments(root, _read_int(os.path.join(root, fmt.FLUSHED_THROUGH_FILE)))
+            self.pull_segments(root, _read_int(os.path.join(root, fmt.FLUSHED_THROUGH_FILE)),
+                               fetch)
 
 
 def _read(path: str) -> bytes | None:

@@ -31,7 +31,8 @@ from wal.log import WalLog
 from wal.states import BatchState
 
 from tests.helpers.cluster_chain import (TABLE_DDL, Chain, assert_restart_completed,
-                                         check_batches, positions_from_log, read_rows,
+                                         check_batches, positions_from_log,
+                                         positions_from_segments, read_rows,
                                          run_to_end, run_until_crash, seals_of, write_pending)
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,9 @@ def run_crash(xchain):
                          f"(rc {run.returncode}):\n{run.tail()}")
     wal = chain.wal()
     chain.seals_a = seals_of(wal)
-    chain.positions = positions_from_log(wal)      # batch 2 was ingested before its job ran
+    chain.positions = positions_from_log(wal)      # none: the tasks read the segments
+    # batch 2 was not flushed: its segments are there (its rows were never in the log)
+    chain.positions[CRASH_BATCH] = positions_from_segments(wal, chain.seals_a[CRASH_BATCH])
     chain.rows_a = read_rows(chain.cql, chain)
     reader = WalLog.open_reader(wal)
     try:

@@ -149,12 +149,17 @@ def read_rows(cql, chain: Chain) -> dict[int, tuple]:
 
 
 def positions_from_log(wal: WalDir) -> dict[int, list[int]]:
-    """Row ids per batch in flush order (the log's chunk keys are in flush order)."""
+    """Row ids per batch in flush order (the log's chunk keys are in flush order), of the
+    batches whose rows the log holds (a scale-out writer's batches it does not:
+    :func:`positions_from_segments` while their segments are there, else
+    :func:`check_batches` checks each row within its segment's range)."""
     reader = WalLog.open_reader(wal)
     assert reader is not None, f"{wal.root} has no log"
     try:
         out = {}
         for record in reader.records():
+            if not record.rows_in_log:
+                continue
             ids = []
             for chunk in reader.chunks(record.batch):
                 ids += decode_chunk(chunk.payload).column("id").to_pylist()
@@ -229,7 +234,9 @@ def run_to_end(chain: Chain, name: str, args: list[str], env_extra: dict) -> Run
 def check_batches(chain: Chain, rows: dict[int, tuple], seals: dict[int, Seal],
                   batches) -> list[str]:
     """Every expected row of ``batches`` exactly once with its values; ``part``/``attempt``
-    name the sealed (winning) segment of its partition; write time = base_ts_us + position."""
+    name the sealed (winning) segment of its partition; write time = base_ts_us + position
+    (a batch whose order is not known, its rows never in the log and its segments gone: each
+    row's write time within its segment's positions, and no two rows of the batch at one)."""
     problems = []
     for batch in batches:
         seal = seals.get(batch)
@@ -247,8 +254,11 @@ def check_batches(chain: Chain, rows: dict[int, tuple], seals: dict[int, Seal],
                             f"{[s.name for s in seal.segments]}")
         if seal.rows != len(want):
             problems.append(f"batch {batch}: seal has {seal.rows} rows, expected {len(want)}")
-        order = chain.positions.get(batch, [])
-        position = {rid: i for i, rid in enumerate(order)}
+        order = chain.positions.get(batch)
+        position = {rid: i for i, rid in enumerate(order or [])}
+        offsets = dict(zip((s.partition for s in seal.segments), seal.row_offsets()))
+        sizes = {s.partition: s.rows for s in seal.segments}
+        stamps: dict[int, int] = {}
         for rid in sorted(want & got):
             tag, payload, amount, part, attempt, *wts = rows[rid]
             exp = chain.expected[rid]
@@ -257,7 +267,16 @@ def check_batches(chain: Chain, rows: dict[int, tuple], seals: dict[int, Seal],
             if winners.get(part) != attempt:
                 problems.append(f"row {rid} (batch {batch}, partition {part}) was staged by "
                                 f"attempt {attempt}; the seal's winner is {winners.get(part)}")
-            if rid not in position:
+            if order is None and part in offsets:
+                low = seal.base_ts_us + offsets[part]
+                if len(set(wts)) != 1 or not low <= wts[0] < low + sizes[part]:
+                    problems.append(f"row {rid}: write times {sorted(set(wts))}, expected one "
+                                    f"in [{low}, {low + sizes[part]}) (its segment's)")
+                elif wts[0] in stamps:
+                    problems.append(f"rows {stamps[wts[0]]} and {rid} of batch {batch} share "
+                                    f"write time {wts[0]}")
+                stamps[wts[0]] = rid
+            elif rid not in position:
                 problems.append(f"row {rid}: no position known for batch {batch}")
             elif set(wts) != {seal.base_ts_us + position[rid]}:
                 problems.append(f"row {rid}: write times {sorted(set(wts))}, expected "

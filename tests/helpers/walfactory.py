@@ -273,12 +273,14 @@ class WalFactory:
 
     def ingested(self, batch: int, rows: Iterable[Rows] = (3, 2),
                  chunk_rows: int | None = None, losing_attempts: int = 0,
-                 write: dict | None = None, sealed_at_us: int | None = None) -> BuiltBatch:
-        """Sealed, committed by Spark, ingested: SEALED in the log, rows copied into it."""
+                 write: dict | None = None, sealed_at_us: int | None = None,
+                 copy_rows: bool = True) -> BuiltBatch:
+        """Sealed, committed by Spark, ingested: SEALED in the log, rows copied into it
+        (``copy_rows`` False: the seal alone, as for a scale-out writer)."""
         built = self.sealed(batch, rows, chunk_rows, committed=self.checkpoint is not None,
                             losing_attempts=losing_attempts, write=write,
                             sealed_at_us=sealed_at_us)
-        built.record = self.log.ingest(built.seal)
+        built.record = self.log.ingest(built.seal, copy_rows=copy_rows)
         return built
 
     def flushing(self, batch: int, rows: Iterable[Rows] = (3, 2),

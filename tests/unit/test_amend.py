@@ -447,35 +447,39 @@ def _wt_rows(stamps: list[int], values: list | None = None):
         "wt": pa.array(stamps, pa.int64())})
 
 
-def _wt_wal(tmp_path, monkeypatch, rows, sealed_at_us: int, drop_us: int):
+def _wt_wal(tmp_path, monkeypatch, rows, sealed_at_us: int, drop_us: int,
+            copy_rows: bool = True):
     f = WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp")
     out = output_with(monkeypatch, Dropped(name=drop_us), writetime_column="wt")
     out.target = dataclasses.replace(out.target, columns=("id", "name", "value"))
     f.wal.write_target({"fingerprint": "f", "target": out.target.to_dict(),
                         "checkpoint_location": str(tmp_path / "cp")})
     built = f.ingested(0, rows=(rows,), write=out.target.write_record(),
-                       sealed_at_us=sealed_at_us)
+                       sealed_at_us=sealed_at_us, copy_rows=copy_rows)
     return f, out, built.seal
 
 
 USER_TS = 1_700_000_000_000_000        # the rows' own write timestamps, long before the drop
 
 
+@pytest.mark.parametrize("copy_rows", [True, False], ids=["rows-in-log", "rows-in-segments"])
 def test_a_writetime_batch_sealed_by_a_clock_ahead_blocks_on_its_rows_timestamps(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, copy_rows):
     """Seeds 218 and 332 of the simulation: the driver's clock 40 s ahead seals the batch
     'after' a drop that came after it; its rows carry their own timestamps, long before the
     drop, so Cassandra hides their values of the re-added column. The check compared the drop
-    with sealed_at_us and let the batch land without them, silently."""
-    from recovery.output import logged_rows
+    with sealed_at_us and let the batch land without them, silently. The rows are read where
+    they are: the log's copy, or (a scale-out writer's batch) its segments."""
+    from recovery.output import sealed_rows
 
     drop_us = SEALED_AT + 5_000_000
     f, out, seal = _wt_wal(tmp_path, monkeypatch, _wt_rows([USER_TS, USER_TS + 1]),
-                           sealed_at_us=drop_us + 40_000_000, drop_us=drop_us)
-    hidden = out.dropped_after_seal(seal, lambda: logged_rows(f.log, 0))
+                           sealed_at_us=drop_us + 40_000_000, drop_us=drop_us,
+                           copy_rows=copy_rows)
+    hidden = out.dropped_after_seal(seal, lambda: sealed_rows(f.wal, f.log, seal))
     assert [c for c, _ in hidden] == ["name"]
     with pytest.raises(ColumnDroppedAfterSeal) as info:
-        out.check_not_dropped(seal, f.root, rows=lambda: logged_rows(f.log, 0))
+        out.check_not_dropped(seal, f.root, rows=lambda: sealed_rows(f.wal, f.log, seal))
     assert "batch 0 writes name, dropped after" in str(info.value)
     assert "--restamp" not in str(info.value)
     f.close()
@@ -488,14 +492,14 @@ def test_a_writetime_batch_sealed_by_a_clock_ahead_blocks_on_its_rows_timestamps
 def test_a_writetime_batch_whose_values_are_above_the_drop_lands(tmp_path, monkeypatch):
     """Sealed before the drop (by its clock), but every row with a value in the column is
     written above it: nothing is hidden, nothing blocks (the sealing clock said blocked)."""
-    from recovery.output import logged_rows
+    from recovery.output import sealed_rows
 
     drop_us = SEALED_AT + 5_000_000
     rows = _wt_rows([USER_TS, drop_us + 1_000, drop_us + 2_000], values=[None, "a", "b"])
     f, out, seal = _wt_wal(tmp_path, monkeypatch, rows, sealed_at_us=SEALED_AT,
                            drop_us=drop_us)
     # the row below the drop has no value in name: no cell of it to hide
-    assert out.dropped_after_seal(seal, lambda: logged_rows(f.log, 0)) == []
+    assert out.dropped_after_seal(seal, lambda: sealed_rows(f.wal, f.log, seal)) == []
     f.close()
 
 

@@ -55,6 +55,8 @@ def test_the_machine_is_this_boots():
 class Recording:
     """A row writer that records the age it was handed; fails while ``failing``."""
 
+    reads_log = reads_store = False
+
     def __init__(self):
         self.ages: dict[int, list[BatchAge]] = {}
         self.failing = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -575,3 +576,82 @@ def test_chunks_read_in_pages_are_every_chunk_in_order_with_its_first_row(wal, l
     assert ids_of(chunks) == list(range(30))
     resumed = list(log.chunks(0, segment=1, chunk=3))
     assert [(c.segment_index, c.chunk_index, c.first_row) for c in resumed][0] == (1, 3, 18)
+
+
+# -- the seal alone: rows left in the segments (scale-out writers) ------------------------
+
+def test_ingest_without_copying_keeps_the_seal_alone_and_says_where_the_rows_are(wal):
+    """A scale-out writer's tasks read the segments: the log keeps no copy of the rows (the
+    driver's cost per row); asked for them, it says so rather than yield nothing."""
+    from wal.errors import RowsNotInLog
+
+    seal = sealed(wal, 4)
+    with WalLog.open_writer(wal) as log:
+        record = log.ingest(seal, copy_rows=False)
+        assert record.state is BatchState.SEALED and record.seal == seal
+        assert not record.rows_in_log and row_keys(log, 4) == []
+    with WalLog.open_writer(wal) as log:           # durable, as the rest of the record
+        assert log.get(4) == record
+        with pytest.raises(RowsNotInLog, match="batch 4"):
+            list(log.chunks(4))
+        log.begin_flush(4)
+        log.record_progress(4, next_segment=1, next_chunk=0, flushed_rows=5)
+        log.record_acknowledged(4, 1, 4)
+        copied = log.copy_rows(4)                   # a writer that reads the log takes over
+        assert copied.rows_in_log and ids_of(log.chunks(4)) == list(range(9))
+        assert (copied.next_segment, copied.acknowledged) == (1, ((1, 4),))   # progress kept
+        assert log.get(4) == copied
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "missing", "replaced"])
+def test_ingest_without_copying_still_verifies_every_segment_first(wal, log, damage):
+    """Nothing of a damaged batch is written: a local WAL's segments are read and checked
+    against the seal when the batch is ingested, though not copied."""
+    seal = sealed(wal, 5, {0: [2, 3], 1: [4], 2: [1]})
+    bad = seal.segments[1]
+    path = wal.segment_path(bad.name)
+    if damage == "flipped":
+        corrupt_byte(path, 40)
+    elif damage == "truncated":
+        os.truncate(path, os.path.getsize(path) - 3)
+    elif damage == "missing":
+        os.unlink(path)
+    else:
+        other = stage(wal, 5, bad.partition, [4], start=100)
+        os.replace(wal.segment_path(other.name), path)
+    with pytest.raises(WalCorrupted) as exc:
+        log.ingest(seal, copy_rows=False)
+    assert (exc.value.batch, exc.value.segment) == (5, bad.name)
+    assert log.get(5) is None and log.records() == []
+
+
+def test_copy_rows_of_a_damaged_segment_leaves_the_log_as_it_was(wal, log):
+    seal = sealed(wal, 5)
+    log.ingest(seal, copy_rows=False)
+    corrupt_byte(wal.segment_path(seal.segments[0].name), 40)
+    with pytest.raises(WalCorrupted):
+        log.copy_rows(5)
+    assert row_keys(log, 5) == [] and not log.get(5).rows_in_log
+
+
+def test_a_format_2_log_is_taken_as_it_is_and_an_older_writer_refuses_format_3(wal):
+    """Format 2 copied every batch's rows: its records read as rows in the log. A writer of
+    this release raises ``m/format`` to 3 and rewrites nothing; a release of format 2 refuses
+    the log after that, for it would take a batch whose rows are only in its segments for an
+    empty one."""
+    seal = sealed(wal, 4)
+    with WalLog.open_writer(wal) as log:
+        log.ingest(seal)
+        head = json.loads(log._db.get(fmt.batch_key(4)))
+        del head["rows_in_log"]                            # as format 2 wrote it
+        log._db.put(fmt.batch_key(4), json.dumps(head).encode())
+        log._db.put(fmt.KEY_META_FORMAT, b"2")
+    reader = WalLog.open_reader(wal)
+    try:
+        assert reader.get(4).rows_in_log and ids_of(reader.chunks(4)) == list(range(9))
+    finally:
+        reader.close()
+    with WalLog.open_writer(wal) as log:
+        assert log._db.get(fmt.KEY_META_FORMAT) == b"3"
+        assert log.get(4).rows_in_log and ids_of(log.chunks(4)) == list(range(9))
+    assert fmt.LOG_FORMAT_VERSION == 3 and b"3" not in fmt.LOG_FORMATS_RAISED

@@ -197,8 +197,8 @@ def test_a_seal_pulled_before_spark_committed_its_batch_is_never_the_one_written
     s.seal(1, [s.stage(1, 0, 2, 100)])                   # run 1: sealed, never committed
     real_pull = RemoteWal.pull
 
-    def pull_then_rerun(self, root, segments=True):
-        real_pull(self, root, segments)
+    def pull_then_rerun(self, root, segments=True, fetch=True):
+        real_pull(self, root, segments, fetch)
         monkeypatch.setattr(RemoteWal, "pull", real_pull)
         flusher_copy = s.wal
         s.host("commit-host")                           # the re-run's commit, elsewhere
@@ -606,3 +606,69 @@ def test_recover_on_a_local_wal_beside_a_run_it_cannot_see_discards_nothing_with
     assert all(os.path.exists(wal.segment_path(s.name)) for s in live.segments)
     assert main(["recover", wal.root, "--checkpoint", str(cp), "--force"]) == 0
     assert not any(os.path.exists(wal.segment_path(s.name)) for s in live.segments)
+
+
+# -- a scale-out writer on a store: the tasks read the segments there, the driver fetches none --
+def tasks_on_the_store(s: Stream):
+    from recovery.executors import ExecutorsWriter
+    from tests.helpers.flush_fakes import LocalJob, recording_upserter, target
+
+    return ExecutorsWriter(LocalJob(), s.wal.root, target, open_upserter=recording_upserter,
+                           store_uri=s.uri)
+
+
+def working_copy_segments(s: Stream) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), s.wal.segments)
+                  for d, _, files in os.walk(s.wal.segments) for f in files)
+
+
+def test_tasks_that_read_the_store_get_every_row_and_no_segment_reaches_the_driver(tmp_path):
+    """Before, the driver pulled every segment into its working copy and copied every row
+    into its log, then the tasks read the same segments from the store."""
+    from wal import format as fmt
+
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
+    s.commit(0)
+    s.seal(1, [s.stage(1, 0, 4, 100)])        # sealed, never committed: waits
+    log = WalLog.open_writer(s.wal)
+    try:
+        report = Replayer(s.wal, log, None, s.checkpoint,
+                          writer=tasks_on_the_store(s)).run(query_running=True)
+        assert report.replayed == [0] and report.waiting_at == 1
+        assert sorted(i for _, _, ids in WRITES for i in ids) == [0, 1, 2, 3, 4]
+        assert working_copy_segments(s) == []            # not one segment fetched
+        assert s.wal.staged_batch_ids() == [1]           # yet the copy sees what is staged
+        assert not log.get(0).rows_in_log
+        assert not [k for k in log._db.keys(from_key=b"r/") if k.startswith(b"r/")]
+    finally:
+        log.close()
+    assert s.store.list("segments") == [k for k in s.store.list("segments")
+                                         if "/" + fmt.batch_name(1) + "/" in "/" + k]
+
+
+def test_the_drivers_writer_takes_over_a_store_batch_the_tasks_began(tmp_path):
+    """Spark stopped after the tasks wrote part of a batch: the driver's writer fetches the
+    segments then, copies the rows into its log and writes only what is not acknowledged."""
+    from recovery.replay import DriverWriter
+    from tests.helpers.flush_fakes import FAIL_IDS
+
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3), s.stage(0, 2, 2, 5)])
+    s.commit(0)
+    FAIL_IDS.add(3)                                         # segment 1 fails
+    log = WalLog.open_writer(s.wal)
+    try:
+        replayer = Replayer(s.wal, log, lambda seal: RecordingUpserter(), s.checkpoint,
+                            writer=tasks_on_the_store(s))
+        with pytest.raises(Exception):
+            replayer.run(query_running=True)
+        assert working_copy_segments(s) == [] and log.get(0).acknowledged == ((2, 2),)
+        first = len(WRITES)
+        FAIL_IDS.clear()
+        report = replayer.run(query_running=True,
+                              writer=DriverWriter(lambda seal: RecordingUpserter()))
+        assert report.replayed == [0] and log.get(0).rows_in_log
+        assert sorted(i for _, _, ids in WRITES[first:] for i in ids) == [3, 4]
+    finally:
+        log.close()

@@ -287,6 +287,86 @@ def test_through_the_replayer_a_retry_writes_only_the_segments_not_acknowledged(
     assert all(ts == base + (row - BATCH * 1000) for row, ts in written(tmp_path))
 
 
+# -- where the rows are: the log keeps a copy only for a writer that reads it --------------
+@pytest.fixture
+def sealed_wal(tmp_path):
+    """A WAL holding batch 3, committed and sealed, not ingested yet."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(BATCH, rows=ROWS, chunk_rows=CHUNK_ROWS)
+        yield f
+
+
+def test_through_the_replayer_the_rows_are_copied_into_the_log_only_for_a_writer_reading_it(
+        writer, sealed_wal, tmp_path):
+    """The scale-out writers' tasks read the segments: the driver copies no row (before,
+    every row went through the driver's log first, whatever the mode); the driver's writer
+    reads the log's copy, which retention keeps."""
+    f = sealed_wal
+    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(query_running=True)
+    record = f.log.get(BATCH)
+    assert record.state is BatchState.FLUSHED
+    assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
+    base = f.built[BATCH].seal.base_ts_us
+    assert all(ts == base + (row - BATCH * 1000) for row, ts in written(tmp_path))
+    prefix = fmt.rows_prefix(BATCH)
+    copied = [k for k in f.log._db.keys(from_key=prefix) if k.startswith(prefix)]
+    assert record.rows_in_log == writer.reads_log == bool(copied)
+
+
+def test_a_damaged_segment_blocks_before_any_row_of_the_batch_is_written(
+        writer, sealed_wal, tmp_path):
+    """Nothing of a damaged batch is written by a writer whose segments the driver can read:
+    they are all verified when the batch is ingested, before a task writes a row (segments
+    0 and 2 are intact and written by no one). Tasks that read a store's segments verify each
+    their own (the driver fetches none): nothing of the damaged segment is written, the
+    batch stops there, blocked, and the intact segments are acknowledged
+    (``docs/guarantees.md``, "A damaged segment on a store")."""
+    from recovery.errors import RecoveryBlocked
+
+    f = sealed_wal
+    seal = f.built[BATCH].seal
+    with open(f.wal.segment_path(seal.segments[1].name), "r+b") as fh:
+        data = bytearray(fh.read())
+        data[-30] ^= 0xFF
+        fh.seek(0)
+        fh.write(data)
+    with pytest.raises(RecoveryBlocked) as info:
+        Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(query_running=True)
+    assert info.value.batch == BATCH and seal.segments[1].name in str(info.value)
+    if not writer.reads_store:
+        assert written(tmp_path) == [] and f.log.get(BATCH) is None
+        return
+    assert sorted(row for row, _ in written(tmp_path)) == ids_of_segment(0) + ids_of_segment(2)
+    left = f.log.get(BATCH)
+    assert left.state is BatchState.FLUSHING and left.next_segment == 1
+    assert left.acknowledged == ((2, ROWS[2]),)
+
+
+def test_a_batch_a_scale_out_writer_left_is_finished_by_the_drivers_writer(
+        sealed_wal, tmp_path, monkeypatch):
+    """Spark stopped (or the mode changed) after a scale-out writer's tasks wrote part of the
+    batch: the driver's writer copies the rows in then, and writes only what is not
+    acknowledged, each row at its sealed timestamp."""
+    monkeypatch.setenv(WRITES_ENV, str(tmp_path / "writes.jsonl"))
+    monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(1)[0]))
+    f = sealed_wal
+    tasks = ExecutorsWriter(LocalJob(), f.root, target, open_upserter=contract_upserter)
+    replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=tasks)
+    with pytest.raises(Exception):
+        replayer.run(query_running=True)
+    left = f.log.get(BATCH)
+    assert left.state is BatchState.FLUSHING and not left.rows_in_log
+    assert left.acknowledged == ((2, ROWS[2]),)
+    first = len(written(tmp_path))
+    monkeypatch.setenv(FAIL_ENV, "")
+    replayer.run(query_running=True, writer=DriverWriter(lambda seal: ContractUpserter()))
+    assert f.log.get(BATCH).state is BatchState.FLUSHED
+    assert sorted(row for row, _ in written(tmp_path)[first:]) == ids_of_segment(1)
+    base = f.built[BATCH].seal.base_ts_us
+    assert sorted(set(written(tmp_path))) == [(row, base + row - BATCH * 1000)
+                                                for row in ALL_IDS]
+
+
 # -- TTLs: the age the driver measured, whatever the clock of the process that writes ---------
 # A real Upserter writes, over a session that records every request's rows in a file
 # (tests/helpers/fake_cassandra.py), in the process that writes: the driver, a task played
