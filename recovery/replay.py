@@ -282,6 +282,12 @@ class Replayer:
             if view.action == catalog.DISCARD:
                 self.discard(view)
                 report.discarded.append(view.batch)
+            elif view.action == catalog.REPLAY and view.record is not None \
+                    and view.batch <= self.wal.read_flushed_through():
+                # Another flusher of this WAL wrote it whole since this log took it in (a
+                # recover on another host, for a WAL on a store), and may have removed its
+                # segments: the shared marker comes only after every row was acknowledged.
+                self._mark_written_elsewhere(view.record)
             elif view.action == catalog.REPLAY:
                 report.rows_written += self.flush(view, writer)
                 report.replayed.append(view.batch)
@@ -381,6 +387,15 @@ class Replayer:
         self._ages.pop(_age_key(seal), None)
         log.info("flushed batch %d: %d rows", batch, seal.rows)
         return written
+
+
+    def _mark_written_elsewhere(self, record: BatchRecord) -> None:
+        if record.state == BatchState.SEALED:
+            self.log.begin_flush(record.batch)
+        self.log.mark_flushed(record.batch)
+        remove_batch_files(self.wal, record.batch, keep_seal=True)
+        log.info("batch %d was written whole by another flusher of this WAL (flushed "
+                 "through %d): marked flushed here", record.batch, self.wal.read_flushed_through())
 
 
 def _age_key(seal: Seal) -> tuple[int, str, int]:

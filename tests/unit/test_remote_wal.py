@@ -24,6 +24,7 @@ from wal.errors import WalBoundElsewhere
 from wal.pointer import read_pointer, write_pointer
 from wal.remote import RemoteWal, is_remote, make_working_copy, spool_dir, working_copy_of
 from wal.seal import read_seal, seal_batch
+from wal.states import BatchState
 from wal.segment import SegmentWriter
 from wal.store import LocalStore
 
@@ -670,5 +671,43 @@ def test_the_drivers_writer_takes_over_a_store_batch_the_tasks_began(tmp_path):
                               writer=DriverWriter(lambda seal: RecordingUpserter()))
         assert report.replayed == [0] and log.get(0).rows_in_log
         assert sorted(i for _, _, ids in WRITES[first:] for i in ids) == [3, 4]
+    finally:
+        log.close()
+
+
+def test_a_batch_another_host_flushed_since_is_marked_here_not_blocked_on_its_gone_segments(
+        tmp_path):
+    """Simulation seed 2967: host A's tasks began batch 0 (its log holds the seal alone), then
+    `cassandra-wal recover` on host B wrote it whole and removed its segments from the
+    store. Host A, started again, found a FLUSHING batch whose segments are gone and blocked
+    on corruption; the store's flushed marker says it is written."""
+    from recovery.replay import DriverWriter
+    from tests.helpers.flush_fakes import FAIL_IDS
+
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
+    s.commit(0)
+    host_a = s.wal
+    FAIL_IDS.add(3)
+    log = WalLog.open_writer(host_a)
+    try:
+        with pytest.raises(Exception):
+            Replayer(host_a, log, None, s.checkpoint,
+                     writer=tasks_on_the_store(s)).run(query_running=True)
+    finally:
+        log.close()
+    FAIL_IDS.clear()
+    s.host("host-b")
+    assert s.flush().replayed == [0]                      # host B's recover: every row
+    assert s.store.list("segments") == []
+    WRITES.clear()
+    s.wal = host_a
+    log = WalLog.open_writer(host_a)
+    try:
+        report = Replayer(host_a, log, None, s.checkpoint,
+                          writer=DriverWriter(lambda seal: RecordingUpserter())
+                          ).run(query_running=False)
+        assert log.get(0).state is BatchState.FLUSHED and report.replayed == []
+        assert WRITES == []
     finally:
         log.close()
