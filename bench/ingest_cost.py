@@ -1,6 +1,8 @@
-"""What the driver spends copying one sealed batch into the RocksDB log (``WalLog.ingest``):
+"""What the driver spends taking one sealed batch into the RocksDB log (``WalLog.ingest``):
 N rows of ``bench_staging.py``'s table in 4 segments of 10,000-row chunks, CPU seconds of this
-process, per round. No Spark, no Cassandra. Usage::
+process, per round, each way side by side: ``copy`` (the rows copied into the log, for the
+``driver`` writer) and ``verify`` (the seal alone, every segment read and checked against it:
+the scale-out writers on a local or shared folder). No Spark, no Cassandra. Usage::
 
     python bench/ingest_cost.py [--rows 250000] [--rounds 3]
 """
@@ -28,7 +30,7 @@ from wal.segment import SegmentWriter  # noqa: E402
 SEGMENTS = 4
 
 
-def one_round(table, rows: int) -> tuple[float, float]:
+def one_round(table, rows: int, copy_rows: bool) -> tuple[float, float]:
     root = tempfile.mkdtemp(prefix="ingest-cost-")
     try:
         wal = WalDir(root).create()
@@ -42,7 +44,7 @@ def one_round(table, rows: int) -> tuple[float, float]:
         log = WalLog.open_writer(wal)
         try:
             c0, w0 = time.process_time(), time.perf_counter()
-            log.ingest(seal)
+            log.ingest(seal, copy_rows=copy_rows)
             return time.process_time() - c0, time.perf_counter() - w0
         finally:
             log.close()
@@ -57,9 +59,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     table = make_table(args.rows)
     for _ in range(args.rounds):
-        cpu, wall = one_round(table, args.rows)
-        print(f"{args.rows} rows: ingest {cpu:.3f} CPU-s ({cpu / args.rows * 1e6:.2f} µs a row), "
-              f"wall {wall:.3f} s")
+        got = {how: one_round(table, args.rows, how == "copy") for how in ("copy", "verify")}
+        for how, (cpu, wall) in got.items():
+            print(f"{args.rows} rows: ingest ({how}) {cpu:.3f} CPU-s "
+                  f"({cpu / args.rows * 1e6:.2f} µs a row), wall {wall:.3f} s")
+        print(f"  verify / copy: {got['verify'][0] / got['copy'][0]:.2f} of the CPU")
     return 0
 
 

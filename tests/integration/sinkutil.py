@@ -340,6 +340,40 @@ def log_rows_by_batch(wal: WalDir, columns: Sequence[str]) -> dict[int, list[tup
         reader.close()
 
 
+def segment_rows_by_batch(wal: WalDir, seals: dict, columns: Sequence[str]
+                          ) -> dict[int, list[tuple]]:
+    """Rows of each sealed batch in flush order (its segments in seal order), as tuples of
+    ``columns``: read from the segments, while they are there (before the batch is flushed;
+    the scale-out writers copy no row into the log)."""
+    from wal.segment import SegmentReader
+
+    out: dict[int, list[tuple]] = {}
+    for batch, seal in seals.items():
+        rows = []
+        for ref in seal.segments:
+            reader = SegmentReader(wal.segment_path(ref.name), batch, ref.partition, ref.name)
+            for chunk in reader.chunks():
+                rb = chunk.record_batch()
+                rows += list(zip(*(rb.column(c).to_pylist() for c in columns)))
+        out[batch] = rows
+    return out
+
+
+def batch_of_write_times(wal: WalDir, write_times: dict) -> dict:
+    """Key -> the batch whose sealed timestamps hold its write time (``write_times``: key ->
+    microseconds), from the seals the log keeps (its records are retained with their seals
+    even where its rows are not); None where no seal holds it."""
+    reader = WalLog.open_reader(wal)
+    assert reader is not None, f"{wal.root} has no log"
+    try:
+        ranges = [(r.seal.base_ts_us, r.seal.base_ts_us + r.seal.rows, r.batch)
+                  for r in reader.records() if r.seal is not None]
+    finally:
+        reader.close()
+    return {k: next((b for lo, hi, b in ranges if lo <= ts < hi), None)
+            for k, ts in write_times.items()}
+
+
 def error_text(exc: BaseException) -> str:
     """Everything an exception says, causes included (Spark wraps Python errors)."""
     parts, seen = [], set()

@@ -280,11 +280,13 @@ def _committed_not_written(spark, node, cql, keyspace: str, tmp_path, files: int
 
 
 def _sealed_write_times(wal, seals) -> dict:
-    """Row id -> the write time its seal fixed: row i of a batch (flush order, as the log
-    holds the rows) at ``base_ts_us + i``."""
-    from sinkutil import log_rows_by_batch
+    """Row id -> the write time its seal fixed: row i of a batch (flush order: its segments
+    in seal order) at ``base_ts_us + i``. Read before the batches are written: the
+    scale-out writers leave no row of them behind."""
+    from sinkutil import segment_rows_by_batch
 
-    return {i: seals[b].base_ts_us + pos for b, ids in log_rows_by_batch(wal, ["id"]).items()
+    return {i: seals[b].base_ts_us + pos
+            for b, ids in segment_rows_by_batch(wal, seals, ["id"]).items()
             for pos, (i,) in enumerate(ids)}
 
 
@@ -303,6 +305,7 @@ def test_recover_through_worker_processes_writes_every_row_at_its_sealed_timesta
     from sinkutil import cassandra_wal
 
     wal, cp, seals = _committed_not_written(spark, cassandra_node, cql, keyspace, tmp_path, 3, 30)
+    sealed = _sealed_write_times(wal, seals)
     recover = cassandra_wal("recover", wal.root, "--checkpoint", str(cp), "--processes", "2",
                             "--json")
     assert recover.returncode == 0, recover.stderr
@@ -310,7 +313,7 @@ def test_recover_through_worker_processes_writes_every_row_at_its_sealed_timesta
     assert summary["processes"] == 2 and summary["replayed"] == [0, 1, 2], summary
     assert summary["rows_written"] == 90
     got = _write_times(cql, keyspace)
-    assert got == _sealed_write_times(wal, seals)
+    assert got == sealed
     assert sorted(got) == sorted(r["id"] for k in range(3) for r in _rows(k, 30))
     assert wal.read_flushed_through() == 2 and wal.staged_batch_ids() == []
 
@@ -326,6 +329,7 @@ def test_sinks_recover_writes_a_stopped_querys_backlog_through_spark_tasks(
 
     caplog.set_level(logging.INFO, logger="recovery.executors")
     wal, cp, seals = _committed_not_written(spark, cassandra_node, cql, keyspace, tmp_path, 2, 25)
+    sealed = _sealed_write_times(wal, seals)
     not_spark = tmp_path / "not-a-checkpoint"        # every batch would look uncommitted
     not_spark.mkdir()
     with pytest.raises(sinks.SinkError, match="not a Spark checkpoint"):
@@ -337,5 +341,5 @@ def test_sinks_recover_writes_a_stopped_querys_backlog_through_spark_tasks(
                 if "written by executor tasks" in r.getMessage()]
     assert [line.split(":")[0] for line in by_tasks] == ["batch 0", "batch 1"], by_tasks
     got = _write_times(cql, keyspace)
-    assert got == _sealed_write_times(wal, seals) and len(got) == 50
+    assert got == sealed and len(got) == 50
     assert wal.read_flushed_through() == 1

@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import sinks
-from sinkutil import (assert_rows_equal, committed_batches, create_table, log_rows_by_batch,
+from sinkutil import (assert_rows_equal, batch_of_write_times, committed_batches, create_table,
+                      log_rows_by_batch,
                       read_table, register, rows_by_key, running, sink_options, stream_wal,
                       wait_all_flushed, wait_for, wait_query_done, write_json_files,
                       connection_options)
@@ -72,14 +73,25 @@ def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keys
     by_workers = [r.getMessage() for r in caplog.records
                   if "written by flush worker processes" in r.getMessage()]
     assert len(by_workers) == (4 if flush_mode == "processes" else 0), by_workers
-    # Each micro-batch holds exactly one input file's rows (the log keeps flushed rows). The
-    # driver's flusher closes the log on onQueryTerminated, which Spark delivers asynchronously
-    # after stop(): read it once the reader sees all four batches (or fail after the timeout).
-    by_batch = wait_for(lambda: (lambda b: b if sorted(b) == [0, 1, 2, 3] else None)(
-        log_rows_by_batch(stream_wal(cp), ["id", "tag"])), what="the log to show batches 0..3")
-    assert sorted(by_batch) == [0, 1, 2, 3]
-    for batch, rows in by_batch.items():
-        assert sorted(rows) == sorted((r["id"], r["tag"]) for r in files[batch]), batch
+    # Each micro-batch holds exactly one input file's rows. The driver's flusher closes the log
+    # on onQueryTerminated, which Spark delivers asynchronously after stop(): read it once the
+    # reader sees all four batches (or fail after the timeout).
+    if flush_mode == "driver":       # the log keeps the flushed rows it wrote
+        by_batch = wait_for(lambda: (lambda b: b if sorted(b) == [0, 1, 2, 3] else None)(
+            log_rows_by_batch(stream_wal(cp), ["id", "tag"])),
+            what="the log to show batches 0..3")
+        assert sorted(by_batch) == [0, 1, 2, 3]
+        for batch, rows in by_batch.items():
+            assert sorted(rows) == sorted((r["id"], r["tag"]) for r in files[batch]), batch
+    else:   # the workers read the segments, and the log copies no row: each row's write
+        # time lies within the sealed timestamps of the batch of the file it last came in
+        last_file = {r["id"]: batch for batch, rows in enumerate(files) for r in rows}
+        write_times = {r["id"]: r["wt"] for r in read_table(cql, keyspace, "events",
+                                                            "id, writetime(name) AS wt")}
+        batches = wait_for(lambda: (lambda b: b if None not in b.values() else None)(
+            batch_of_write_times(stream_wal(cp), write_times)),
+            what="the log to show batches 0..3")
+        assert batches == last_file
 
 
 def test_complete_mode_aggregation_equals_final_aggregate(spark, cassandra_node, cql, keyspace,
