@@ -16,6 +16,8 @@ Contestants (``bench/contestants/``):
 * ``scc``: the Spark Cassandra Connector's streaming sink on pyspark 3.5 (``bench/scc_env.sh``);
 * ``naive``: foreachBatch + foreachPartition, one synchronous ``session.execute`` per row;
 * ``ours``: our sink, full guarantee, until every batch is FLUSHED;
+* ``ours``: the default ``wal.flush.mode=auto`` (``driver`` under ``local[...]``, ``executors``
+  under ``--master local-cluster[...]``); ``ours-driver``: ``wal.flush.mode=driver``;
 * ``ours-executors``: ``ours`` with ``wal.flush.mode=executors`` (flushed by Spark tasks);
 * ``ours-processes``: ``ours`` with ``wal.flush.mode=processes`` (flushed by 2 worker
   processes of the driver);
@@ -74,9 +76,10 @@ RAW_VARIANTS = {   # name: (mode, concurrency, processes)
     "raw-c32x2": ("args", 32, 2), "raw-batch16x2": ("batch", 16, 2),
     "raw-replicas16": ("replicas", 16, 1), "raw-replicas32": ("replicas", 32, 1),
 }
-SPARK43 = ("ours", "ours-executors", "ours-processes", "ours-batch32", "ours-group1",
+SPARK43 = ("ours", "ours-driver", "ours-executors", "ours-processes", "ours-batch32", "ours-group1",
            "ours-staging", "ours-nowal", "naive", "spark-floor")
-ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-executors", "ours-processes",
+ALL = tuple(RAW_VARIANTS) + ("scc", "naive", "ours", "ours-driver", "ours-executors",
+                             "ours-processes",
                              "ours-batch32", "ours-group1", "ours-staging", "ours-nowal",
                              "spark-floor")
 MB = 1_000_000
@@ -269,6 +272,9 @@ def main(argv=None) -> int:
     ap.add_argument("--consistency", default="LOCAL_QUORUM",
                     help="write consistency level of every contestant (default LOCAL_QUORUM, "
                          "the sink's and the connector's default)")
+    ap.add_argument("--master", default="local[2]",
+                    help="Spark master of every Spark contestant (default local[2]; "
+                         "'local-cluster[2,1,1024]': two executors, each in its own JVM)")
     ap.add_argument("--work", help="scratch folder (default: a temp folder, removed)")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     ap.add_argument("--plots", default=str(RESULTS), help="folder for the PNG plots ('' skips)")
@@ -286,7 +292,7 @@ def main(argv=None) -> int:
     node = Node(args.host, args.port, keyspace, args.replication_factor)
     info["cassandra"] = node.version
     info.update(cassandra_nodes=node.nodes, replication_factor=args.replication_factor,
-                consistency=args.consistency)
+                consistency=args.consistency, spark_master=args.master)
     print(f"# machine: {info}", file=sys.stderr)
 
     base = flights_table()
@@ -297,7 +303,8 @@ def main(argv=None) -> int:
     del data
     spec_base = {"host": args.host, "port": args.port, "keyspace": keyspace,
                  "consistency": args.consistency,
-                 "landing": str(landing), "files_per_trigger": 2, "rows": args.rows}
+                 "landing": str(landing), "files_per_trigger": 2, "rows": args.rows,
+                 "master": args.master}
     tables = {n: node.table("t_" + n.replace("-", "_")) for n in names}
 
     runs: dict[str, list[dict]] = {n: [] for n in names}
@@ -480,6 +487,11 @@ def summarize(runs: dict, errors: dict, bytes_per_row: float, rows: int) -> dict
                                                        "later_batches_write_rows_per_s"),
         "ours_vs_raw": ratio("ours", best_raw) if best_raw else None,
         "ours_vs_naive": ratio("ours", "naive"),
+        "ours_driver_vs_raw": ratio("ours-driver", best_raw) if best_raw else None,
+        "ours_driver_vs_scc": ratio("ours-driver", "scc"),
+        "ours_executors_vs_ours_driver": ratio("ours-executors", "ours-driver"),
+        "ours_processes_vs_ours_driver": ratio("ours-processes", "ours-driver"),
+        "ours_executors_vs_spark_floor": ratio("ours-executors", "spark-floor"),
         "ours_executors_vs_raw": ratio("ours-executors", best_raw) if best_raw else None,
         "ours_executors_vs_scc": ratio("ours-executors", "scc"),
         "ours_processes_vs_raw": ratio("ours-processes", best_raw) if best_raw else None,

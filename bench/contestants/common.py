@@ -183,7 +183,7 @@ class RssMonitor:
 def spark_conf_common(spec: dict) -> dict:
     """Spark settings every Spark contestant shares (both Spark versions)."""
     return {
-        "spark.master": "local[2]",
+        "spark.master": spec.get("master", "local[2]"),
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
         "spark.driver.memory": "1g",

@@ -6,8 +6,8 @@
   ``start()`` until the WAL says every batch is FLUSHED (every row acknowledged by Cassandra).
   A poller records, per batch, ``commits/N``'s mtime and the moment the batch is seen flushed:
   the commit-to-visible latency.
-* ``ours-executors``, ``ours-processes``: ``ours`` with ``wal.flush.mode`` ``executors`` /
-  ``processes``.
+* ``ours-driver``, ``ours-executors``, ``ours-processes``: ``ours`` with ``wal.flush.mode``
+  ``driver`` / ``executors`` / ``processes`` (``ours`` keeps the default, ``auto``).
 * ``ours-batch32``: ``ours`` sending the raw driver's requests (``SINK_OPTIONS``);
   ``ours-group1``: ``ours`` grouping each chunk's rows on their own.
 * ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
@@ -42,7 +42,8 @@ if ROOT not in sys.path:
 
 
 #: Contestants that are ``ours`` with another ``wal.flush.mode``.
-FLUSH_MODES = {"ours-executors": "executors", "ours-processes": "processes"}
+FLUSH_MODES = {"ours-driver": "driver", "ours-executors": "executors",
+               "ours-processes": "processes"}
 #: Contestants that are ``ours`` with other sink options: ``ours-batch32`` sends the requests
 #: ``raw-replicas32`` sends (UNLOGGED batches of up to 32 rows and 10 partitions, no byte cap),
 #: where ``ours`` keeps each batch under Cassandra's ``batch_size_warn_threshold``;
