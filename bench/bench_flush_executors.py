@@ -21,7 +21,9 @@ Two measurements:
    Rates are rows / seconds of each part; "commit -> visible" is rows / *flush*. The ratios
    compare each mode with ``driver`` at the same executor count, within one run.
 
-   *The driver host's CPU in the flush*: CPU seconds of the driver's Python process, of its
+   *The driver host's CPU in the flush*: CPU seconds of the driver's Python process (less
+   its main thread's: this bench's polling every 50 ms, which the flush window has and the
+   idle one does not), of its
    other children (``processes`` mode's flush workers) and of the driver's JVM (not its
    children: local-cluster's executors), from ``commits/N`` seen to ``flushed_through``, less
    what the same processes spend over as long a time with the query idle (measured for
@@ -62,6 +64,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -180,7 +183,27 @@ def driver_cpu_s(spark) -> dict:
                 workers += process_cpu_s(kid)
             except OSError:
                 pass
-    return {"python": process_cpu_s(os.getpid()), "workers": workers, "jvm": process_cpu_s(jvm)}
+    # The calling thread's own CPU (this bench's polling loop, in the driver's process) is
+    # taken out of the driver's Python: it is the measurement's, not the sink's.
+    bench = time.thread_time()
+    return {"python": process_cpu_s(os.getpid()) - bench, "workers": workers,
+            "jvm": process_cpu_s(jvm), "flusher": flusher_thread_cpu_s()}
+
+
+def flusher_thread_cpu_s() -> float:
+    """CPU seconds of the sink's flusher threads of this process (``cassandra-wal-flusher``:
+    the drains, the flush job's submission and results in the scale-out modes; in ``driver``
+    mode the upserts' encoding too, the Cassandra driver's I/O thread apart)."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.startswith("cassandra-wal-flusher") and thread.native_id:
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except OSError:
+                pass
+    return total
 
 
 #: Seconds the query is left idle after the measured batch, to measure the driver's background
@@ -290,7 +313,7 @@ def child(args) -> int:
                # the driver's CPU seconds: staging (release -> commits/N seen, polled every
                # 50 ms) and flush (commits/N seen -> flushed_through), Python and JVM apart
                "driver_cpu_s": {phase: {k: round(cpu[end][k] - cpu[start][k], 3)
-                                        for k in ("python", "workers", "jvm")}
+                                        for k in ("python", "workers", "jvm", "flusher")}
                                 for phase, start, end in (("staging", "released", "committed"),
                                                           ("flush", "committed", "flushed"),
                                                           ("idle", "idle_from", "idle_to"))},
@@ -486,6 +509,11 @@ def mode_ratios(rows: list[dict]) -> list[dict]:
                                 (x["driver_flush_cpu_s"]["python"]
                                  + x["driver_flush_cpu_s"]["workers"])
                                 / d["driver_flush_cpu_s"]["python"], 3),
+                            # the flusher thread alone, no idle baseline (it sleeps then)
+                            "flusher_thread_cpu_share": round(
+                                x["driver_cpu_s"]["flush"]["flusher"]
+                                / d["driver_cpu_s"]["flush"]["flusher"], 3)
+                            if d["driver_cpu_s"]["flush"].get("flusher") else None,
                             "end_to_end_speedup": round(d["total_s"] / x["total_s"], 2)})
     return out
 
@@ -510,7 +538,9 @@ def markdown(result: dict) -> str:
                      f"{r['flush_speedup']}x as fast, release -> visible "
                      f"{r['end_to_end_speedup']}x; the driver host's CPU a row in the flush "
                      f"{r['driver_flush_cpu_share']:.1%} of driver mode's "
-                     f"({r['driver_python_cpu_share']:.1%} for its Python processes alone).")
+                     f"({r['driver_python_cpu_share']:.1%} for its Python processes alone; "
+                     f"the flusher thread's CPU {r['flusher_thread_cpu_share'] or 0:.1%} of "
+                     f"driver mode's).")
     off = result.get("flusher_offline")
     if off:
         lines += ["", f"Flusher alone ({off['rows']:,} rows from a prepared WAL): ingest "
