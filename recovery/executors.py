@@ -151,8 +151,8 @@ def segment_file(job: SegmentJob, task: SegmentTask) -> Iterator[str]:
     if data is None:
         # Sealed and not acknowledged, so not deleted by this WAL's flusher: lost.
         raise WalCorrupted(f"{job.store_uri.rstrip('/')}/segments/{task.segment.name}",
-                           "a sealed segment is missing from the store (the driver's working "
-                           "copy may hold it: wal.flush.mode=driver writes from there)",
+                           "a sealed segment is missing from the store, and no flusher of "
+                           "this WAL marked its batch written",
                            batch=job.batch, partition=task.segment.partition,
                            segment=task.segment.name)
     spool = spool_dir(job.store_uri)

@@ -283,13 +283,16 @@ class Replayer:
                 self.discard(view)
                 report.discarded.append(view.batch)
             elif view.action == catalog.REPLAY and view.record is not None \
-                    and view.batch <= self.wal.read_flushed_through():
+                    and self.wal.remote and view.batch <= self.wal.read_flushed_through():
                 # Another flusher of this WAL wrote it whole since this log took it in (a
                 # recover on another host, for a WAL on a store), and may have removed its
                 # segments: the shared marker comes only after every row was acknowledged.
                 self._mark_written_elsewhere(view.record)
             elif view.action == catalog.REPLAY:
-                report.rows_written += self.flush(view, writer)
+                try:
+                    report.rows_written += self.flush(view, writer)
+                except _WrittenElsewhere:
+                    continue
                 report.replayed.append(view.batch)
                 if self.on_written is not None:
                     seal = view.seal or view.record.seal
@@ -349,6 +352,7 @@ class Replayer:
             if writer.reads_log and not record.rows_in_log:   # a scale-out writer's before
                 record = self.log.copy_rows(batch)
         except WalCorrupted as exc:
+            self._unless_written_elsewhere(view)
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         seal = amended(self.wal, record.seal)     # as an operator decided, if one did
         if self.before_write is not None:
@@ -377,6 +381,7 @@ class Replayer:
                     self.on_progress(progress)
                 crash_point(f"{self._crash_prefix}.mid")
         except WalCorrupted as exc:
+            self._unless_written_elsewhere(view)
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         crash_point(f"{self._crash_prefix}.before_mark")
         self.log.mark_flushed(batch)
@@ -389,13 +394,32 @@ class Replayer:
         return written
 
 
+    def _unless_written_elsewhere(self, view: BatchView) -> None:
+        """A WAL on a store whose segments of the batch went while this flush read them: if
+        another flusher wrote the batch whole meanwhile (a ``cassandra-wal recover`` on another
+        host, which then removed them), mark it here and say so with :class:`_WrittenElsewhere`,
+        rather than block on a loss that is none. Otherwise return: the damage is real."""
+        if self.wal.remote is None or self.wal.remote.flushed_through() < view.batch:
+            return
+        self.wal.remote.pull_state(self.wal.root)
+        record = self.log.get(view.batch) or self.log.ingest(view.seal, copy_rows=False,
+                                                               verify=False)
+        self._mark_written_elsewhere(record)
+        raise _WrittenElsewhere(view.batch)
+
     def _mark_written_elsewhere(self, record: BatchRecord) -> None:
         if record.state == BatchState.SEALED:
             self.log.begin_flush(record.batch)
         self.log.mark_flushed(record.batch)
         remove_batch_files(self.wal, record.batch, keep_seal=True)
-        log.info("batch %d was written whole by another flusher of this WAL (flushed "
-                 "through %d): marked flushed here", record.batch, self.wal.read_flushed_through())
+        log.warning("batch %d was written whole by another flusher of this WAL on %s (its "
+                    "flushed marker is at %d): marked flushed here, not written again",
+                    record.batch, self.wal.location, self.wal.read_flushed_through())
+
+
+class _WrittenElsewhere(Exception):
+    """Another flusher of the WAL wrote the batch whole while this one flushed it
+    (:meth:`Replayer._unless_written_elsewhere`): marked here, nothing more to do."""
 
 
 def _age_key(seal: Seal) -> tuple[int, str, int]:

@@ -711,3 +711,54 @@ def test_a_batch_another_host_flushed_since_is_marked_here_not_blocked_on_its_go
         assert WRITES == []
     finally:
         log.close()
+
+
+def test_a_batch_another_host_finishes_while_the_tasks_read_it_is_marked_not_blocked(tmp_path):
+    """The review of the change above: host A's tasks are about to read batch 0 from the store
+    when `cassandra-wal recover` on host B writes it whole and removes its segments. Host A's
+    tasks found them missing and the sink blocked on corruption (the query's next commit
+    failed) though the store's flushed marker said the batch was written."""
+    from recovery.executors import ExecutorsWriter
+    from tests.helpers.flush_fakes import LocalJob, recording_upserter, target
+
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
+    s.commit(0)
+    host_a = s.wal
+
+    class OvertakenJob(LocalJob):
+        def __call__(self, batch, tasks, fn):
+            s.host("host-b")
+            assert s.flush(query_running=True).replayed == [0]     # B writes it whole
+            s.wal = host_a
+            return super().__call__(batch, tasks, fn)
+
+    writer = ExecutorsWriter(OvertakenJob(), host_a.root, target,
+                             open_upserter=recording_upserter, store_uri=s.uri)
+    log = WalLog.open_writer(host_a)
+    try:
+        report = Replayer(host_a, log, None, s.checkpoint, writer=writer).run(query_running=True)
+        assert report.replayed == [] and log.get(0).state is BatchState.FLUSHED
+        assert host_a.read_blocked() is None and s.store.read("blocked.json") is None
+    finally:
+        log.close()
+
+
+def test_a_segment_lost_from_the_store_still_blocks_naming_it(tmp_path):
+    """The same missing segment with no flusher having written the batch: real damage."""
+    from recovery.errors import RecoveryBlocked
+
+    s = Stream(tmp_path)
+    ref = s.stage(0, 1, 2, 3)
+    s.seal(0, [s.stage(0, 0, 3, 0), ref])
+    s.commit(0)
+    s.store.delete(f"segments/{ref.name}")
+    log = WalLog.open_writer(s.wal)
+    try:
+        with pytest.raises(RecoveryBlocked) as info:
+            Replayer(s.wal, log, None, s.checkpoint,
+                     writer=tasks_on_the_store(s)).run(query_running=True)
+        assert ref.name in str(info.value) and log.get(0).state is BatchState.FLUSHING
+        assert "wal.flush.mode=driver" not in str(info.value)
+    finally:
+        log.close()
