@@ -9,8 +9,10 @@ import struct
 
 FORMAT_NAME = "cassandra-wal"
 FORMAT_VERSION = 1           # the files under WAL_DIR (WAL_FORMAT)
-LOG_FORMAT_VERSION = 3       # the RocksDB log's keys (m/format); FORMAT.md, "Log formats"
-LOG_FORMATS_RAISED = (b"2",)  # formats a writer takes as they are, raising m/format only
+LOG_FORMAT_VERSION = 3       # the RocksDB log's keys (m/format), the highest this release writes
+LOG_FORMAT_ROWS_IN_LOG = 2   # a log every batch of which has its rows in it: what a new log is,
+                             # and format 1's upgrade; raised to 3 with its first seal-only batch
+                             # (FORMAT.md, "Log formats")
 
 # Files and folders under WAL_DIR (FORMAT.md, "Directory").
 MARKER_FILE = "WAL_FORMAT"

@@ -13,9 +13,10 @@ the batch record (``b/<batch>``) holds only its state. A batch's rows are copied
 scale-out writers, whose tasks read the sealed segments where they are, the log keeps the seal
 alone (:meth:`WalLog.ingest` with ``copy_rows=False``) and copies the rows only if a writer of
 this process needs them later (:meth:`WalLog.copy_rows`). A log of format 1 (whose records
-held the seal and the progress, rewritten at each acknowledgement) is rewritten to format 3, in
-one synced write, when a writer first opens it; a log of format 2 (every batch's rows copied)
-only has its ``m/format`` raised; readers read all three.
+held the seal and the progress, rewritten at each acknowledgement) is rewritten to format 2, in
+one synced write, when a writer first opens it; a log is of format 2 while every batch's rows
+are in it (a release of format 2 can open it), and 3 from the first batch ingested without its
+rows, in the same write; readers read all three.
 """
 
 from __future__ import annotations
@@ -231,6 +232,11 @@ def _storage_errors(method):
     return wrapper
 
 
+#: The formats this release writes (FORMAT.md, "Log formats"); it reads format 1 too.
+_WRITTEN_FORMATS = tuple(str(f).encode() for f in range(fmt.LOG_FORMAT_ROWS_IN_LOG,
+                                                         fmt.LOG_FORMAT_VERSION + 1))
+
+
 def _sync() -> WriteOptions:
     wo = WriteOptions()
     wo.sync = True
@@ -247,6 +253,8 @@ class WalLog:
         #: format 1 (a reader of a log no writer of a later format opened yet), 2 or 3: only
         #: format 1 is read differently (a format-2 record has every batch's rows in the log)
         self.format = fmt.LOG_FORMAT_VERSION
+        #: ``m/format`` as stored: 2 until the first batch is ingested without its rows
+        self.stored_format = fmt.LOG_FORMAT_VERSION
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -269,19 +277,20 @@ class WalLog:
         log = cls(wal, db, writable=True)
         found = db.get(fmt.KEY_META_FORMAT)
         if found is None:
-            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode(), log._sync)
+            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode(), log._sync)
+            found = str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()
         elif found == b"1":
             try:
                 log._upgrade_from_format_1()
             except BaseException:
                 db.close()
                 raise
-        elif found in fmt.LOG_FORMATS_RAISED:
-            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode(), log._sync)
-        elif found != str(fmt.LOG_FORMAT_VERSION).encode():
+            found = str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()
+        if found not in _WRITTEN_FORMATS:
             db.close()
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
                                     fmt.LOG_FORMAT_VERSION)
+        log.stored_format = int(found)
         under_way = log.repair_under_way()
         if under_way is not None and not repairing:
             db.close()
@@ -305,8 +314,7 @@ class WalLog:
                 db.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise WalCorrupted(wal.log, f"cannot open the RocksDB log: {exc}") from None
-        if found is not None and found not in (b"1", *fmt.LOG_FORMATS_RAISED,
-                                               str(fmt.LOG_FORMAT_VERSION).encode()):
+        if found is not None and found not in (b"1", *_WRITTEN_FORMATS):
             db.close()
             shutil.rmtree(scratch, ignore_errors=True)
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
@@ -581,9 +589,15 @@ class WalLog:
                               ref.name).verify(expect=ref)
         record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal, rows_in_log=copy_rows)
         wb = WriteBatch(raw_mode=True)
+        if not copy_rows and self.stored_format < fmt.LOG_FORMAT_VERSION:
+            # the first batch whose rows are not in the log: from now on a release of format
+            # 2 must refuse the log, for it would take that batch for an empty one
+            wb.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode())
         self._clear_progress(wb, seal.batch)
         wb.put(fmt.seal_key(seal.batch), json.dumps(seal.to_dict(), sort_keys=True).encode())
         self._put(_Head.of(record), wb)   # synced: makes the row writes above durable too
+        if not copy_rows:
+            self.stored_format = fmt.LOG_FORMAT_VERSION
         self._seals.put(seal)
         return record
 
@@ -750,7 +764,7 @@ class WalLog:
         self.db.write(wb, self._sync)
 
     def _upgrade_from_format_1(self) -> None:
-        """Rewrite a format-1 log (each record held its seal and its progress) to format 3, in
+        """Rewrite a format-1 log (each record held its seal and its progress) to format 2, in
         one synced write: a crash leaves it as it was (opened again, it is upgraded then) or
         upgraded. Rows, marks and the repair fence are the same in both formats."""
         self.format = 1
@@ -764,7 +778,7 @@ class WalLog:
             if record.state is BatchState.FLUSHING and (record.next_segment or record.next_chunk):
                 wb.put(fmt.progress_key(record.batch, record.next_segment, record.next_chunk),
                        _progress_value(record.flushed_rows, record.updated_at_us))
-        wb.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_VERSION).encode())
+        wb.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode())
         self.db.write(wb, self._sync)
         self.format = fmt.LOG_FORMAT_VERSION
         self._seals.drop()

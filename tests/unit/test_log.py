@@ -634,24 +634,29 @@ def test_copy_rows_of_a_damaged_segment_leaves_the_log_as_it_was(wal, log):
     assert row_keys(log, 5) == [] and not log.get(5).rows_in_log
 
 
-def test_a_format_2_log_is_taken_as_it_is_and_an_older_writer_refuses_format_3(wal):
-    """Format 2 copied every batch's rows: its records read as rows in the log. A writer of
-    this release raises ``m/format`` to 3 and rewrites nothing; a release of format 2 refuses
-    the log after that, for it would take a batch whose rows are only in its segments for an
-    empty one."""
+def test_a_log_stays_format_2_until_a_batch_is_ingested_without_its_rows(wal):
+    """Format 2 copied every batch's rows: its records read as rows in the log, and a release
+    of format 2 opens a log this one wrote while every batch's rows are in it (a rollback, an
+    operator's older `cassandra-wal`). The first seal-only batch raises `m/format` to 3 in
+    the same write as its record: from then on a release of format 2 refuses the log, for it
+    would take that batch for an empty one. Before, opening the log raised it at once."""
     seal = sealed(wal, 4)
     with WalLog.open_writer(wal) as log:
+        assert log._db.get(fmt.KEY_META_FORMAT) == b"2"          # a new log
         log.ingest(seal)
         head = json.loads(log._db.get(fmt.batch_key(4)))
-        del head["rows_in_log"]                            # as format 2 wrote it
+        del head["rows_in_log"]                                  # as format 2 wrote it
         log._db.put(fmt.batch_key(4), json.dumps(head).encode())
-        log._db.put(fmt.KEY_META_FORMAT, b"2")
     reader = WalLog.open_reader(wal)
     try:
         assert reader.get(4).rows_in_log and ids_of(reader.chunks(4)) == list(range(9))
     finally:
         reader.close()
     with WalLog.open_writer(wal) as log:
-        assert log._db.get(fmt.KEY_META_FORMAT) == b"3"
+        log.ingest(sealed(wal, 5))                               # rows copied: still 2
+        assert log._db.get(fmt.KEY_META_FORMAT) == b"2"
         assert log.get(4).rows_in_log and ids_of(log.chunks(4)) == list(range(9))
-    assert fmt.LOG_FORMAT_VERSION == 3 and b"3" not in fmt.LOG_FORMATS_RAISED
+        log.ingest(sealed(wal, 6), copy_rows=False)
+        assert log._db.get(fmt.KEY_META_FORMAT) == b"3"
+    with WalLog.open_writer(wal) as log:
+        assert log._db.get(fmt.KEY_META_FORMAT) == b"3" and not log.get(6).rows_in_log

@@ -79,7 +79,7 @@ def test_a_writer_upgrades_it_and_the_pending_batches_drain_from_their_progress(
         assert report.replayed == [1, 2, 3, 4]
         assert all(r.state is BatchState.FLUSHED for r in log.records()
                    if r.batch in (1, 2, 3, 4))
-    assert format_of(wal) == str(fmt.LOG_FORMAT_VERSION).encode()
+    assert format_of(wal) == str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()   # every row in it
     assert before[1].seal.seal_id == expected["seals"]["1"]["seal_id"]
     assert before[1].next_segment == expected["progress"]["next_segment"]
     written = {}
@@ -112,7 +112,7 @@ def test_an_upgrade_cut_short_leaves_format_1_and_is_done_at_the_next_open(old_w
     assert format_of(wal) == b"1"
     with WalLog.open_writer(wal) as log:
         assert log.get(1).flushed_rows == expected["progress"]["flushed_rows"]
-    assert format_of(wal) == str(fmt.LOG_FORMAT_VERSION).encode()
+    assert format_of(wal) == str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()   # every row in it
 
 
 # -- what an acknowledgement costs ------------------------------------------------------------
