@@ -25,7 +25,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from cli import EXIT_OK, CliError, guarded, log_errors, note
-from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading
+from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading, segment_to_read
 from cli.render import column_values, field_schema
 from wal.errors import SegmentMissing, WalCorrupted
 from wal.layout import WalDir
@@ -153,7 +153,7 @@ class SealSource(Source):
         for ref, offset in zip(self.seal.segments, self.seal.row_offsets()):
             if partition is not None and ref.partition != partition:
                 continue
-            path = self.wal.segment_path(ref.name)
+            path = segment_to_read(self.wal, ref.name)
             reader = SegmentReader(path, self.seal.batch, ref.partition, ref.name)
             seen = 0
             try:

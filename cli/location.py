@@ -42,6 +42,25 @@ def read_only_wal(location: str, segments: bool = False) -> WalDir:
     return wal.check()
 
 
+def segment_to_read(wal: WalDir, name: str) -> str:
+    """Where to read segment ``name`` (``<batch>/<file>``) of ``wal``: its file in the folder,
+    or, for a working copy a scale-out flusher keeps (which holds no segment: its tasks read
+    them from the store), a private copy of the store's object, removed at exit. A segment
+    neither has: the folder's path, which the reader reports missing."""
+    path = wal.segment_path(name)
+    if os.path.exists(path) or wal.remote is None:
+        return path
+    data = wal.remote.read_segment(name)
+    if data is None:
+        return path
+    folder = tempfile.mkdtemp(prefix="cassandra-wal-segment-")
+    atexit.register(shutil.rmtree, folder, True)
+    copy = os.path.join(folder, name.replace("/", "-"))
+    with open(copy, "wb") as f:
+        f.write(data)
+    return copy
+
+
 def removed_while_reading(wal: WalDir, batch: int, flushed_through_before: int,
                           seal_file_read: bool) -> bool:
     """Whether ``batch``'s files, missing now though the command had seen them (or the seal

@@ -29,7 +29,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
-from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading, shown
+from cli.location import (WAL_DIR_HELP, read_only_wal, removed_while_reading,
+                          segment_to_read, shown)
 from cli.render import human_bytes, table
 from recovery.target import RecordedTarget
 from wal import clock
@@ -294,6 +295,10 @@ class Verifier:
                 self.check_segment(batch, name, None, path)
         for name, ref in named.items():
             if name in present:
+                continue
+            fetched = segment_to_read(self.wal, name)     # a scale-out working copy's: the store's
+            if fetched != self.wal.segment_path(name) and \
+                    self.check_segment(batch, name, ref, fetched) is not None:
                 continue
             path = self.wal.segment_path(name)
             if (record is None and batch <= flushed_through) or (

@@ -762,3 +762,34 @@ def test_a_segment_lost_from_the_store_still_blocks_naming_it(tmp_path):
         assert "wal.flush.mode=driver" not in str(info.value)
     finally:
         log.close()
+
+
+def test_verify_and_dump_of_a_scale_out_working_copy_read_its_segments_from_the_store(
+        tmp_path, capsys):
+    """The review of the change above: a working copy whose tasks read the store holds no
+    segment; `verify` and `dump` of its folder reported a healthy batch as corrupted (exit
+    3). They read the store's objects for it now, without writing to the working copy."""
+    import json as json_
+
+    from cli.main import main
+    from tests.helpers.flush_fakes import FAIL_IDS
+
+    s = Stream(tmp_path)
+    s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
+    s.commit(0)
+    FAIL_IDS.add(3)                          # the drain stops part-way: batch 0 FLUSHING
+    log = WalLog.open_writer(s.wal)
+    try:
+        with pytest.raises(Exception):
+            Replayer(s.wal, log, None, s.checkpoint,
+                     writer=tasks_on_the_store(s)).run(query_running=True)
+    finally:
+        log.close()
+    assert working_copy_segments(s) == []
+    capsys.readouterr()
+    assert main(["verify", s.wal.root]) == 0
+    assert main(["dump", s.wal.root, "--batch", "0"]) == 0
+    rows = [json_.loads(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("{")]
+    assert sorted(r["id"] for r in rows) == [0, 1, 2, 3, 4]
+    assert working_copy_segments(s) == []
