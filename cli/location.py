@@ -50,15 +50,11 @@ def segment_to_read(wal: WalDir, name: str) -> str:
     path = wal.segment_path(name)
     if os.path.exists(path) or wal.remote is None:
         return path
-    data = wal.remote.read_segment(name)
-    if data is None:
-        return path
     folder = tempfile.mkdtemp(prefix="cassandra-wal-segment-")
     atexit.register(shutil.rmtree, folder, True)
-    copy = os.path.join(folder, name.replace("/", "-"))
-    with open(copy, "wb") as f:
-        f.write(data)
-    return copy
+    wal.remote.fetch_segments(folder, [name])
+    copy = WalDir(folder).segment_path(name)
+    return copy if os.path.exists(copy) else path
 
 
 def removed_while_reading(wal: WalDir, batch: int, flushed_through_before: int,

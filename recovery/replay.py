@@ -283,10 +283,7 @@ class Replayer:
                 self.discard(view)
                 report.discarded.append(view.batch)
             elif view.action == catalog.REPLAY and view.record is not None \
-                    and self.wal.remote and view.batch <= self.wal.read_flushed_through():
-                # Another flusher of this WAL wrote it whole since this log took it in (a
-                # recover on another host, for a WAL on a store), and may have removed its
-                # segments: the shared marker comes only after every row was acknowledged.
+                    and self._written_elsewhere(view.batch):
                 self._mark_written_elsewhere(view.record)
             elif view.action == catalog.REPLAY:
                 try:
@@ -386,20 +383,31 @@ class Replayer:
         crash_point(f"{self._crash_prefix}.before_mark")
         self.log.mark_flushed(batch)
         self.wal.write_flushed_through(batch)
-        # Flushed rows copied into the log stay there for retention; the staged files are no longer needed,
-        # so the segments folder holds exactly the backlog that wal.maxBytes caps.
+        # Rows copied into the log stay there for retention; the staged files go, so that the
+        # segments folder holds exactly the backlog that wal.maxBytes caps.
         remove_batch_files(self.wal, batch, keep_seal=True)
         self._ages.pop(_age_key(seal), None)
         log.info("flushed batch %d: %d rows", batch, seal.rows)
         return written
 
+    def _written_elsewhere(self, batch: int, store_now: bool = False) -> bool:
+        """Whether another flusher of this WAL wrote ``batch`` whole (a ``cassandra-wal
+        recover`` on another host, which may then have removed its segments). Known only of a
+        WAL on a store, from its shared flushed marker, which moves only after every row was
+        acknowledged: as this working copy last pulled it, or (``store_now``) as the store
+        holds it now."""
+        if self.wal.remote is None:
+            return False
+        marker = (self.wal.remote.flushed_through() if store_now
+                  else self.wal.read_flushed_through())
+        return batch <= marker
 
     def _unless_written_elsewhere(self, view: BatchView) -> None:
-        """A WAL on a store whose segments of the batch went while this flush read them: if
-        another flusher wrote the batch whole meanwhile (a ``cassandra-wal recover`` on another
-        host, which then removed them), mark it here and say so with :class:`_WrittenElsewhere`,
-        rather than block on a loss that is none. Otherwise return: the damage is real."""
-        if self.wal.remote is None or self.wal.remote.flushed_through() < view.batch:
+        """The batch's segments went while this flush read them: if another flusher wrote the
+        batch whole meanwhile (:meth:`_written_elsewhere`), mark it here and say so with
+        :class:`_WrittenElsewhere`, rather than block on a loss that is none. Otherwise
+        return: the damage is real."""
+        if not self._written_elsewhere(view.batch, store_now=True):
             return
         self.wal.remote.pull_state(self.wal.root)
         record = self.log.get(view.batch) or self.log.ingest(view.seal, copy_rows=False,

@@ -18,8 +18,9 @@ host. Lifecycle of batch N (the store's keys: ``wal/FORMAT.md``, "On a store"):
    yet flushed and the shared markers into the working copy, and the local machinery does the
    rest. For a scale-out writer (``wal.flush.mode=executors`` or ``processes``), whose tasks
    read each its segment from the store, the pull makes each staged batch's folder and
-   fetches no segment: no row passes through the driver. Marking N flushed publishes ``flushed/<batch>`` (create-only; the highest wins);
-   retention deletes the batch's objects on the store as in the working copy.
+   fetches no segment: no row passes through the driver. Marking N flushed publishes
+   ``flushed/<batch>`` (create-only; the highest wins); retention deletes the batch's objects
+   on the store as in the working copy.
 
 Files that change (``target.json``, ``blocked.json``) are versioned or deleted and created
 again: nothing needs an atomic replace, which object stores do not have for create-only
@@ -337,18 +338,10 @@ class RemoteWal:
                 continue
             if not batch.isdigit() or not name.endswith(fmt.SEGMENT_SUFFIX):
                 continue
-            path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
             if not fetch:
-                make_private_dirs(os.path.dirname(path))
+                make_private_dirs(os.path.join(root, fmt.SEGMENTS_DIR, batch))
                 continue
-            if os.path.exists(path):
-                continue
-            data = self.store.read(key)
-            if data is None:      # deleted since the listing (a discard, retention)
-                continue
-            make_private_dirs(os.path.dirname(path))
-            atomic_write(path, data)
-            fetched += 1
+            fetched += self._fetch_segment(root, name)
         if late:        # the keys listed: a re-run cannot stage into a flushed batch anyway
             self.store.delete_many([key for keys in late.values() for key in keys])
             for batch in late:
@@ -360,13 +353,21 @@ class RemoteWal:
         it does not hold yet (pulled without them: :meth:`pull_segments`). One the store no
         longer has is left out: reading it then fails as a missing segment."""
         for name in names:
-            path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
-            if os.path.exists(path):
-                continue
-            data = self.read_segment(name)
-            if data is not None:
-                make_private_dirs(os.path.dirname(path))
-                atomic_write(path, data)
+            self._fetch_segment(root, name)
+
+    def _fetch_segment(self, root: str, name: str) -> bool:
+        """Segment ``name`` into the working copy at ``root`` unless it is there; whether it
+        was fetched (False too when the store no longer has it: deleted since a listing, by a
+        discard or retention)."""
+        path = os.path.join(root, fmt.SEGMENTS_DIR, *name.split("/"))
+        if os.path.exists(path):
+            return False
+        data = self.read_segment(name)
+        if data is None:
+            return False
+        make_private_dirs(os.path.dirname(path))
+        atomic_write(path, data)
+        return True
 
     def pull(self, root: str, segments: bool = True, fetch: bool = True) -> None:
         """Everything the working copy at ``root`` needs to flush (``segments``: and the
