@@ -71,7 +71,7 @@ def instrument(rec: Recorder, checkpoint: str) -> None:
     from recovery import flusher as flusher_mod
     from recovery import output as output_mod
     from recovery import replay as replay_mod
-    from sinks import registry as registry_mod
+    from sinks.driver import registry as registry_mod
     from wal import log as log_mod
 
     real_progressed = registry_mod.FlushRegistry.progressed

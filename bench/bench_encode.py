@@ -63,7 +63,7 @@ def main() -> None:
     args = node_bench_arguments(__doc__, rows=10_000, reps=7, out="encode.json")
 
     from cql.upsert import Upserter
-    from sinks.options import WriteConfig
+    from sinks.worker.options import WriteConfig
     from cql.table import fetch_table_schema
 
     rb = flights_table().slice(0, args.rows).combine_chunks().to_batches()[0]

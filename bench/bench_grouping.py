@@ -59,7 +59,7 @@ def write_once(host: str, port: int, table_name: str, columns: list[str], data, 
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
     from cql.upsert import Upserter
-    from sinks.options import WriteConfig
+    from sinks.worker.options import WriteConfig
     from cql.table import fetch_table_schema
 
     profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()))

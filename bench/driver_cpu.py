@@ -16,7 +16,7 @@ phase, each timed with ``time.process_time()``, in the order a drain does it
 - ``mark``: ``mark_flushed`` and the WAL's flushed marker;
 - ``retention``: the batch's staged files removed, ``apply_retention``;
 - ``health``: one ``read_health`` (a scrape, ``sinks.status``) and the commit's
-  ``backlog_bytes`` (``sinks/plan.py``), with ``B - 1`` batches still pending.
+  ``backlog_bytes`` (``sinks/worker/plan.py``), with ``B - 1`` batches still pending.
 
 Opening the log (once per process) is reported apart and not counted per batch. The JVM's
 scheduling of the tasks and the commit worker are not measured.
@@ -58,7 +58,7 @@ def measure(root: str, profile: bool) -> dict:
     """The phases of the first pending batch of the WAL at ``root`` (checkpoint ``root/cp``),
     with whatever code is first on ``sys.path``."""
     from recovery.health import read_health
-    from sinks.plan import backlog_bytes
+    from sinks.worker.plan import backlog_bytes
     from wal import catalog
     from wal.layout import WalDir
     from wal.log import WalLog

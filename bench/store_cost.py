@@ -12,7 +12,7 @@ checkpoint on the same store. Every :class:`~wal.store.Store` the process opens 
 open their stores), which counts calls by method and by *phase* of a batch's life:
 
 * ``stage``: P tasks, each a :class:`~wal.segment.SegmentWriter` in its spool, published;
-* ``commit``: what :func:`sinks.plan.commit_batch` does, step by step with the WAL-level
+* ``commit``: what :func:`sinks.worker.plan.commit_batch` does, step by step with the WAL-level
   functions it calls (a ``WritePlan`` needs a Cassandra table): the blocked check, the
   segments' visibility check, the backlog check of ``wait_for_room`` (under the cap), the seal;
 * ``drain``: the flusher's drain that writes the batch: :class:`~recovery.replay.Replayer`
@@ -71,7 +71,7 @@ import recovery.replay as replay_module
 import wal.checkpoint as checkpoint_module
 import wal.remote as remote_module
 from recovery.replay import Replayer
-from sinks.plan import backlog_bytes, check_not_blocked, check_segments_visible
+from sinks.worker.plan import backlog_bytes, check_not_blocked, check_segments_visible
 from wal.binding import bind
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -363,7 +363,7 @@ class Stream:
         return refs
 
     def commit(self, batch: int, refs: list) -> None:
-        """``commit_batch``'s steps (sinks/plan.py), with the backlog under the cap."""
+        """``commit_batch``'s steps (sinks/worker/plan.py), with the backlog under the cap."""
         check_not_blocked(self.wal)
         check_segments_visible(self.wal, refs, batch)
         backlog_bytes(self.wal, batch)

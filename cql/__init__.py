@@ -3,7 +3,7 @@ nor the WAL (floors: ``docs/architecture.md``).
 
 Its part of a batch's life:
 
-* **Before anything is staged** (``prepare_write``, :mod:`sinks.plan`): :mod:`cql.connection`
+* **Before anything is staged** (``prepare_write``, :mod:`sinks.worker.plan`): :mod:`cql.connection`
   opens a session from a :class:`~cql.config.ConnectionConfig`, :mod:`cql.table` reads the
   table's schema, and :mod:`cql.convert` says, per column, how a Spark value becomes a CQL one
   (and refuses those that cannot: a bad uuid, an out-of-range tinyint).

@@ -1,7 +1,7 @@
 """How a write reaches Cassandra and which cells its rows become: the connection and write
 configs, frozen and picklable (they travel to executors and flush worker processes).
 
-Built from the user's options by :func:`sinks.options.parse_options`; recorded in the WAL's
+Built from the user's options by :func:`sinks.worker.options.parse_options`; recorded in the WAL's
 ``target.json`` by :meth:`public_dict`, which leaves every secret out (secrets are
 ``field(repr=False)``: they still pickle, since executors need them to connect).
 """

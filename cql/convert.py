@@ -21,7 +21,7 @@ Spark structs feed UDTs and tuples (Arrow gives each struct value as a ``dict``)
 are matched by name, as DataFrame columns are matched to table columns (exactly, else ignoring
 case: :func:`cql.table.name_matches`), and every field of the type needs a struct field; a
 tuple's components are matched by position, the struct's field names ignored
-(:func:`struct_sources`). ``sinks.validation`` checks the same against the DataFrame's schema
+(:func:`struct_sources`). ``sinks.worker.validation`` checks the same against the DataFrame's schema
 before anything is staged; the checks here are the safety net of a replay.
 """
 
@@ -293,7 +293,7 @@ class RowConverter:
 
     A class rather than a closure so that standard pickle can ship it to executors.
     ``columns`` are DataFrame column names (as returned by
-    :func:`sinks.validation.validate_schema`); each is looked up in the table exactly, then
+    :func:`sinks.worker.validation.validate_schema`); each is looked up in the table exactly, then
     case-insensitively. Extra batch columns (ttl, writetime) are ignored. With
     ``ignore_nulls`` a top-level null becomes the driver's ``UNSET_VALUE`` (no tombstone).
     """

@@ -1,8 +1,8 @@
 """Everything one write needs, as the sink parsed it and the WAL records it: the keyspace and
 table, the checkpoint, and the connection, write and WAL configs.
 
-Built from the user's options by :func:`sinks.options.parse_options`; recorded without secrets
-in ``target.json`` (:class:`recovery.target.Target`), from which every flush and recovery works.
+Built from the user's options by :func:`sinks.worker.options.parse_options`; recorded without
+secrets in ``target.json`` (:class:`recovery.target.Target`), from which every flush and recovery works.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class WalConfig:
     flush: bool = True
     flush_mode: str = "auto"
     flush_processes: int = 2
-    metrics_port: int | None = None     # the driver's Prometheus endpoint (sinks.metrics_endpoint)
+    # the driver's Prometheus endpoint (sinks.driver.metrics_endpoint)
+    metrics_port: int | None = None
 
     def public_dict(self) -> dict[str, Any]:
         return public_fields(self)

@@ -16,7 +16,7 @@ Who runs what:
 
 * **driver**, the flusher thread (:meth:`ExecutorsWriter.write`): one :class:`SegmentTask` per
   segment not yet acknowledged, run as one Spark job of one task each (``run_job``:
-  :class:`sinks.spark_jobs.SparkJobs`, a DataFrame job a Spark Connect client runs too), then
+  :class:`sinks.driver.spark_jobs.SparkJobs`, a DataFrame job a Spark Connect client runs too), then
   an acknowledgement per segment in seal order up to the first that failed, one for each
   later segment written whole (:class:`~recovery.replay.SegmentAcknowledged`), then that
   failure (a corrupted segment first: it blocks the sink).
@@ -188,7 +188,7 @@ def _write_segment_file(job: SegmentJob, task: SegmentTask, path: str, upserter,
 
 
 def write_segments(job: SegmentJob, tasks: Iterable[SegmentTask]) -> Iterator[SegmentResult]:
-    """The function each Spark task runs (:func:`sinks.spark_jobs.run_partition` calls it):
+    """The function each Spark task runs (:func:`sinks.worker.flush_task.run_partition` calls it):
     every task of this partition, on this worker's kept
     session (:mod:`recovery.sessions`: one per worker and target, reused by its next tasks).
     The driver's measure of the batch's age is counted on from here (on another machine than
@@ -242,7 +242,7 @@ JobRunner = Callable[[int, list, Callable], list]
 
 
 class SparkJobs(Protocol):
-    """Runs a flush job on Spark (``sinks.spark_jobs``, which is Spark-facing): ``fn`` over
+    """Runs a flush job on Spark (``sinks.driver.spark_jobs``, which is Spark-facing): ``fn`` over
     ``tasks``, one task each; raises :class:`~cql.errors.FlushFailed` if the job fails."""
 
     def __call__(self, batch: int, tasks: list, fn: Callable) -> list: ...

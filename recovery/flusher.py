@@ -1,7 +1,7 @@
 """The per-query flusher: the single owner of a stream's WAL log in the driver process, which
 writes every batch Spark committed, in order, and blocks the sink on what no retry cures.
 
-Driven by the listener of :mod:`sinks.registry` (which is Spark-facing); everything here runs
+Driven by the listener of :mod:`sinks.driver.registry` (which is Spark-facing); everything here runs
 in the driver process:
 
 * at query start (``recover``, synchronous, before the first batch): discard what Spark never

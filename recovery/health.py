@@ -1,6 +1,6 @@
 """The WAL's health at a glance: what is committed but not yet in Cassandra, how old it is, how
 fast the flusher writes, and whether the sink is blocked. The one owner of these figures:
-``sinks.status(query)``, the Prometheus endpoint (:mod:`sinks.metrics_endpoint`),
+``sinks.status(query)``, the Prometheus endpoint (:mod:`sinks.driver.metrics_endpoint`),
 ``cassandra-wal status`` and ``inspect`` all read them from :func:`read_health`.
 
 Why from the WAL on disk rather than from the flusher's memory: the operator's CLI runs in

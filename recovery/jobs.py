@@ -5,7 +5,7 @@ A batch job's seal is its own commit point (there is no Spark checkpoint), so ea
 in full by the :class:`~recovery.replay.Replayer` in this process, from the driver, or with
 ``wal.flush.mode=processes`` by that many worker processes of it (Spark's commit worker, where
 this runs, cannot start a Spark job: ``executors`` mode's jobs flush from the driver). Called by
-the sink's job commit (:mod:`sinks.batch_jobs`) under the job's lock; ``cassandra-wal recover
+the sink's job commit (:mod:`sinks.worker.batch_jobs`) under the job's lock; ``cassandra-wal recover
 <table root>/jobs/<job id>`` writes a job WAL by hand.
 """
 

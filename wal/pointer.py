@@ -4,8 +4,8 @@ through this sink, and where its WALs are (layout: ``wal/FORMAT.md``).
 * ``<checkpoint>/cassandra_wal_sink.json``: the WAL of a data source's stream (one WAL a
   query), rewritten when ``wal.path`` moves.
 * ``<checkpoint>/cassandra_wal_sinks/<keyspace>.<table>.json``: the WAL of each table a
-  ``foreachBatch`` function writes (one WAL per table: :func:`sinks.plan.table_wal_location`);
-  one file per table, so two writers of one query adding theirs at once never lose one.
+  ``foreachBatch`` function writes (one WAL per table:
+  :func:`sinks.worker.plan.table_wal_location`); one file per table, so two writers of one query adding theirs at once never lose one.
 
 Written by each batch's ``prepare_write`` (unchanged content: not rewritten), read when a
 query starts, at each of its progress events (a function may write a table for the first

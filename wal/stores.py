@@ -99,7 +99,7 @@ def current_access() -> StoreAccess:
 
 
 #: The schemes of the stores :func:`open_store` reaches: the one list of them (the sink refuses
-#: a location of any other scheme but a local path before anything is staged, sinks/plan.py).
+#: a location of any other scheme but a local path before anything is staged, sinks/worker/plan.py).
 STORE_SCHEMES = ("hdfs", "webhdfs", "s3", "s3a")
 
 

@@ -131,7 +131,7 @@ def _nowal_writer(spec: dict):
         import pyarrow as pa
         from cql.upsert import Upserter
         from cql.connection import connect
-        from sinks.options import parse_options
+        from sinks.worker.options import parse_options
         from cql.table import fetch_table_schema
         from wal.seal import now_us
         cache = globals().setdefault("_BENCH_UPSERTER", {})

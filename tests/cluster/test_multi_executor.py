@@ -246,7 +246,7 @@ def test_commit_refuses_segments_the_driver_cannot_see(tmp_path):
     import pyarrow as pa
 
     from cql.errors import SinkError
-    from sinks.plan import check_segments_visible
+    from sinks.worker.plan import check_segments_visible
     from wal.segment import SegmentWriter
 
     wal = WalDir(str(tmp_path / "wal")).create()

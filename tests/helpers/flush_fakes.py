@@ -17,8 +17,8 @@ from pyspark import cloudpickle
 from cql.table import TableSchema
 from recovery.errors import FlushFailed
 from recovery.target import Target
-from sinks.options import ConnectionConfig, SinkConfig
-from sinks.spark_jobs import SparkJobs
+from sinks.worker.options import ConnectionConfig, SinkConfig
+from sinks.driver.spark_jobs import SparkJobs
 from tests.helpers.walfactory import WalFactory
 
 PASSWORD = "s3cret-for-the-closure-only"

@@ -51,7 +51,7 @@ from sinkutil import (
 
 from cql import credentials
 from cql.errors import OptionError
-from sinks.plan import open_wal_dir
+from sinks.worker.plan import open_wal_dir
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.integration

@@ -51,7 +51,7 @@ PROGRAM = textwrap.dedent("""
     sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests", "integration")]
     from tests.helpers.spark_session import local_builder
     import sinks
-    from sinks.registry import registries
+    from sinks.driver.registry import registries
     from sinkutil import write_json_files
     from wal.checkpoint import open_checkpoint
     from wal.remote import working_copy_of

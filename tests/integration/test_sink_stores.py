@@ -37,7 +37,7 @@ from sinkutil import (
 )
 
 import sinks
-from sinks.registry import registries
+from sinks.driver.registry import registries
 from tests.helpers.node import RestartableNode
 from wal.checkpoint import open_checkpoint
 from wal.pointer import read_pointer

@@ -47,7 +47,7 @@ def test_append_stream_writes_exactly_the_input(spark, cassandra_node, cql, keys
     progress event (about 30 ms of the driver's CPU a batch) is never made."""
     from pyspark.sql.streaming.listener import QueryProgressEvent
 
-    from sinks.listener import CassandraWalListener
+    from sinks.driver.listener import CassandraWalListener
 
     converted, heard = [], []
     convert, progressed = QueryProgressEvent.fromJObject, CassandraWalListener.progressed
@@ -296,7 +296,7 @@ def test_a_flush_job_carries_its_tasks_unless_they_would_make_its_closure_too_la
     than a broadcast join, bench/bench_flush_executors.py); a task list that would make the
     closure larger than CLOSURE_LIMIT is a broadcast table joined to the range instead. Both
     hand every task to exactly one Spark task."""
-    import sinks.spark_jobs as spark_jobs
+    import sinks.driver.spark_jobs as spark_jobs
 
     tasks = [("segment", i, "x" * 50) for i in range(5)]
     carried = _CountingSession(spark)

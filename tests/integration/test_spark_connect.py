@@ -1,5 +1,5 @@
 """Spark Connect (scripts/spark-connect): a stream written through a Connect client's session
-lands exactly once, its flusher running in the client process (sinks/connect.py).
+lands exactly once, its flusher running in the client process (sinks/driver/connect.py).
 
 The module's server is started through the script's command line in a temp dir on a free port
 and stopped with --purge at the end. The client runs in a process of its own

@@ -4,7 +4,7 @@
 The function's code path for a batch is drawn when Spark starts the batch; for each writer:
 
 * **called**: ``prepare_write(..., wal_per_table=True)``, then the adapter's own
-  :class:`sinks.foreach_batch.WriterCall` (the claim, the entry), the ``mapInArrow`` job's
+  :class:`sinks.worker.foreach_batch.WriterCall` (the claim, the entry), the ``mapInArrow`` job's
   tasks (``stage_partition``, one step each, with Spark's retries, speculation and zombies),
   then ``WriterCall.seal``: exactly what ``CassandraWalWriter.__call__`` does, without a
   DataFrame;
@@ -17,7 +17,7 @@ The function's code path for a batch is drawn when Spark starts the batch; for e
   ``SinkError`` before anything is staged (the user's mistake; the query fails, and the user
   fixes the function).
 
-The registry's side as ``sinks.registry`` does it: a run makes a flusher for every WAL the
+The registry's side as ``sinks.driver.registry`` does it: a run makes a flusher for every WAL the
 checkpoint's pointers name (``wal.pointer.pointed_wals``) and recovers each at its start; a
 WAL that first appears in a later batch gets its flusher at that batch's progress event.
 
@@ -57,9 +57,9 @@ TODO, STAGING, SEALED, FAILED = "todo", "staging", "sealed", "failed"
 def foreach_shape() -> str | None:
     """Which adapter the code under test has (None: foreachBatch worlds are off, or the code
     is the one commit that has entries but no ``WriterCall`` to drive)."""
-    if os.environ.get(ENV_FOREACH, "1") == "0" or not has_module("sinks.foreach_batch"):
+    if os.environ.get(ENV_FOREACH, "1") == "0" or not has_module("sinks.worker.foreach_batch"):
         return None
-    import sinks.foreach_batch as adapter
+    import sinks.worker.foreach_batch as adapter
 
     if hasattr(adapter, "WriterCall"):
         return PER_TABLE
@@ -341,7 +341,7 @@ class ForeachBatch:
         """The function calls its next writer: ``prepare_write``, then the adapter's
         ``WriterCall`` (claim, entry); its job's tasks follow as steps of their own."""
         from cql.errors import ConnectionFailed, SinkError
-        from sinks.plan import prepare_write
+        from sinks.worker.plan import prepare_write
 
         fc = q.run.call
         c = fc.calls[fc.index]
@@ -355,7 +355,7 @@ class ForeachBatch:
         per_table = self.foreach == PER_TABLE
         handle = None
         if per_table:
-            from sinks.foreach_batch import WriterCall
+            from sinks.worker.foreach_batch import WriterCall
 
             # The claim and the entry come first, inside prepare_write (its claim and on_wal),
             # before the table's lookup, as CassandraWalWriter.__call__ gives them.
@@ -405,7 +405,7 @@ class ForeachBatch:
         """The writer's job is through: ``WriterCall.seal`` (``commit_batch``), or the job
         failed (the fates that fail)."""
         from cql.errors import SinkError
-        from sinks.plan import commit_batch
+        from sinks.worker.plan import commit_batch
         from wal.seal import COMMIT_POINT_CHECKPOINT
 
         fc = q.run.call

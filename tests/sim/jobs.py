@@ -45,7 +45,7 @@ class BatchJobs:
 
     def job_start(self) -> str:
         from cql.errors import ConnectionFailed
-        from sinks.source import CassandraWalDataSource
+        from sinks.worker.source import CassandraWalDataSource
 
         self.job_count += 1
         name = f"job{self.job_count}"
@@ -83,8 +83,8 @@ class BatchJobs:
     @staticmethod
     def _jobs_root(options) -> str:
         """The folder of the batch jobs' WALs to the run's table (``~/.cassandra_wal/...``)."""
-        from sinks.options import parse_options
-        from sinks.plan import resolve_wal_root
+        from sinks.worker.options import parse_options
+        from sinks.worker.plan import resolve_wal_root
 
         return resolve_wal_root(parse_options(options.spark_options(None)), False)
 

@@ -6,7 +6,7 @@ crash points (``wal.crashpoints.on_point``: a crash point armed by the world rai
 :class:`SimCrash`, which no ``except Exception`` in the sink catches, so the "process" dies
 right there), the Cassandra connection and the table lookup where they are defined
 (``cql.connection.connect``, ``cql.table.fetch_table_schema``), Spark's ``TaskContext``
-(``sinks.source._task``), the store scheme ``simstore://`` (``wal.stores``,
+(``sinks.worker.source._task``), the store scheme ``simstore://`` (``wal.stores``,
 :mod:`tests.sim.store`) and the disk (:mod:`tests.sim.disk`); and a spy on the seals written
 (``wal.seal.write_seal``). Everything else is the real code. Patches go in once per test and
 delegate to the current world; older code without the seams gets them patched into each of its
@@ -26,7 +26,8 @@ SINK_PACKAGES = ("wal", "cql", "recovery", "sinks", "cli")
 MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoint",
            "cql.clock", "cql.connection", "cql.table", "cql.upsert", "recovery.replay",
            "recovery.output", "recovery.flusher", "recovery.executors", "recovery.jobs",
-           "recovery.recover", "sinks.plan", "sinks.source", "sinks.batch_jobs", "sinks.registry", "sinks.wait",
+           "recovery.recover", "sinks.worker.plan", "sinks.worker.source", "sinks.worker.batch_jobs",
+           "sinks.driver.registry", "sinks.driver.wait",
            "cli.recover_cmd")
 
 
@@ -154,10 +155,10 @@ class Patches:
                 pass
         import cql.connection
         import cql.table
-        import sinks.source
+        import sinks.worker.source
         import wal.seal
 
-        self._set(sinks.source, "_task", _task)
+        self._set(sinks.worker.source, "_task", _task)
         self._set(wal.seal, "write_seal", _spy_write_seal(wal.seal.write_seal))
         self._install_store()
         from . import disk
@@ -213,10 +214,10 @@ class Patches:
 
     def _install_store(self) -> None:
         """``simstore://`` (:mod:`tests.sim.store`) as one more store scheme: opened by
-        ``wal.stores.open_store`` and accepted by ``sinks.plan.resolve_location``. Older code
+        ``wal.stores.open_store`` and accepted by ``sinks.worker.plan.resolve_location``. Older code
         without stores has neither seam, and its worlds get no store."""
         try:
-            import sinks.plan
+            import sinks.worker.plan
             import wal.stores
         except ImportError:
             return
@@ -224,7 +225,8 @@ class Patches:
 
         if hasattr(wal.stores, "_open_remote"):
             self._set(wal.stores, "_open_remote", store.open_remote(wal.stores._open_remote))
-        for owner in (wal.stores, sinks.plan):    # wal.stores's since the seams, else sinks.plan's
+        # wal.stores's since the seams, else sinks.worker.plan's
+        for owner in (wal.stores, sinks.worker.plan):
             if hasattr(owner, "STORE_SCHEMES"):
                 self._set(owner, "STORE_SCHEMES", (*owner.STORE_SCHEMES, store.SCHEME))
                 break

@@ -202,7 +202,7 @@ def record_batches(execution: Execution, partition: int, fail: bool):
 
 
 class TaskContext:
-    """``pyspark.TaskContext`` as ``sinks.source`` uses it in a batch job's ``write()``."""
+    """``pyspark.TaskContext`` as ``sinks.worker.source`` uses it in a batch job's ``write()``."""
 
     def __init__(self, partition: int, attempt: int):
         self._partition, self._attempt = partition, attempt

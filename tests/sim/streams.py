@@ -258,7 +258,7 @@ class Streams:
 
     def begin_batch(self, q: Query) -> str:
         from cql.errors import ConnectionFailed, SinkError
-        from sinks.plan import prepare_write
+        from sinks.worker.plan import prepare_write
 
         if q.writers is not None:
             return self.foreach_begin(q)
@@ -319,13 +319,13 @@ class Streams:
 
     def stream_wal_location(self, q: Query) -> str:
         """Where ``q``'s next batch would stage: its WAL's folder or store URI."""
-        from sinks.options import parse_options
-        from sinks.plan import resolve_wal_root
+        from sinks.worker.options import parse_options
+        from sinks.worker.plan import resolve_wal_root
 
         return resolve_wal_root(parse_options(q.options.spark_options(q.checkpoint.path)), True)
 
     def commit(self, q: Query) -> str:
-        from sinks.plan import commit_batch
+        from sinks.worker.plan import commit_batch
 
         inflight = q.run.inflight
         e = inflight.execution
@@ -485,7 +485,7 @@ class Streams:
     def zombie_commit(self, index: int) -> str:
         """A cut-off run's commit goes on: it seals its batch now, through its own host's
         working copy, whatever happened since."""
-        from sinks.plan import commit_batch
+        from sinks.worker.plan import commit_batch
 
         z = self.zombie_commits.pop(index)
         e = z.execution

@@ -69,9 +69,9 @@ def stores_on() -> bool:
 def knows_lists_option() -> bool:
     """The code under test has ``wal.lists.atLeastOnce``, and so refuses a non-frozen list
     column without it."""
-    import sinks.options
+    import sinks.worker.options
 
-    return LISTS_OPTION in getattr(sinks.options, "KNOWN_NAMES", ())
+    return LISTS_OPTION in getattr(sinks.worker.options, "KNOWN_NAMES", ())
 
 
 def lists_on() -> bool:
@@ -272,7 +272,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         """``executors``, or ``auto`` where the code under test has it (it picks the
         executors here: the simulated Spark runs them apart from the driver); from the
         executors' own RNG, as the store worlds' choice."""
-        from sinks.options import OPTION_SPECS
+        from sinks.worker.options import OPTION_SPECS
 
         has_auto = any(s.name == "wal.flush.mode" and s.default == "auto" for s in OPTION_SPECS)
         return "auto" if has_auto and self.xrng.random() < 0.5 else "executors"
@@ -431,7 +431,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
 
     def run_attempt(self, attempt: Attempt):
         """Stage one task attempt's rows: its commit message (None if it failed mid-write)."""
-        from sinks.plan import stage_partition
+        from sinks.worker.plan import stage_partition
 
         e = attempt.execution
         batches = record_batches(e, attempt.partition, attempt.fate == "fail")
@@ -554,7 +554,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                                             if q.writers is not None else "") + moved)
 
     def _final_job(self) -> None:
-        from sinks.source import CassandraWalDataSource
+        from sinks.worker.source import CassandraWalDataSource
 
         options = self.draw_options(None, valid=True)
         with self.running("final batch job", self.clocks.on and JOBS or None, flushing=True):

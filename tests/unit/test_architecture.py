@@ -40,7 +40,8 @@ def test_the_import_contracts_are_kept():
     ("wal/format.py", "import recovery.errors", "Floors"),
     ("cql/config.py", "import wal.format", "The Cassandra floor knows neither Spark nor the WAL"),
     ("recovery/config.py", "import pyspark", "The flusher imports no Spark"),
-    ("sinks/options.py", "import sinks.plan", "No import cycles"),
+    ("sinks/worker/options.py", "import sinks.worker.plan", "No import cycles"),
+    ("sinks/worker/plan.py", "import sinks.driver.registry", "Spark's Python workers load nothing"),
 ])
 def test_a_broken_floor_is_caught(tmp_path, module, bad_import, contract):
     """The contracts can fail: each kind of violation, planted in a copy of the packages."""
@@ -57,16 +58,12 @@ def test_a_broken_floor_is_caught(tmp_path, module, bad_import, contract):
     assert any(line.startswith(contract) for line in broken), result.stdout
 
 
-#: The only imports of the project's own modules that wait for a call, and why: Spark's
-#: one-shot Python workers import ``sinks`` (to unpickle the data source) twice a micro-batch
-#: and must not load the flusher, recovery's writers and the Cassandra driver's cluster module
-#: with it (about 90 ms a worker: test_one_shot_workers_import_no_flusher_and_no_driver_cluster).
-OWN_DEFERRED = {("sinks/__init__.py", "register", "sinks.registry"),
-                ("sinks/__init__.py", "wait_flushed", "sinks.wait"),
-                ("sinks/__init__.py", "status", "sinks.query_status"),
-                ("sinks/__init__.py", "recover", "sinks.recover_job"),
-                ("sinks/source.py", "commit", "sinks.batch_jobs"),
-                ("sinks/source.py", "abort", "sinks.batch_jobs"),
+#: The only imports of the project's own modules that wait for a call, and why: a stream's
+#: commit worker (twice a micro-batch) must not load the flusher, recovery's writers and the
+#: Cassandra driver's cluster module, which only a batch job's commit needs (about 90 ms a
+#: worker: test_one_shot_workers_import_no_flusher_and_no_driver_cluster).
+OWN_DEFERRED = {("sinks/worker/source.py", "commit", "sinks.worker.batch_jobs"),
+                ("sinks/worker/source.py", "abort", "sinks.worker.batch_jobs"),
                 # A store's client (boto3, an HTTP client) only where a location names it.
                 ("wal/stores.py", "_open_remote", "wal.s3"),
                 ("wal/stores.py", "_open_remote", "wal.webhdfs")}
@@ -129,6 +126,38 @@ def test_a_deferred_import_is_found(tmp_path, monkeypatch):
     assert _deferred_imports(module, "pkg") == [("m.py", "f", "wal"), ("m.py", "g", "pkg.x")]
 
 
+def test_sinks_loads_only_the_driver_sides_public_functions_on_first_use():
+    """``import sinks`` (what every Spark worker does) loads :mod:`sinks.worker` only; the
+    public functions of :mod:`sinks.driver` are the package's only attributes loaded on first
+    use (PEP 562), each the driver side's own, and a name neither has is an AttributeError."""
+    probe = ("import sys, sinks\n"
+             "before = sorted(m for m in sys.modules if m.startswith('sinks.driver'))\n"
+             "import sinks.driver as driver\n"
+             "same = [getattr(sinks, n) is getattr(driver, n) for n in sinks.DRIVER_SIDE]\n"
+             "listed = set(sinks.DRIVER_SIDE) <= set(dir(sinks)) & set(sinks.__all__)\n"
+             "try:\n    sinks.no_such_name\nexcept AttributeError as e:\n    missing = str(e)\n"
+             "print(before, sinks.DRIVER_SIDE, same, listed, missing)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("[] ('register', 'wait_flushed', 'status', 'recover') "
+                                  "[True, True, True, True] True "
+                                  "module 'sinks' has no attribute 'no_such_name'")
+
+
+def test_the_flush_task_loads_nothing_of_the_driver_side():
+    """An executor's Python worker unpickling a flush job's task loads
+    :mod:`sinks.worker.flush_task` (with ``sinks``), never :mod:`sinks.driver`. (Until the
+    task had a module of its own, it lived beside the job's launcher, which brought the
+    Spark Connect side, ``sinks.driver.connect``, into every executor.)"""
+    probe = ("import sys, sinks.worker.flush_task\n"
+             "print([m for m in sys.modules if m.startswith(('sinks.driver', 'recovery.flusher'))])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
     """What a Python worker loads to unpickle the data source and prepare or commit a batch:
     none of the driver side. (After the floors were first built, ``import sinks`` loaded all
@@ -136,9 +165,9 @@ def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
     heavy = ["cassandra.cluster", "cassandra.connection", "cassandra.query",
              "cassandra.concurrent", "cassandra.protocol", "recovery.flusher",
              "recovery.executors", "recovery.processes", "recovery.output", "recovery.jobs",
-             "cql.upsert", "cql.encode", "sinks.registry", "sinks.wait", "sinks.batch_jobs",
+             "cql.upsert", "cql.encode", "sinks.driver", "sinks.worker.batch_jobs",
              "wal.s3", "wal.webhdfs", "boto3", "botocore", "urllib.request"]
-    probe = ("import sys, sinks, sinks.source, sinks.plan\n"
+    probe = ("import sys, sinks, sinks.worker.source, sinks.worker.plan\n"
              f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -148,13 +177,16 @@ def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
 
 def _spark_facing_methods():
     """Every method Spark (or its listener bus) calls on the sink's objects."""
-    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,
-                                        DataSourceStreamArrowWriter)
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+    )
     from pyspark.sql.streaming import StreamingQueryListener
 
     import sinks
-    from sinks import source
-    from sinks.listener import CassandraWalListener
+    from sinks.driver.listener import CassandraWalListener
+    from sinks.worker import source
 
     bases = {source.CassandraWalDataSource: DataSource,
              source.CassandraWalStreamWriter: DataSourceStreamArrowWriter,
@@ -191,13 +223,13 @@ def test_the_read_only_tools_load_no_cassandra_cluster_module():
 
 
 def test_the_drivers_exit_hooks_are_registered_before_the_flushers():
-    """atexit runs the last registered first; the flushers' last drains (sinks.registry's
+    """atexit runs the last registered first; the flushers' last drains (sinks.driver.registry's
     exit hook, registered with the first registry) must run before the Cassandra driver stops
     its event loop at exit, or they wait forever for answers. The driver registers its hooks
     when cassandra.cluster is first imported: importing the registry must do that. (When the
     driver's cluster module was loaded on first use only, a script that stopped its query and
     exited hung: tests/integration/test_outage.py.)"""
-    probe = "import sys, sinks.registry\nprint('cassandra.cluster' in sys.modules)"
+    probe = "import sys, sinks.driver.registry\nprint('cassandra.cluster' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr

@@ -1,4 +1,4 @@
-"""Back-pressure at ``wal.maxBytes`` (sinks/plan.py: ``wait_for_room``), with a fake clock.
+"""Back-pressure at ``wal.maxBytes`` (sinks/worker/plan.py: ``wait_for_room``), with a fake clock.
 
 The cap bounds the backlog *before* the batch being committed: segment bytes of earlier
 batches, sealed but not yet flushed. The batch itself is already on disk and never counts,
@@ -12,8 +12,8 @@ import os
 import pyarrow as pa
 import pytest
 
-from sinks.options import parse_options
-from sinks.plan import WritePlan, backlog_bytes, commit_batch, wait_for_room
+from sinks.worker.options import parse_options
+from sinks.worker.plan import WritePlan, backlog_bytes, commit_batch, wait_for_room
 from wal.errors import WalFull
 from wal.files import tree_size
 from wal.retention import remove_batch_files

@@ -1,5 +1,5 @@
-"""Batch jobs' WALs (wal/jobs.py, recovery/jobs.py, sinks/batch_jobs.py): the table's timestamp floor under a
-clock that steps back, and which job WALs a job completes, leaves alone, or removes.
+"""Batch jobs' WALs (wal/jobs.py, recovery/jobs.py, sinks/worker/batch_jobs.py): the table's
+timestamp floor under a clock that steps back, and which job WALs a job completes, leaves alone, or removes.
 
 The flush itself (Cassandra) is replaced by a recorder here; the end-to-end tests in
 tests/integration/test_sink_batch.py write through the real node and real Spark."""
@@ -16,7 +16,7 @@ import pytest
 
 from recovery import jobs as job_flush
 from recovery.replay import ReplayReport
-from sinks import batch_jobs
+from sinks.worker import batch_jobs
 from cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from wal import seal as seal_mod

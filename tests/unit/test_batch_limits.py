@@ -10,7 +10,7 @@ from cassandra.query import BatchStatement
 from cql.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_size,
                                    read_batch_limits)
 from cql.upsert import Upserter
-from sinks.options import WriteConfig
+from sinks.worker.options import WriteConfig
 
 from tests.helpers.fake_cassandra import Metadata
 from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session

@@ -1,5 +1,5 @@
 """Where a checkpoint is (wal/checkpoint.py: ``Filesystems``), as Spark resolves it, and the
-sink's refusal of one it cannot read (sinks/plan.py), before anything is staged.
+sink's refusal of one it cannot read (sinks/worker/plan.py), before anything is staged.
 
 Issue 17, item 5: with HDFS as Spark's default filesystem, a checkpoint given without a
 scheme is ``hdfs://...`` to Spark; the sink used it as a local folder, so nothing was ever
@@ -14,8 +14,8 @@ import os
 import pytest
 
 from cql.errors import OptionError
-from sinks.options import parse_options
-from sinks.plan import prepare_write, resolve_wal_root
+from sinks.worker.options import parse_options
+from sinks.worker.plan import prepare_write, resolve_wal_root
 from wal.pointer import POINTER_FILE, read_pointer
 from tests.helpers.walfactory import WalFactory
 from wal import checkpoint as ckpt

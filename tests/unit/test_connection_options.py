@@ -15,7 +15,7 @@ from cql.connection import _ssl_context, cluster_kwargs, connect
 from cql.errors import REDACTED, ConnectionFailed, OptionError
 from cql.table import TableSchema
 from recovery.target import Target
-from sinks.options import OPTION_SPECS, parse_options
+from sinks.worker.options import OPTION_SPECS, parse_options
 
 pytestmark = pytest.mark.unit
 
@@ -182,7 +182,7 @@ def test_old_spellings_are_exactly_sccs_write_and_connection_list():
                          ids=[o[0] for o in OLD_NAMES])
 def test_old_spelling_is_read_as_the_new_name_with_a_warning(caplog, old, new, value, read,
                                                              expected):
-    with caplog.at_level(logging.WARNING, logger="sinks.options"):
+    with caplog.at_level(logging.WARNING, logger="sinks.worker.options"):
         cfg = parse_options({**BASE, old.lower(): value})
     assert read(cfg) == expected
     assert cfg == parse_options({**BASE, new: value})
@@ -190,7 +190,7 @@ def test_old_spelling_is_read_as_the_new_name_with_a_warning(caplog, old, new, v
 
 
 def test_old_spelling_in_session_conf_is_read_too(caplog):
-    with caplog.at_level(logging.WARNING, logger="sinks.options"):
+    with caplog.at_level(logging.WARNING, logger="sinks.worker.options"):
         cfg = parse_options(BASE, {"spark.cassandra.connection.local_dc": "dc3"})
     assert cfg.connection.local_dc == "dc3"
     assert any("spark.cassandra.connection.localDC" in r.getMessage() for r in caplog.records)

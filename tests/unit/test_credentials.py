@@ -28,7 +28,7 @@ from cql.table import TableSchema
 from recovery.flusher import load_target
 from recovery.output import CassandraOutput
 from recovery.target import Target
-from sinks.options import parse_options
+from sinks.worker.options import parse_options
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.unit

@@ -22,7 +22,7 @@ from pyspark.errors import AnalysisException, PySparkTypeError
 from recovery.errors import FlushFailed, RecoveryBlocked, is_transient
 from recovery.executors import ExecutorsWriter, SegmentJob, _armed, segment_tasks, write_segments
 from recovery.replay import Replayer
-from sinks.spark_jobs import SparkJobs
+from sinks.driver.spark_jobs import SparkJobs
 from tests.helpers.flush_fakes import (FAIL_IDS, PASSWORD, WRITES, LocalJob, flusher_for,
                                        recording_upserter, target, target_flushed_by)
 from tests.helpers.spark_fakes import FakeSpark
@@ -344,14 +344,14 @@ def test_an_unchanged_fingerprint_keeps_the_session(tmp_path):
 
 
 def test_a_flush_task_runs_the_tasks_of_its_rows_and_returns_their_results_pickled():
-    # sinks/spark_jobs.run_partition, as mapInArrow calls it on an executor: the partition's
+    # sinks/worker/flush_task.run_partition, as mapInArrow calls it on an executor: the partition's
     # rows carry pickled SegmentTasks; each result comes back pickled, one row each.
     import pickle
 
     import pyarrow as pa
 
     from recovery.executors import SegmentResult, SegmentTask
-    from sinks.spark_jobs import run_partition
+    from sinks.worker.flush_task import run_partition
     from wal.segment import SegmentRef
 
     tasks = [SegmentTask(i, SegmentRef(f"00/{i}.seg", i, 0, 3, 1, 10, 7), 3 * i) for i in (4, 5)]
@@ -372,7 +372,7 @@ def test_a_flush_task_runs_the_tasks_of_its_rows_and_returns_their_results_pickl
 def test_through_spark_connect_without_tls_a_flush_with_credentials_stays_in_the_client(
         tmp_path, monkeypatch, caplog):
     # The job's closure travels to a Connect server in the plan: with credentials, only over
-    # TLS; otherwise the client flushes itself and says so once (sinks/spark_jobs.py).
+    # TLS; otherwise the client flushes itself and says so once (sinks/driver/spark_jobs.py).
     flusher, runs = flusher_for(tmp_path, "executors", FakeSpark())
     try:
         monkeypatch.setattr(flusher.spark_jobs, "carries_secrets", lambda: False)
@@ -532,7 +532,7 @@ def test_sinks_recover_through_connect_without_tls_writes_from_this_process(tmp_
     # As the flusher: the job's closure would carry the credentials to the server in the plan.
     from types import SimpleNamespace
 
-    import sinks.recover_job as recover_job
+    import sinks.driver.recover_job as recover_job
 
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.wal.write_target({"fingerprint": "f", "target": target().to_dict()})

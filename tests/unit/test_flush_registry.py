@@ -1,4 +1,4 @@
-"""The flushers of a session's queries (sinks/registry.py: FlushRegistry), one per run.
+"""The flushers of a session's queries (sinks/driver/registry.py: FlushRegistry), one per run.
 
 Spark delivers a restarted run's ``onQueryStarted`` on the query's thread, possibly before the
 previous run's ``onQueryTerminated`` arrives from the listener bus: the registry must hand the
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import sinks.registry as driver
+import sinks.driver.registry as driver
 from recovery.config import SinkConfig, WalConfig
 from tests.helpers.spark_fakes import FakeFlusher, FakeSpark, pointing
 
@@ -315,7 +315,7 @@ def failing_flusher(error):
 def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
         registry, monkeypatch, tmp_path):
     from cql.errors import SinkError
-    from sinks.plan import check_not_blocked
+    from sinks.worker.plan import check_not_blocked
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()

@@ -1,6 +1,6 @@
-"""The foreachBatch writer's call (sinks/foreach_batch.py) before anything is staged: its claim
-and its entry (issue 30; what the simulation found after the first fix, tests/sim/README.md
-F1 and F2)."""
+"""The foreachBatch writer's call (sinks/worker/foreach_batch.py) before anything is staged: its
+claim and its entry (issue 30; what the simulation found after the first fix,
+tests/sim/README.md F1 and F2)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql import types as T
 
 import cql.connection
 from cql.errors import ConnectionFailed, SinkError
-from sinks import foreach_batch, plan
+from sinks.worker import foreach_batch, plan
 from wal.entries import read_entry
 from wal.layout import WalDir
 from wal.pointer import pointed_wals
@@ -134,7 +134,7 @@ def test_a_writer_called_on_a_thread_of_the_function_takes_the_run_the_registry_
     after a restart in the same process, the re-run of a batch the first run had claimed was
     refused as "written twice"."""
     from tests.helpers.spark_fakes import FakeFlusher, FakeSpark, pointing
-    from sinks import registry as driver
+    from sinks.driver import registry as driver
 
     FakeFlusher.made = []
     monkeypatch.setattr(driver, "registries", [])

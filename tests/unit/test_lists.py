@@ -32,9 +32,9 @@ from recovery.config import SinkConfig
 from recovery.flusher import QueryFlusher
 from recovery.recover import replay_wal
 from recovery.target import RecordedTarget, Target
-from sinks import plan
-from sinks.options import parse_options
-from sinks.validation import validate_schema
+from sinks.worker import plan
+from sinks.worker.options import parse_options
+from sinks.worker.validation import validate_schema
 from tests.helpers.fake_cassandra import FakeCluster, Metadata
 from tests.helpers.walfactory import WalFactory
 from wal.layout import WalDir

@@ -1,4 +1,4 @@
-"""The Prometheus endpoint (sinks/metrics_endpoint.py): a real HTTP server on a free port,
+"""The Prometheus endpoint (sinks/driver/metrics_endpoint.py): a real HTTP server on a free port,
 scraped with a real request; its metric names are the ones docs/user-guide.md lists."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers.net import free_port
 from recovery.config import SinkConfig
 from recovery.health import Health
-from sinks import metrics_endpoint
-from sinks.metrics_endpoint import ServedQuery
+from sinks.driver import metrics_endpoint
+from sinks.driver.metrics_endpoint import ServedQuery
 
 pytestmark = pytest.mark.unit
 

@@ -137,7 +137,7 @@ def test_a_foreach_batch_wal_moved_keeps_its_floor_and_is_told(tmp_path, legacy_
     """A foreachBatch query upgraded from the release before one WAL per table has the data
     source's pointer and the table's slot naming <cp>/cassandra_wal: a wal.path change for the
     table was taken for leaving another table's WAL (no floor, no refusal, not told)."""
-    from sinks.plan import _follow_a_move
+    from sinks.worker.plan import _follow_a_move
     from wal.layout import WalDir
     from wal.pointer import write_pointer
     from wal.seal import last_written_ts_us
@@ -164,7 +164,7 @@ def test_a_table_leaving_a_wal_another_table_writes_gets_a_floor_above_it(tmp_pa
     """Two tables' slots name one WAL (each run called one writer); table u gets a WAL of its
     own: the shared WAL stays t's (not told, not checked), and u's new WAL still starts above
     its timestamps: u's earlier rows went through it."""
-    from sinks.plan import _follow_a_move
+    from sinks.worker.plan import _follow_a_move
     from wal.layout import WalDir
     from wal.pointer import write_pointer
 
@@ -251,7 +251,7 @@ def test_a_move_killed_after_telling_the_old_wal_then_a_revert_clears_its_moved_
     """The same, killed after the old WAL Y was told (its moved.json) and before the pointer
     names X: the next batch through Y (the pointer names Y) clears the moved.json the pointer
     does not confirm, before it stages."""
-    from sinks.plan import _follow_a_move
+    from sinks.worker.plan import _follow_a_move
     from wal.pointer import write_pointer
 
     cp, x, y = _moved_away_and_written_elsewhere(tmp_path)
@@ -348,7 +348,7 @@ def test_a_move_back_killed_at_any_step_then_a_revert_writes_the_old_wals_batche
         tmp_path, monkeypatch, step):
     """The user goes back to wal.path=Y instead (the pointer still names it): Y's next
     batches are written, and a move to X later is followed."""
-    from sinks.plan import _follow_a_move
+    from sinks.worker.plan import _follow_a_move
     from wal.pointer import write_pointer
 
     cp, x, y = _moved_away_and_written_elsewhere(tmp_path)

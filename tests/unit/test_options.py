@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cql.errors import REDACTED, OptionError
-from sinks.options import (
+from sinks.worker.options import (
     OPTION_SPECS,
     ConnectionConfig,
     SinkConfig,
@@ -20,7 +20,7 @@ from sinks.options import (
     WriteConfig,
     parse_options,
 )
-from sinks.options_doc import options_markdown
+from sinks.worker.options_doc import options_markdown
 
 pytestmark = pytest.mark.unit
 
@@ -410,7 +410,7 @@ def test_session_conf_other_keys_are_ignored():
 
 def test_unknown_session_cassandra_keys_are_ignored_with_warning_for_typos(caplog):
     session = {"spark.cassandra.input.split.sizeInMB": "64", "spark.cassandra.output.concurent.writes": "8"}
-    with caplog.at_level(logging.WARNING, logger="sinks.options"):
+    with caplog.at_level(logging.WARNING, logger="sinks.worker.options"):
         cfg = parse_options(BASE, session)
     assert cfg.write.concurrent_writes == 32
     assert "concurent" in caplog.text and "did you mean" in caplog.text

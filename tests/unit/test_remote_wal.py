@@ -371,7 +371,7 @@ def test_a_commit_after_spark_committed_its_batch_is_refused(tmp_path):
     """Sim D (seed 992): a cut-off driver's commit of batch 0 published its seal after the
     re-run's was committed, and the newest version (its) was written."""
     from cql.errors import SinkError
-    from sinks.plan import check_not_committed
+    from sinks.worker.plan import check_not_committed
 
     s = Stream(tmp_path)
     check_not_committed(s.checkpoint, 0)                   # not committed: nothing to say

@@ -66,7 +66,7 @@ def test_every_clock_reading_wait_and_session_goes_through_its_seam():
 
 
 @pytest.mark.parametrize("module, planted, caught", [
-    ("sinks/wait.py", "import time\n_T = time.monotonic()", "time.monotonic"),
+    ("sinks/driver/wait.py", "import time\n_T = time.monotonic()", "time.monotonic"),
     ("recovery/output.py", "from cql.connection import connect", "from cql.connection import connect"),
     ("cql/upsert.py", "from .table import fetch_table_schema", "import fetch_table_schema"),
     ("recovery/recover.py", "from tenacity import stop_after_delay", "import stop_after_delay"),
@@ -95,5 +95,5 @@ def test_the_simulation_replaces_the_world_in_ten_modules_only():
     finally:
         patches.undo()
     assert patched == {"wal.clock", "wal.crashpoints", "cql.connection", "cql.table",
-                       "sinks.source", "wal.seal", "wal.stores", "wal.files", "wal.segment",
+                       "sinks.worker.source", "wal.seal", "wal.stores", "wal.files", "wal.segment",
                        "wal.log"}

@@ -1,4 +1,4 @@
-"""Spark Connect's side of the sink (sinks/connect.py, ConnectFlushRegistry): no JVM, the
+"""Spark Connect's side of the sink (sinks/driver/connect.py, ConnectFlushRegistry): no JVM, the
 checkpoint told by the user and checked, a run's first drain that never discards, and the
 locations and credentials the client's flusher could not follow refused on the server."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from cql.errors import OptionError, SinkError
-from sinks import connect, registry
+from sinks.driver import connect, registry
 from tests.helpers.spark_fakes import FakeFlusher
 from wal import checkpoint as ckpt
 
@@ -107,7 +107,7 @@ def test_track_starts_a_flusher_that_never_discards(connect_registry, tmp_path):
     (flusher,) = connect_registry.flushers_of(query.runId)
     assert flusher.calls == ["start", "kick"]               # no recover(): no discarding
     # wal.flush.mode=executors: DataFrame jobs through the client's session (it has no
-    # SparkContext), run by the server's executors (sinks/spark_jobs.py).
+    # SparkContext), run by the server's executors (sinks/driver/spark_jobs.py).
     assert flusher.spark_jobs is not None and flusher.spark_jobs.spark is connect_registry.spark
     assert connect_registry.track(query, str(cp)) == str(cp)   # idempotent for a run
     assert flusher.calls == ["start", "kick"]

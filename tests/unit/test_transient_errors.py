@@ -494,7 +494,7 @@ def test_a_flusher_that_cannot_open_its_log_on_a_full_disk_does_not_block_the_wa
     plain "IO error" Exception was not transient, so the registry wrote blocked.json ("the
     flusher cannot start") and the query's next commit failed, though room on the disk cures
     it. It is a WalStorageError now: the registry tries again at the next event."""
-    import sinks.registry as driver
+    import sinks.driver.registry as driver
     import wal.log
     from tests.helpers.flush_fakes import target
     from tests.helpers.spark_fakes import FakeSpark

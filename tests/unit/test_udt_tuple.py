@@ -2,8 +2,8 @@
 
 What the table records (:class:`cql.table.TableSchema`: the UDTs its columns use, nested ones
 too), how a struct's values become what the driver binds (:mod:`cql.convert`) and the
-driver's bytes (:mod:`cql.encode`), and every refusal of :func:`sinks.validation.validate_schema`
-and of the whole-column checks, each naming the column and the field's path.
+driver's bytes (:mod:`cql.encode`), and every refusal of
+:func:`sinks.worker.validation.validate_schema` and of the whole-column checks, each naming the column and the field's path.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cql.convert import FieldMismatch, UdtValue, row_converter, struct_sources
 from cql.encode import CellEncoder
 from cql.errors import InvalidValueError, SchemaError
 from cql.table import CqlType, TableSchema, parse_cql_type
-from sinks.validation import validate_schema
+from sinks.worker.validation import validate_schema
 
 ZIP = ("zipinfo", (("code", "text"), ("Plus4", "int")))
 ADDR = ("Addr", (("street", "text"), ("zip", "frozen<zipinfo>"), ("tags", "frozen<list<text>>"),

@@ -17,7 +17,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, Prepare
 
 from cql.upsert import Upserter, size_model
 from cql.convert import row_converter
-from sinks.options import WriteConfig
+from sinks.worker.options import WriteConfig
 from cql.table import TableSchema
 from tests.helpers.fake_cassandra import Metadata
 from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session

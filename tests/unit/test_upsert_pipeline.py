@@ -26,7 +26,7 @@ from cassandra import InvalidRequest, WriteTimeout
 
 from recovery.errors import FlushFailed
 from cql.upsert import Upserter
-from sinks.options import WriteConfig
+from sinks.worker.options import WriteConfig
 from wal.errors import WalCorrupted
 
 from tests.helpers.fake_cassandra import FakeSession

@@ -19,9 +19,13 @@ from cql.errors import (
     UnknownKeyspaceError,
     UnknownTableError,
 )
-from sinks.options import WriteConfig
+from sinks.worker.options import WriteConfig
 from cql.table import TableSchema, fetch_table_schema
-from sinks.validation import check_primary_key_not_null, check_ttl_and_writetime, validate_schema
+from sinks.worker.validation import (
+    check_primary_key_not_null,
+    check_ttl_and_writetime,
+    validate_schema,
+)
 from tests.helpers.fake_cassandra import FakeCluster, keyspaces
 
 pytestmark = pytest.mark.unit

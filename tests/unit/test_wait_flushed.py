@@ -1,4 +1,4 @@
-"""``sinks.wait_flushed(query, timeout)`` (sinks/wait.py) on real WALs, with a fake query.
+"""``sinks.wait_flushed(query, timeout)`` (sinks/driver/wait.py) on real WALs, with a fake query.
 
 It returns once every batch up to the checkpoint's highest ``commits/N`` is flushed, wakes the
 live flusher rather than waiting for its poll, raises the reason of a block and, on timeout,
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 import sinks
-import sinks.registry as registry_module
-import sinks.wait as driver
+import sinks.driver.registry as registry_module
+import sinks.driver.wait as driver
 from recovery.errors import NotFlushedYet, WalBlocked
 from cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory

@@ -1,6 +1,6 @@
-"""The value parsers of the option table (:data:`sinks.options.OPTION_SPECS`): each takes the
+"""The value parsers of the option table (:data:`sinks.worker.options.OPTION_SPECS`): each takes the
 raw string a user gave and returns the value, or raises ``ValueError(reason)``, which
-:func:`sinks.options.parse_options` turns into an :class:`~cql.errors.OptionError` naming the
+:func:`sinks.worker.options.parse_options` turns into an :class:`~cql.errors.OptionError` naming the
 option (its value redacted for secrets).
 """
 

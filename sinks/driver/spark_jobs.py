@@ -2,7 +2,8 @@
 (:mod:`recovery.flusher`, which imports no Spark) is handed to run them.
 
 Runs: in the driver process (Spark Connect: the client's), on the flusher's thread; the job's
-tasks on executors (:func:`recovery.executors.write_segments`, through :func:`run_partition`).
+tasks on executors (:func:`recovery.executors.write_segments`, through
+:mod:`sinks.worker.flush_task`).
 
 One Spark job per batch, through the DataFrame API, so that a Spark Connect client runs it as
 a classic driver does: ``spark.range(n, numPartitions=n)`` (one row, so one task, per
@@ -24,10 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from functools import partial
 
-import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import (
     AnalysisException,
@@ -40,40 +40,18 @@ from pyspark.errors import (
 
 from cql.errors import FlushFailed
 from recovery.executors import CLOSURE_LIMIT
+from sinks.worker.flush_task import RESULTS, run_listed_partition, run_partition
 
 from .connect import is_connect_session
 
 #: The scheduler pool of the flush jobs (classic sessions).
 POOL = "cassandra_wal_flush"
 TASKS = "id long, task binary"
-RESULTS = "result binary"
 #: Errors of the job's own making (its plan, its closure), which no retry cures: they block
 #: the sink, naming the remedy. Any other failure (a task lost beyond
 #: ``spark.task.maxFailures``, Spark stopping, the Connect server gone) is retried.
 PERMANENT = (AnalysisException, PySparkAttributeError, PySparkPicklingError, PySparkTypeError,
              PySparkValueError)
-
-
-def run_partition(fn: Callable[[Iterable], Iterator], batches) -> Iterator:
-    """The ``mapInArrow`` function of a job whose tasks are a joined table, on an executor:
-    ``fn`` over this partition's tasks (their pickled bytes in column ``task``), each result
-    pickled into one row."""
-    tasks = [pickle.loads(raw) for rb in batches for raw in rb.column("task").to_pylist()]
-    yield from _results(fn(tasks))
-
-
-def run_listed_partition(fn: Callable[[Iterable], Iterator], listed: list[bytes],
-                         batches) -> Iterator:
-    """The ``mapInArrow`` function of a job that carries its tasks (``listed``, pickled), on an
-    executor: ``fn`` over the tasks of this partition's ids, each result pickled into one row."""
-    tasks = [pickle.loads(listed[i]) for rb in batches for i in rb.column("id").to_pylist()]
-    yield from _results(fn(tasks))
-
-
-def _results(results: Iterable) -> Iterator:
-    for result in results:
-        yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]},
-                                         schema=pa.schema([("result", pa.binary())]))
 
 
 class SparkJobs:

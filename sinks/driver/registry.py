@@ -26,24 +26,24 @@ from recovery import events
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher, block_if_lost
 from recovery.target import TargetNotRecorded
+from sinks.worker.foreach_batch import forget_run, note_run
+from sinks.worker.source import CassandraWalDataSource
 from wal.catalog import committed_through
 from wal.checkpoint import Filesystems, is_local
-from wal.stores import use_access
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import pointed_wals
+from wal.stores import use_access
 
 from . import metrics_endpoint
-from .metrics_endpoint import ServedQuery
 from .connect import (
     ConnectCassandraWalDataSource,
     filesystems_of,
     is_connect_session,
     tracked_checkpoint,
 )
-from .foreach_batch import forget_run, note_run
 from .listener import CassandraWalListener
-from .source import CassandraWalDataSource
+from .metrics_endpoint import ServedQuery
 from .spark_jobs import SparkJobs
 
 log = logging.getLogger(__name__)
@@ -381,7 +381,7 @@ class FlushRegistry:
 
 
 class ConnectFlushRegistry(FlushRegistry):
-    """A Spark Connect client's registry (:mod:`sinks.connect`): the listener runs in the
+    """A Spark Connect client's registry (:mod:`sinks.driver.connect`): the listener runs in the
     client, which cannot ask Spark where a query's checkpoint is, so a query is flushed once
     :meth:`track` was told; a restart of a tracked query (same id, same checkpoint) in this
     session is followed from its ``onQueryStarted`` on. A run's first drain waits for what

@@ -4,7 +4,7 @@ What ``cassandra-wal recover`` does from one process (:func:`recovery.recover.re
 the WAL's writer lock, batches in order at their sealed timestamps, what Spark never
 committed left, or discarded with ``force``), with the rows written as ``wal.flush.mode=
 executors`` writes them: one Spark task per sealed segment, each reading its segment from the
-WAL folder or from the store (:mod:`recovery.executors`, :mod:`sinks.spark_jobs`). For a
+WAL folder or from the store (:mod:`recovery.executors`, :mod:`sinks.driver.spark_jobs`). For a
 backlog too long to replay from one process before the query restarts.
 
 Runs: in the driver process (Spark Connect: the client's), on the calling thread; the rows on

@@ -4,7 +4,7 @@ Why one table: a user moving from the Spark Cassandra Connector (SCC) changes on
 name and keeps their options, so we must accept SCC's names, refuse the few that would break
 "exactly once in effect" with a reason, and say which are accepted but have no effect.
 :data:`OPTION_SPECS` is the single source of truth for names, defaults, parsing and docs;
-``docs/options.md`` is rendered from it by :mod:`sinks.options_doc` (a unit test keeps them
+``docs/options.md`` is rendered from it by :mod:`sinks.worker.options_doc` (a unit test keeps them
 equal).
 
 Matching: Spark lower-cases the keys of a Python data source's options
@@ -88,7 +88,8 @@ _CLUSTER_REASON = (
     "one to write to"
 )
 
-#: Our opt-in for non-frozen list columns (:func:`sinks.validation.validate_schema` names it).
+#: Our opt-in for non-frozen list columns (named by
+#: :func:`sinks.worker.validation.validate_schema`).
 LISTS_AT_LEAST_ONCE = "wal.lists.atLeastOnce"
 
 _T, _C, _A, _W, _L, _I, _R = (

@@ -13,7 +13,7 @@ checkpoint is: no ``_jsq``, no JVM, and neither the events, ``lastProgress``, ``
   and the WAL itself: the client must reach them (the same host, a shared mount, HDFS or S3)
   and Cassandra;
 * the client learns a query's checkpoint from the user (:meth:`FlushRegistry.track
-  <sinks.registry.FlushRegistry.track>`), checked against the query id Spark wrote in the
+  <sinks.driver.registry.FlushRegistry.track>`), checked against the query id Spark wrote in the
   checkpoint's ``metadata`` (:func:`tracked_checkpoint`);
 * the first drain of a run is an ordinary one (undecided batches wait), never the classic
   recovery that discards what Spark did not commit: the server's first batch may already be
@@ -26,14 +26,12 @@ checkpoint is: no ``_jsq``, no JVM, and neither the events, ``lastProgress``, ``
 
 from __future__ import annotations
 
-
 from cql import credentials
 from cql.errors import OptionError, SinkError
+from sinks.worker.source import CassandraWalDataSource
 from wal import checkpoint as ckpt
 from wal import clock
 from wal.stores import StoreAccess
-
-from .source import CassandraWalDataSource
 
 #: How long :func:`tracked_checkpoint` waits for Spark's ``metadata`` to be visible (a store's
 #: listing may lag the server's write by a moment).

@@ -9,7 +9,7 @@ Who calls what, where (measured: ``../shared/docs/spark-facts.md``):
 * ``commit()``: Spark's commit worker on the driver host. Seals the batch durably before it
   returns; a stream's batch is flushed later, by the driver, once ``commits/N`` exists
   (:mod:`recovery.flusher`). A batch ``df.write`` job has a WAL of its own, and flushes right
-  after its seal, in the commit (:mod:`sinks.batch_jobs`).
+  after its seal, in the commit (:mod:`sinks.worker.batch_jobs`).
 * ``abort()``: nothing to undo: unsealed segments are never flushed and are removed later (a
   batch job removes its unsealed WAL at once).
 
@@ -91,7 +91,7 @@ class CassandraWalBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages):
         """Seal the job, write it to Cassandra and return once every row is acknowledged
-        (:mod:`sinks.batch_jobs`).
+        (:mod:`sinks.worker.batch_jobs`).
 
         Runs: in a one-shot Python worker of the driver, once per job."""
         # Imported here: a stream's one-shot workers import this module too and never need

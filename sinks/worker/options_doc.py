@@ -1,18 +1,22 @@
-"""``docs/options.md``, rendered from the option table (:data:`sinks.options.OPTION_SPECS`).
+"""``docs/options.md``, rendered from the option table (:data:`sinks.worker.options.OPTION_SPECS`).
 
-Regenerate: ``python -c "from sinks.options_doc import options_markdown as m; print(m(), end='')" > docs/options.md``
+Regenerate::
+
+    python -c "from sinks.worker.options_doc import options_markdown as m; print(m(), end='')" \
+        > docs/options.md
+
 (a unit test fails while the page and the table differ).
 """
 
 from __future__ import annotations
 
-from sinks.options import OPTION_SPECS
+from sinks.worker.options import OPTION_SPECS
 
 _INTRO = """\
 # Options
 
-<!-- Generated from sinks/options.py (OPTION_SPECS) by sinks/options_doc.py; do not edit by hand.
-     Regenerate: python -c "from sinks.options_doc import options_markdown as m; print(m(), end='')" > docs/options.md -->
+<!-- Generated from sinks/worker/options.py (OPTION_SPECS) by sinks/worker/options_doc.py;
+     do not edit by hand. Regenerate: python -c "from sinks.worker.options_doc import options_markdown as m; print(m(), end='')" > docs/options.md -->
 
 Pass options with `.option(name, value)` on the writer. Names are matched case-insensitively
 (Spark lower-cases them); errors name the spelling shown here. Any `spark.cassandra.*` name

@@ -1,10 +1,10 @@
-"""The StreamingQueryListener that drives :class:`sinks.registry.FlushRegistry`.
+"""The StreamingQueryListener that drives :class:`sinks.driver.registry.FlushRegistry`.
 
 Runs: in the driver process, on Spark's listener bus thread (``onQueryStarted`` on the
 query's own thread, synchronously, before its first batch). With Spark Connect, in the client
 process: ``onQueryStarted`` on the thread that called ``start()``, as it returns (the query
 already runs on the server), the others on the client's listener thread (measured:
-:mod:`sinks.connect`). An exception here must never reach
+:mod:`sinks.driver.connect`). An exception here must never reach
 Spark's listener bus (it would be dropped there), so failures are handled below it: a flusher
 that cannot start or flush for a reason no retry cures blocks the WAL (``blocked.json``), and
 the query's next commit fails with the reason. What still reaches this module is logged with
@@ -35,9 +35,10 @@ class _ProgressByIds(JStreamingQueryListener):
 
 
 class CassandraWalListener(StreamingQueryListener):
-    """Hands each event of a query to the session's :class:`~sinks.registry.FlushRegistry`."""
+    """Hands each event of a query to the session's
+    :class:`~sinks.driver.registry.FlushRegistry`."""
 
-    def __init__(self, registry):     # the session's sinks.registry.FlushRegistry
+    def __init__(self, registry):     # the session's sinks.driver.registry.FlushRegistry
         self.registry = registry
 
     def _safely(self, what, query_id, run_id) -> None:

@@ -15,7 +15,7 @@ Each call records that it was called for the batch (an *entry*, :mod:`wal.entrie
 the micro-batch on the executors (one segment per partition, through ``mapInArrow``), then
 seals it in the driver before returning. Spark writes ``commits/N`` after the function
 returns; the listener then flushes, exactly as for the data source. Each table has a WAL of
-its own (:func:`sinks.plan.table_wal_location`), with its own batches, seals and timestamps;
+its own (:func:`sinks.worker.plan.table_wal_location`), with its own batches, seals and timestamps;
 a batch for which a writer is not called has nothing to write to its table, while one whose
 writer failed, and which Spark committed because the function caught the error, blocks the
 table's WAL (it lost rows). One table written twice in one batch is refused: the second
