@@ -152,13 +152,25 @@ class WriteConfig:
     #: Non-frozen list columns written at least once (``wal.lists.atLeastOnce``): a replay
     #: of a row appends its elements again (:attr:`cql.table.CqlType.is_non_frozen_list`).
     lists_at_least_once: tuple[str, ...] = ()
+    #: A change stream (``op.*``, :mod:`cql.changes`): the DataFrame column holding each row's
+    #: operation (never written as a cell; None: every row is an upsert) and the values that
+    #: make a row an upsert, a row delete or a partition delete.
+    op_column: str | None = None
+    upsert_values: tuple[str, ...] = ("c", "u", "r")
+    delete_values: tuple[str, ...] = ("d",)
+    partition_delete_values: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # A tuple however it was given (a JSON list from target.json or a seal; None: unset).
-        object.__setattr__(self, "lists_at_least_once", tuple(self.lists_at_least_once or ()))
+        for name in _TUPLE_FIELDS:
+            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
 
     def public_dict(self) -> dict[str, Any]:
         return public_fields(self)
+
+
+_TUPLE_FIELDS = ("lists_at_least_once", "upsert_values", "delete_values",
+                 "partition_delete_values")
 
 
 def public_fields(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -6,7 +6,8 @@ cells: Cassandra keeps one cell per column and timestamp, and a newer write by a
 still wins. A TTL counts from the seal, on the driver's measure of the batch's age
 (:mod:`cql.batch_age`); a row whose TTL ran out while it was pending is written as what its
 expired cells would have left, a tombstone per written column at its sealed timestamp
-(``DELETE <columns> ... USING TIMESTAMP ?``).
+(``DELETE <columns> ... USING TIMESTAMP ?``). In a change stream (:mod:`cql.changes`) a row
+marked a delete is a ``DELETE`` of its row or partition at its sealed timestamp.
 
 Building requests: values are serialized a whole column at a time (:mod:`cql.encode`, the
 driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
@@ -42,8 +43,9 @@ from tenacity import (
 from wal import clock
 
 from . import batch_age
-from .batch_limits import BatchLimits, read_batch_limits
 from .batch_age import BatchAge
+from .batch_limits import BatchLimits, read_batch_limits
+from .changes import PARTITION_DELETE, ROW_DELETE, UPSERT, operations
 from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
@@ -60,6 +62,11 @@ ROW_OVERHEAD, CELL_OVERHEAD, MULTI_CELL_WEIGHT = 48, 24, 11
 #: The TTL of a row whose TTL ran out while it was pending: it is written as tombstones
 #: (:meth:`Upserter._tombstone`), not as cells.
 EXPIRED = type("Expired", (), {"__repr__": lambda self: "EXPIRED"})()
+#: What ends the bound values of a change stream's row that is a delete (:mod:`cql.changes`):
+#: it is written as a DELETE of its row, or of its partition (:meth:`Upserter._key_delete`).
+ROW_DELETED = type("RowDeleted", (), {"__repr__": lambda self: "ROW_DELETED"})()
+PARTITION_DELETED = type("PartitionDeleted", (), {"__repr__": lambda self: "PARTITION_DELETED"})()
+_DELETE_MARKS = {ROW_DELETE: ROW_DELETED, PARTITION_DELETE: PARTITION_DELETED}
 _SCALAR_TYPES = frozenset({"ascii", "bigint", "blob", "boolean", "counter", "date", "decimal",
                            "double", "duration", "float", "inet", "int", "smallint", "text",
                            "time", "timestamp", "timeuuid", "tinyint", "uuid", "varchar",
@@ -160,8 +167,10 @@ class Upserter:
         # regular ones; with ignoreNulls, those set), prepared on first use.
         self._regular = [i for i, c in enumerate(self.table_columns) if c not in table.primary_key]
         self._deletes: dict[tuple[int, ...], tuple] = {}      # columns -> (prepared, key cells)
+        # A change stream's deletes (:mod:`cql.changes`): mark -> (prepared, key cells).
+        self._key_deletes: dict[object, tuple] = {}
         self._prepared = {self.statement.query_id: self.statement}
-        self._bind = self._bind_ttl if self._ttl else self.bound
+        self._bind = self._bind_marked if self._ttl or write.op_column else self.bound
 
     # -- building statements -------------------------------------------------------------
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
@@ -182,20 +191,21 @@ class Upserter:
         second they are built in (default: the clock's)."""
         rows: list[tuple] = []
         sizes: list[int] | None = [] if self._by_replicas else None
-        expired = False
+        marked = False
         for batch, first_ts in chunks:
-            chunk_rows, weighted_bytes, dead = self._encoded(batch, first_ts, sealed_at_us, now_s)
+            chunk_rows, weighted_bytes, some = self._encoded(batch, first_ts, sealed_at_us, now_s)
             rows.extend(chunk_rows)
-            expired = expired or dead
+            marked = marked or some
             if sizes is not None:   # only replica-set batches are sized
                 sizes.extend((weighted_bytes + self._row_overhead).tolist())
-        # Rows are bound as they always were unless some ran out (then as tombstones).
-        return self.statements(rows, sizes, self._bind_ttl if expired else self.bound)
+        # Rows are bound as they always were unless some ran out (then as tombstones) or are
+        # a change stream's deletes.
+        return self.statements(rows, sizes, self._bind_marked if marked else self.bound)
 
     def _encoded(self, batch: pa.RecordBatch, first_ts: int, sealed_at_us: int | None = None,
                  now_s: int | None = None) -> tuple[list[tuple], np.ndarray | None, bool]:
         """The rows' bind values, their weighted bytes (replica-set grouping) and whether any
-        of them is a tombstone row (:meth:`_expired`)."""
+        of them is marked: a tombstone row (:meth:`_expired`) or a delete (:meth:`_deleting`)."""
         n = batch.num_rows
         weights = self._weights if self._by_replicas else None
         columns, value_bytes = self._encode.encode(batch.select(self.columns), weights)
@@ -207,16 +217,35 @@ class Upserter:
         else:
             columns.append(fixed_width(np.arange(first_ts, first_ts + n, dtype=np.int64), ">i8"))
         if not self._ttl:
-            return list(zip(*columns)), value_bytes, False
+            rows = list(zip(*columns))
+            return rows, value_bytes, self._deleting(batch, rows) is not None
         ttls, alive = self._expiring(batch, sealed_at_us, now_s)
         # A null TTL is sent unset, so that Cassandra applies the table's default.
         nulls_of = batch.column(self.write.ttl_column) if self.write.ttl_column else None
         columns.append([UNSET_VALUE if cell is None else cell
                         for cell in fixed_width(ttls, ">i4", nulls_of)])
         rows = list(zip(*columns))
+        deletes = self._deleting(batch, rows)
         if alive is None:
-            return rows, value_bytes, False
-        return self._expired(rows, alive, value_bytes)
+            return rows, value_bytes, deletes is not None
+        if deletes is not None:      # a delete has no TTL to run out
+            alive = alive | deletes
+        rows, value_bytes, expired = self._expired(rows, alive, value_bytes)
+        return rows, value_bytes, expired or deletes is not None
+
+    def _deleting(self, batch: pa.RecordBatch, rows: list[tuple]) -> np.ndarray | None:
+        """A change stream's deletes among ``rows`` (``batch``'s bound values) marked, in
+        place, with :data:`ROW_DELETED` or :data:`PARTITION_DELETED` after their values; which
+        rows are deletes (None: none, or not a change stream)."""
+        if not self.write.op_column:
+            return None
+        kinds = operations(batch.column(self.write.op_column), self.write)
+        deletes = kinds != UPSERT
+        if not deletes.any():
+            return None
+        for i in np.flatnonzero(deletes).tolist():
+            rows[i] = tuple(rows[i]) + (_DELETE_MARKS[int(kinds[i])],)
+        return deletes
 
     def _expired(self, rows: list[tuple], alive: np.ndarray, value_bytes: np.ndarray | None
                  ) -> tuple[list[tuple], np.ndarray | None, bool]:
@@ -273,11 +302,37 @@ class Upserter:
         statement.values = values
         return statement
 
-    def _bind_ttl(self, values: tuple) -> BoundStatement:
-        """:meth:`bound`, or, for a row whose TTL ran out while pending, its tombstones."""
-        if values[-1] is EXPIRED:
+    def _bind_marked(self, values: tuple) -> BoundStatement:
+        """:meth:`bound`, or, for a row whose TTL ran out while pending, its tombstones; for a
+        change stream's delete, the DELETE of its row or partition."""
+        mark = values[-1]
+        if mark is EXPIRED:
             return self._tombstone(values)
+        if mark is ROW_DELETED or mark is PARTITION_DELETED:
+            return self._key_delete(values, mark)
         return self.bound(values)
+
+    def _key_delete(self, values: tuple, mark: object) -> BoundStatement:
+        """A change stream's delete (:mod:`cql.changes`): ``DELETE FROM ... USING TIMESTAMP ?
+        WHERE <primary key>`` (:data:`ROW_DELETED`) or ``WHERE <partition key>``
+        (:data:`PARTITION_DELETED`), at the row's sealed timestamp: the same tombstone at
+        every write."""
+        prepared, keys = self._key_deletes.get(mark) or self._prepare_key_delete(mark)
+        statement = BoundStatement(prepared)
+        statement.values = [values[len(self.columns)]] + [values[i] for i in keys]
+        return statement
+
+    def _prepare_key_delete(self, mark: object) -> tuple:
+        key = self.table.primary_key if mark is ROW_DELETED else self.table.partition_key
+        prepared = self.session.prepare(
+            f"DELETE FROM {quote(self.table.keyspace)}.{quote(self.table.table)} "
+            f"USING TIMESTAMP ? WHERE " + " AND ".join(f"{quote(c)} = ?" for c in key))
+        prepared.is_idempotent = True
+        if self.consistency_level is not None:
+            prepared.consistency_level = self.consistency_level
+        self._prepared[prepared.query_id] = prepared
+        self._key_deletes[mark] = (prepared, [self.table_columns.index(c) for c in key])
+        return self._key_deletes[mark]
 
     def _tombstone(self, values: tuple) -> BoundStatement:
         """What a row that expired while pending leaves, as Cassandra would have it once its
@@ -535,7 +590,7 @@ class Upserter:
                     continue
                 row = _aged_row(values, shift, self._regular)
                 if row is not None:
-                    kept.append(self._bind_ttl(row))
+                    kept.append(self._bind_marked(row))
             if kept:
                 out.append(self._request_of(kept))
         return out, now_s

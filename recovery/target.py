@@ -24,10 +24,13 @@ from .config import ConnectionConfig, SinkConfig, WalConfig, WriteConfig
 #: (``wal.lists.atLeastOnce``: a replay of such a list appends its elements again).
 #: Connection, batching and retry options only decide how they travel.
 SEALED_WRITE_OPTIONS = ("ttl_seconds", "ttl_column", "writetime_micros", "writetime_column",
-                        "ignore_nulls", "lists_at_least_once")
+                        "ignore_nulls", "lists_at_least_once", "op_column", "upsert_values",
+                        "delete_values", "partition_delete_values")
 #: What a seal that lacks an option says: seals written before ``wal.lists.atLeastOnce``
-#: existed opted no list in (that release wrote lists without asking).
-SEALED_BEFORE = {"lists_at_least_once": ()}
+#: existed opted no list in (that release wrote lists without asking), and seals written
+#: before change streams (``op.*``) hold upserts only.
+SEALED_BEFORE = {"lists_at_least_once": (), "op_column": None, "upsert_values": (),
+                 "delete_values": (), "partition_delete_values": ()}
 
 
 @dataclass(frozen=True)

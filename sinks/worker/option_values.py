@@ -109,6 +109,12 @@ def column_names(raw: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def operation_values(raw: str) -> tuple[str, ...]:
+    """A change stream's values of one operation (``op.*Values``), comma-separated, each once,
+    compared exactly (a boolean column's values are ``true`` and ``false``); empty: none."""
+    return tuple(dict.fromkeys(v.strip() for v in raw.split(",") if v.strip()))
+
+
 def ssl_protocol(raw: str) -> str:
     return tls_protocol(raw)
 

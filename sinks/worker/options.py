@@ -142,6 +142,36 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_T, target="write.writetime_per_row",
     ),
     _spec(
+        "op.column", None, values.nonempty,
+        "A change stream: the name of a string (or boolean) DataFrame column holding each "
+        "row's operation, one of the values below (that column is not written). A delete is "
+        "written as a tombstone at the row's sealed timestamp, as an upsert is, so a replay "
+        "applies it again; within a batch the sealed order is Spark's partitioning, not the "
+        "source's: keep a key's changes in one partition, or give `writetime` a column in "
+        "source order (docs/user-guide.md, 'Change streams'). Unset: every row is an upsert.",
+        section=_T, target="write.op_column",
+    ),
+    _spec(
+        "op.upsertValues", "c,u,r", values.operation_values,
+        "With `op.column`: the values that make a row an insert or update, comma-separated "
+        "(Debezium's create, update and snapshot read by default).",
+        section=_T, target="write.upsert_values",
+    ),
+    _spec(
+        "op.deleteValues", "d", values.operation_values,
+        "With `op.column`: the values that make a row a delete of its row; it needs the whole "
+        "primary key (its other columns are not read).",
+        section=_T, target="write.delete_values",
+    ),
+    _spec(
+        "op.partitionDeleteValues", None, values.operation_values,
+        "With `op.column`: the values that make a row a delete of its whole partition (every "
+        "row of its partition key, whatever its clustering columns). None by default: a "
+        "partition is only ever deleted by a value named here, never because clustering "
+        "columns are null.",
+        section=_T, target="write.partition_delete_values",
+    ),
+    _spec(
         "spark.cassandra.connection.host", "localhost", values.hosts,
         "Comma-separated contact points, each `host` or `host:port` (a port of its own, as in "
         "SCC; otherwise `spark.cassandra.connection.port`). IPv6: `[::1]:9042`, or `::1` "
@@ -495,12 +525,45 @@ def parse_options(options: Mapping[str, str], session_conf: Mapping[str, str] | 
         write["ttl_seconds"], write["ttl_column"] = ttl.constant, ttl.column
     if writetime is not None:
         write["writetime_micros"], write["writetime_column"] = writetime.constant, writetime.column
+    _check_operations(write, raw)
     return SinkConfig(
         **sections["sink"],
         connection=ConnectionConfig(**sections["connection"]),
         write=WriteConfig(**write),
         wal=WalConfig(**sections["wal"]),
     )
+
+
+def _check_operations(write: dict[str, Any], raw: Mapping[str, str]) -> None:
+    """A change stream's options agree: no value of an operation without ``op.column``, each
+    value names one operation, an upsert and a row delete can be told, and the write
+    timestamps are not one constant (every delete and upsert of a key would tie, and the
+    tombstone win)."""
+    if write["op_column"] is None:
+        for option in ("op.upsertValues", "op.deleteValues", "op.partitionDeleteValues"):
+            if option in raw:
+                raise OptionError(option, raw[option], "names the values of a change stream's "
+                                  "operations, and op.column, which names their column, is not "
+                                  "set: set it, or drop this option")
+        return
+    seen: dict[str, str] = {}
+    for option, field in (("op.upsertValues", "upsert_values"), ("op.deleteValues", "delete_values"),
+                          ("op.partitionDeleteValues", "partition_delete_values")):
+        for value in write[field] or ():
+            if value in seen:
+                raise OptionError(option, ",".join(write[field]),
+                                  f"{value!r} is also one of {seen[value]}: each value names "
+                                  "one operation")
+            seen[value] = option
+    for option, field in (("op.upsertValues", "upsert_values"), ("op.deleteValues", "delete_values")):
+        if not write[field]:
+            raise OptionError(option, "", "a change stream (op.column) needs at least one value")
+    if write.get("writetime_micros") is not None:
+        raise OptionError("writetime", str(write["writetime_micros"]),
+                          "a constant write timestamp with op.column gives every upsert and "
+                          "delete of a key the same timestamp, where the delete always wins: "
+                          "leave writetime unset (sealed timestamps, in batch order) or name a "
+                          "column in source order")
 
 
 def _collect(mapping: Mapping[str, Any], *, from_session: bool) -> dict[str, str]:

@@ -22,6 +22,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 import cql.connection
 import cql.table
 from cql import credentials
+from cql.config import WriteConfig
 from cql.convert import row_converter
 from cql.errors import OptionError, SinkError
 from recovery.config import SinkConfig
@@ -51,8 +52,8 @@ from wal.segment import SegmentRef, SegmentWriter
 
 from .options import parse_options
 from .validation import (
+    check_operations_and_keys,
     check_partition_key_not_empty,
-    check_primary_key_not_null,
     check_ttl_and_writetime,
     validate_schema,
 )
@@ -239,6 +240,8 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     if recorded is not None and recorded.fingerprint == fingerprint:
         target = recorded.target
     else:
+        if recorded is not None:
+            _check_source_order(recorded.target.config.write, config.write, wal)
         cluster, session = cql.connection.connect(config.connection)
         try:
             table = cql.table.fetch_table_schema(cluster, config.keyspace, config.table)
@@ -250,9 +253,39 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         RecordedTarget.of(target, fingerprint).write(wal)
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
-    extra = tuple(c for c in (config.write.ttl_column, config.write.writetime_column) if c)
+    write = config.write
+    extra = tuple(c for c in (write.ttl_column, write.writetime_column, write.op_column) if c)
     return WritePlan(config, wal.root, target, target.columns + extra,
                      wal.remote.uri if wal.remote else None, filesystems.access, checkpoint)
+
+
+def _source_order(write: WriteConfig) -> str:
+    if write.writetime_column is not None:
+        return f"the column {write.writetime_column!r}"
+    if write.writetime_micros is not None:
+        return f"the constant {write.writetime_micros}"
+    return "sealed timestamps (writetime unset)"
+
+
+def _check_source_order(recorded: WriteConfig, write: WriteConfig, wal: WalDir) -> None:
+    """Refuse, in a change stream (``op.column``, now or before), another source of write
+    timestamps than the WAL's batches were sealed with: sealed timestamps are the time of each
+    seal, a source-order column is the source's, and the two need not be comparable. Every
+    new write, a delete too, would lose to (or hide) the older cells of the other kind. A WAL
+    that never sealed a batch has no such cells."""
+    if not (recorded.op_column or write.op_column):
+        return
+    before, now = _source_order(recorded), _source_order(write)
+    if before == now or (wal.read_flushed_through() < 0 and not wal.sealed_batch_ids()):
+        return
+    given = write.writetime_column or (None if write.writetime_micros is None
+                                       else str(write.writetime_micros))
+    raise OptionError("writetime", given,
+                      f"this change stream's batches were written at {before}, and now "
+                      f"would be at {now}: a write at the one need not be later than a cell "
+                      "at the other, so updates and deletes could lose to older cells. Keep "
+                      "the earlier writetime, or start the new one on a new checkpoint and "
+                      "table (docs/user-guide.md, 'Change streams')")
 
 
 def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None) -> None:
@@ -306,7 +339,7 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
             if rb.num_rows == 0:
                 continue
             rb = _select(rb, plan.stored_columns)
-            check_primary_key_not_null(rb, key_columns)
+            check_operations_and_keys(rb, key_columns, partition_key, plan.config.write)
             check_ttl_and_writetime(rb, plan.config.write)
             if single_partition_key is not None:
                 check_partition_key_not_empty(rb, single_partition_key)

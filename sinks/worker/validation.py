@@ -10,10 +10,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from cql import changes
 from cql.config import MAX_TTL_SECONDS, WriteConfig
 from cql.convert import FieldMismatch, struct_sources
 from cql.errors import (
@@ -46,6 +48,7 @@ _SCALARS: dict[type, frozenset[str]] = {
 _STRING_TARGETS = frozenset({"text", "varchar", "ascii", "uuid", "timeuuid", "inet"})
 _TTL_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _WRITETIME_TYPES = (T.LongType, T.TimestampType)
+_OP_TYPES = (T.StringType, T.BooleanType)
 
 
 def validate_schema(spark_schema: T.StructType, table: TableSchema, write: WriteConfig) -> list[str]:
@@ -130,11 +133,13 @@ def _check_lists(table: TableSchema, chosen: dict[str, str], write: WriteConfig)
 
 
 def _special_columns(spark_schema: T.StructType, table: TableSchema, write: WriteConfig) -> set[str]:
-    """Find and type-check the ttl / writetime columns; they must not also be table columns."""
+    """Find and type-check the ttl / writetime / op columns; they must not also be table
+    columns."""
     found: set[str] = set()
     for role, wanted, allowed, expect in (
         ("ttl", write.ttl_column, _TTL_TYPES, "an integer type (seconds)"),
         ("writetime", write.writetime_column, _WRITETIME_TYPES, "long (microseconds since the epoch) or timestamp"),
+        ("op", write.op_column, _OP_TYPES, "string or boolean"),
     ):
         if wanted is None:
             continue
@@ -238,6 +243,56 @@ def check_primary_key_not_null(record_batch: pa.RecordBatch, key_columns: Sequen
         if column.null_count:
             first = pc.index(pc.is_null(column), True).as_py()
             raise NullPrimaryKeyError(name, f"row {first} of {record_batch.num_rows}")
+
+
+def check_operations_and_keys(record_batch: pa.RecordBatch, key_columns: Sequence[str],
+                              partition_key: Sequence[str], write: WriteConfig) -> None:
+    """Refuse a row Cassandra cannot take or a change stream cannot tell: a null in its key
+    (:class:`NullPrimaryKeyError`); in a change stream (``op.column``), an operation that is
+    none of the ``op.*Values`` (a null too), and a delete without its key: a row delete needs
+    every primary key column, a partition delete its partition key (its clustering columns
+    are not read)."""
+    if write.op_column is None:
+        check_primary_key_not_null(record_batch, key_columns)
+        return
+    rows = record_batch.num_rows
+    column = record_batch.column(write.op_column)
+    kinds = changes.operations(column, write)
+    unknown = np.flatnonzero(kinds == changes.UNKNOWN)
+    if len(unknown):
+        first = int(unknown[0])
+        named = "; ".join(f"{option}: {','.join(values) or '(none)'}" for option, values in (
+            ("op.upsertValues", write.upsert_values), ("op.deleteValues", write.delete_values),
+            ("op.partitionDeleteValues", write.partition_delete_values)))
+        raise InvalidValueError(write.op_column, f"row {first} of {rows}",
+                                f"operation {column[first].as_py()!r} is none of the change "
+                                f"stream's values ({named}): map it to one, or filter such rows")
+    deletes = kinds == changes.ROW_DELETE
+    if deletes.any():
+        _check_delete_keys(record_batch, key_columns, deletes, write)
+    whole_partition = kinds == changes.PARTITION_DELETE
+    if not whole_partition.any():
+        check_primary_key_not_null(record_batch, key_columns)
+        return
+    check_primary_key_not_null(record_batch, partition_key)
+    for name in [c for c in key_columns if c not in partition_key]:
+        nulls = record_batch.column(name).is_null().to_numpy(zero_copy_only=False)
+        nulls &= ~whole_partition
+        if nulls.any():
+            raise NullPrimaryKeyError(name, f"row {int(np.flatnonzero(nulls)[0])} of {rows}")
+
+
+def _check_delete_keys(record_batch: pa.RecordBatch, key_columns: Sequence[str],
+                       deletes: np.ndarray, write: WriteConfig) -> None:
+    for name in key_columns:
+        nulls = record_batch.column(name).is_null().to_numpy(zero_copy_only=False) & deletes
+        if nulls.any():
+            first = int(np.flatnonzero(nulls)[0])
+            raise InvalidValueError(
+                name, f"row {first} of {record_batch.num_rows}",
+                "a row delete needs the whole primary key, and this key column is null; to "
+                "delete a whole partition, give the row an operation of "
+                f"op.partitionDeleteValues (now: {','.join(write.partition_delete_values) or 'none'})")
 
 
 def check_partition_key_not_empty(record_batch: pa.RecordBatch, column: str) -> None:

@@ -68,6 +68,16 @@ EVERY_POINT = (
 # another host, with nothing but a clean run after.
 DEFAULT = tuple(c for c in EVERY_POINT if c.steps != ("flush.mid@20",))
 
+# The scale-out path (--full-matrix): every batch, and a restart's backlog (only discards run
+# before its first batch), written by Spark tasks; flush.mid fires after each segment
+# acknowledged.
+SCALE_OUT = (
+    CrashCase(("flush.before_ingest@3",), flush_mode="executors"),
+    CrashCase(("flush.mid@5",), flush_mode="executors"),
+    CrashCase(("flush.before_mark@3",), flush_mode="executors"),
+    CrashCase(("flush.mid@5", "flush.mid@1"), flush_mode="executors"),
+)
+
 # --full-matrix: every point at several batches, the last batch (no new data on restart: only
 # recovery can finish it), and crashes during a restart's recovery or flush.
 FULL = EVERY_POINT + (
@@ -92,14 +102,7 @@ FULL = EVERY_POINT + (
     CrashCase(("commit.after_seal@2", "flush.before_ingest@2")),
     CrashCase(("flush.mid@12", "flush.mid@5")),
     CrashCase(("stage.after@3", "commit.after_seal@1")),
-    # The scale-out path: every batch, and a restart's backlog (only discards run before its
-    # first batch), written by Spark tasks; flush.mid fires after each segment acknowledged.
-    CrashCase(("flush.before_ingest@3",), flush_mode="executors"),
-    CrashCase(("flush.mid@5",), flush_mode="executors"),
-    CrashCase(("flush.before_mark@3",), flush_mode="executors"),
-    CrashCase(("flush.mid@5", "flush.mid@1"), flush_mode="executors"),
-)
-
+) + SCALE_OUT
 
 
 def on_store(case: CrashCase, storage: str, lose_working_copy: bool = False) -> CrashCase:
@@ -122,10 +125,12 @@ HDFS_DEFAULT = (
 
 
 def store_cases(storage: str) -> list[CrashCase]:
-    """--full-matrix on a store: every case of :data:`FULL`, and every default case again
-    restarted on another host."""
+    """--full-matrix on a store: every case of :data:`FULL`, and every default case and every
+    scale-out case again restarted on another host (whose working copy holds no segment: the
+    restart's tasks read them from the store)."""
     return ([on_store(c, storage) for c in FULL]
-            + [on_store(c, storage, lose_working_copy=True) for c in EVERY_POINT])
+            + [on_store(c, storage, lose_working_copy=True)
+               for c in EVERY_POINT + SCALE_OUT])
 
 
 def cases(full: bool) -> list[CrashCase]:

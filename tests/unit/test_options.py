@@ -267,6 +267,11 @@ MALFORMED = [
     ("wal.metrics.port", "0"),
     ("wal.metrics.port", "65536"),
     ("wal.metrics.port", "http"),
+    ("op.column", " "),
+    # without op.column, which they belong to
+    ("op.upsertValues", "c,u"),
+    ("op.deleteValues", "d"),
+    ("op.partitionDeleteValues", "p"),
 ]
 
 

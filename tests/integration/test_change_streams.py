@@ -1,0 +1,189 @@
+"""A change stream's deletes on the real node (issue 35): a row marked a delete in ``op.column``
+is written as a tombstone at its sealed timestamp, as an upsert is, so writing a batch again
+(a retry, a replay after a crash) leaves the very same table, and an older batch written again
+never brings a deleted row back.
+
+Batches are sealed into a WAL (``WalFactory``) with the target's write record, as the sink's
+commit seals them, and written by ``replay_wal`` (the Replayer and the driver's Upserter, as
+recovery and ``cassandra-wal recover`` write them); the same sealed rows are then written again
+by an Upserter of their own, as a retried or replayed flush would. End to end, a Debezium-style
+stream goes through Spark, the data source and the flusher, and the table ends equal to the
+source applied in order.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+import sinks
+
+from cql.config import ConnectionConfig, WriteConfig
+from cql.connection import connect
+from cql.table import TableSchema
+from cql.upsert import Upserter
+from recovery.config import SinkConfig
+from recovery.recover import replay_wal
+from recovery.target import Target
+from sinkutil import (
+    create_table,
+    running,
+    sink_options,
+    stream_wal,
+    wait_all_flushed,
+    write_json_files,
+)
+from tests.helpers.walfactory import WalFactory
+from wal.seal import read_seal
+
+pytestmark = pytest.mark.integration
+
+EVENTS = (("k", "int"), ("c", "int"), ("v", "text"))
+
+
+def _target(node, keyspace: str, table: str, **write) -> Target:
+    config = SinkConfig(keyspace, table, write=WriteConfig(op_column="op", **write),
+                        connection=ConnectionConfig(hosts=(node.host,), port=node.port,
+                                                    consistency="ONE"))
+    schema = TableSchema(keyspace, table, EVENTS, ("k",), ("c",))
+    return Target(config, schema, ("k", "c", "v"))
+
+
+def _rows(*rows, stamps: list[int] | None = None) -> pa.RecordBatch:
+    """``(k, c, v, op)`` rows in sealed order (and a ``ts`` column when ``stamps``)."""
+    k, c, v, op = zip(*rows)
+    columns = {"k": pa.array(k, pa.int32()), "c": pa.array(c, pa.int32()),
+               "v": pa.array(v, pa.string()), "op": pa.array(op, pa.string())}
+    if stamps is not None:
+        columns["ts"] = pa.array(stamps, pa.int64())
+    return pa.record_batch(columns)
+
+
+def _table(cql, keyspace: str, table: str) -> dict[tuple, str]:
+    return {(r.k, r.c): r.v for r in cql.execute(f"SELECT k, c, v FROM {keyspace}.{table}")}
+
+
+def _write_again(target: Target, wal_factory: WalFactory, batch: int, rows: pa.RecordBatch):
+    """Batch ``batch``'s rows (its one segment's one chunk) written again at its sealed
+    timestamps, as a retried flush writes them (the same chunk, the same first timestamp)."""
+    seal = wal_factory.built[batch].seal
+    cluster, session = connect(target.config.connection)
+    try:
+        upserter = Upserter(session, target.table, target.columns, target.config.write)
+        upserter.write_chunk(rows, seal.base_ts_us, batch)
+    finally:
+        cluster.shutdown()
+
+
+def test_deletes_land_at_their_sealed_timestamps_and_a_replay_changes_nothing(
+        cassandra_node, cql, keyspace, tmp_path):
+    create_table(cql, keyspace, "changes (k int, c int, v text, PRIMARY KEY (k, c))")
+    target = _target(cassandra_node, keyspace, "changes", partition_delete_values=("P",))
+    # Batch 0: upserts, then in the same partition (sealed order) an update and a delete of
+    # one key, and a delete of a key that never existed (a tombstone all the same).
+    batch0 = _rows((1, 1, "a", "c"), (1, 2, "b", "c"), (1, 1, "a2", "u"), (1, 2, None, "d"),
+                   (2, 1, "x", "r"), (3, 9, None, "d"))
+    # Batch 1: a delete of partition 2 (its clustering column null), then a new row in it; a
+    # row of partition 1 deleted and written again in that order.
+    batch1 = _rows((2, None, None, "P"), (2, 5, "y", "c"), (1, 1, None, "d"), (1, 1, "a3", "u"))
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=[batch0], write=target.write_record())
+        f.sealed(1, rows=[batch1], write=target.write_record())
+    assert replay_wal(f.wal, f.checkpoint, target).replayed == [0, 1]
+    expected = {(1, 1): "a3", (2, 5): "y"}
+    assert _table(cql, keyspace, "changes") == expected
+    # Written again, each batch leaves the same table: batch 0's upserts of (1, 2) and (2, 1)
+    # are older than their tombstones, and batch 1's are the same cells.
+    _write_again(target, f, 0, batch0)
+    assert _table(cql, keyspace, "changes") == expected
+    _write_again(target, f, 1, batch1)
+    assert _table(cql, keyspace, "changes") == expected
+
+
+def test_a_source_order_writetime_decides_within_a_batch_and_a_tie_goes_to_the_delete(
+        cassandra_node, cql, keyspace, tmp_path):
+    """After a shuffle the sealed order is not the source's: with ``writetime`` naming a
+    column in source order, a delete sealed before its key's older upsert still wins; at
+    equal timestamps Cassandra keeps the tombstone."""
+    create_table(cql, keyspace, "ordered (k int, c int, v text, PRIMARY KEY (k, c))")
+    target = _target(cassandra_node, keyspace, "ordered", writetime_column="ts")
+    rows = _rows((1, 1, None, "d"), (1, 1, "old", "c"),     # delete at 200 sealed first
+                 (2, 1, "new", "u"), (2, 1, "old", "c"),    # newer upsert sealed first
+                 (3, 1, "tie", "u"), (3, 1, None, "d"),     # a tie
+                 stamps=[200, 100, 300, 250, 400, 400])
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=[rows], write=target.write_record())
+    assert replay_wal(f.wal, f.checkpoint, target).replayed == [0]
+    assert _table(cql, keyspace, "ordered") == {(2, 1): "new"}
+    assert [r.w for r in cql.execute(f"SELECT writetime(v) AS w FROM {keyspace}.ordered")] \
+        == [300]
+
+
+# -- end to end, through Spark ---------------------------------------------------------------
+CHANGE_SCHEMA = "k INT, c INT, v STRING, op STRING, lsn LONG"
+
+
+def _source_files() -> list[list[dict]]:
+    """Debezium-style changes, one file a micro-batch, in source order (``lsn`` strictly
+    increasing): within a file, keys updated then deleted, deleted then created again, and a
+    whole partition deleted before a new row of it."""
+    lsn = iter(range(1_000, 10**6, 7))
+    change = lambda k, c, v, op: {"k": k, "c": c, "v": v, "op": op, "lsn": next(lsn)}  # noqa: E731
+    return [
+        [change(k, c, f"v{k}.{c}", "c") for k in range(1, 7) for c in (1, 2)],
+        [change(1, 1, "u1", "u"), change(1, 1, None, "d"), change(2, 1, None, "d"),
+         change(2, 1, "back", "c"), change(3, None, None, "P"), change(3, 7, "new", "c"),
+         change(4, 2, "u1", "u"), change(4, 2, "u2", "u"), change(9, 9, None, "d")],
+        [change(5, 1, "r", "r"), change(2, 1, None, "d"), change(6, None, None, "P"),
+         change(1, 1, "again", "c")],
+    ]
+
+
+def _applied(files: list[list[dict]]) -> dict[tuple, str]:
+    """The source's table: every change applied in source order."""
+    table: dict[tuple, str] = {}
+    for change in (c for rows in files for c in rows):
+        k, c = change["k"], change["c"]
+        if change["op"] == "d":
+            table.pop((k, c), None)
+        elif change["op"] == "P":
+            for key in [key for key in table if key[0] == k]:
+                del table[key]
+        else:
+            table[(k, c)] = change["v"]
+    return table
+
+
+@pytest.mark.parametrize("order", ["one-partition", "shuffled-reversed-with-writetime"])
+def test_a_change_stream_ends_equal_to_its_source(spark, cassandra_node, cql, keyspace,
+                                                  tmp_path, order):
+    """``one-partition``: each micro-batch is one task, so its sealed order is the source's.
+    ``shuffled-reversed-with-writetime``: every batch delivered in reverse source order and
+    spread over 3 partitions at random; ``writetime`` names the source's ``lsn``, which
+    decides instead of the sealed order (without it, the table differs from the source)."""
+    sinks.register(spark)
+    table = f"cdc_{order.replace('-', '_')}"
+    create_table(cql, keyspace, f"{table} (k int, c int, v text, PRIMARY KEY (k, c))")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    files = _source_files()
+    reversed_order = order != "one-partition"
+    write_json_files(src, [list(reversed(rows)) if reversed_order else rows for rows in files])
+    stream = spark.readStream.schema(CHANGE_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
+    options = sink_options(cassandra_node, keyspace, table, cp)
+    options.update({"op.column": "op", "op.partitionDeleteValues": "P"})
+    if order == "one-partition":
+        stream = stream.drop("lsn").coalesce(1)
+    else:
+        stream = stream.repartition(3, F.rand(seed=35))
+        options["writetime"] = "lsn"
+    query = (stream.writeStream.format("cassandra_wal").options(**options)
+             .trigger(availableNow=True).start())
+    with running(query):
+        query.awaitTermination(180)
+        assert query.exception() is None
+    assert wait_all_flushed(cp, at_least=2) == 2
+    assert _table(cql, keyspace, table) == _applied(files)
+    # The seal says how each batch is written, so a replay deletes what it deleted.
+    seal = read_seal(stream_wal(cp), 1)
+    assert seal.write["op_column"] == "op" and seal.write["partition_delete_values"] == ["P"]

@@ -1,0 +1,183 @@
+"""A change stream's input (issue 35), refused before anything is staged: the ``op.*`` options
+(:func:`sinks.worker.options.parse_options`), the op column against the DataFrame and the
+table (:func:`sinks.worker.validation.validate_schema`), each task's rows
+(:func:`sinks.worker.validation.check_operations_and_keys`), and a restart that would change
+where a change stream's write timestamps come from (:func:`sinks.worker.plan.prepare_write`).
+What a delete writes, on the real node: ``tests/integration/test_change_streams.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from cql import changes
+from cql.config import WriteConfig
+from cql.errors import InvalidValueError, NullPrimaryKeyError, OptionError, SchemaError
+from cql.table import TableSchema
+from recovery.target import SEALED_WRITE_OPTIONS, Target
+from sinks.worker import plan as plan_module
+from sinks.worker.options import parse_options
+from sinks.worker.validation import check_operations_and_keys, validate_schema
+
+pytestmark = pytest.mark.unit
+
+BASE = {"keyspace": "ks", "table": "t"}
+TABLE = TableSchema("ks", "t", (("k", "int"), ("c", "int"), ("v", "text")), ("k",), ("c",))
+STREAM = WriteConfig(op_column="op", partition_delete_values=("P",))
+
+
+def schema(op_type: T.DataType = T.StringType(), op_name: str = "op") -> T.StructType:
+    return T.StructType([T.StructField("k", T.IntegerType()), T.StructField("c", T.IntegerType()),
+                         T.StructField("v", T.StringType()), T.StructField(op_name, op_type)])
+
+
+def rows(*values, op_type=pa.string()) -> pa.RecordBatch:
+    k, c, v, op = zip(*values)
+    return pa.record_batch({"k": pa.array(k, pa.int32()), "c": pa.array(c, pa.int32()),
+                            "v": pa.array(v, pa.string()), "op": pa.array(op, op_type)})
+
+
+# -- options --------------------------------------------------------------------------------
+def test_the_op_options_become_the_write_config_and_the_seal_records_them():
+    config = parse_options({**BASE, "op.column": "op", "op.deleteValues": "d,x",
+                            "op.partitionDeleteValues": "P"})
+    write = config.write
+    assert (write.op_column, write.upsert_values, write.delete_values,
+            write.partition_delete_values) == ("op", ("c", "u", "r"), ("d", "x"), ("P",))
+    assert parse_options(BASE).write.op_column is None
+    # What decides a row's operation travels with its seal: a restart with other options
+    # replays a pending batch as it was sealed.
+    assert {"op_column", "upsert_values", "delete_values",
+            "partition_delete_values"} <= set(SEALED_WRITE_OPTIONS)
+    sealed = Target(config, TABLE, ("k", "c", "v")).write_record()
+    later = Target(parse_options(BASE), TABLE, ("k", "c", "v")).as_sealed(sealed)
+    assert later.config.write.delete_values == ("d", "x")
+    assert later.config.write.op_column == "op"
+
+
+@pytest.mark.parametrize("options, option, words", [
+    ({"op.deleteValues": "u"}, "op.deleteValues", "also one of op.upsertValues"),
+    ({"op.partitionDeleteValues": "d"}, "op.partitionDeleteValues", "also one of op.deleteValues"),
+    ({"op.upsertValues": ""}, "op.upsertValues", "at least one value"),
+    ({"op.deleteValues": " , "}, "op.deleteValues", "at least one value"),
+    ({"writetime": "1700000000000000"}, "writetime", "the delete always wins"),
+])
+def test_change_stream_options_that_disagree_are_refused_naming_the_option(options, option, words):
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, "op.column": "op", **options})
+    assert info.value.option == option
+    assert words in str(info.value)
+
+
+def test_a_writetime_column_is_accepted_in_a_change_stream():
+    write = parse_options({**BASE, "op.column": "op", "writetime": "ts"}).write
+    assert (write.op_column, write.writetime_column) == ("op", "ts")
+
+
+# -- the op column against the DataFrame and the table --------------------------------------
+def test_the_op_column_is_not_written():
+    assert validate_schema(schema(), TABLE, STREAM) == ["k", "c", "v"]
+    assert validate_schema(schema(T.BooleanType()), TABLE, STREAM) == ["k", "c", "v"]
+
+
+@pytest.mark.parametrize("spark_schema, table, words", [
+    (schema(op_name="operation"), TABLE, "the op column is not in the DataFrame"),
+    (schema(T.IntegerType()), TABLE, "the op column must be string or boolean, not int"),
+    (schema(), TableSchema("ks", "t", (("k", "int"), ("c", "int"), ("v", "text"), ("op", "text")),
+                           ("k",), ("c",)), "is the op column and also a column of ks.t"),
+])
+def test_a_bad_op_column_is_refused_naming_it(spark_schema, table, words):
+    with pytest.raises(SchemaError) as info:
+        validate_schema(spark_schema, table, STREAM)
+    assert words in str(info.value)
+
+
+# -- each task's rows -----------------------------------------------------------------------
+def check(batch: pa.RecordBatch, write: WriteConfig = STREAM) -> None:
+    check_operations_and_keys(batch, ["k", "c"], ["k"], write)
+
+
+def test_operations_are_read_exactly_and_booleans_as_true_and_false():
+    kinds = changes.operations(pa.array(["c", "u", "r", "d", "P", "D", None, "x"]), STREAM)
+    assert kinds.tolist() == [0, 0, 0, 1, 2, -1, -1, -1]
+    deleted = WriteConfig(op_column="gone", upsert_values=("false",), delete_values=("true",))
+    assert changes.operations(pa.array([False, True, None]), deleted).tolist() == [0, 1, -1]
+
+
+def test_rows_of_every_operation_with_their_keys_pass():
+    check(rows((1, 1, "a", "c"), (1, 1, None, "d"), (2, None, None, "P"), (2, 5, "y", "u")))
+    check(rows((1, 1, "a", False), (1, 1, None, True), op_type=pa.bool_()),
+          WriteConfig(op_column="op", upsert_values=("false",), delete_values=("true",)))
+
+
+@pytest.mark.parametrize("batch, error, column, words", [
+    (rows((1, 1, "a", "c"), (1, 2, "b", "t")), InvalidValueError, "op",
+     "operation 't' is none of the change stream's values (op.upsertValues: c,u,r; "
+     "op.deleteValues: d; op.partitionDeleteValues: P)"),
+    (rows((1, 1, "a", "c"), (1, 2, "b", None)), InvalidValueError, "op", "operation None"),
+    (rows((1, 1, "a", "c"), (1, None, None, "d")), InvalidValueError, "c",
+     "a row delete needs the whole primary key"),
+    (rows((None, 1, None, "d"),), InvalidValueError, "k", "a row delete needs the whole"),
+    (rows((None, None, None, "P"),), NullPrimaryKeyError, "k", "first at row 0 of 1"),
+    (rows((2, None, None, "P"), (2, None, "y", "c")), NullPrimaryKeyError, "c",
+     "first at row 1 of 2"),
+])
+def test_a_row_a_change_stream_cannot_tell_is_refused_naming_the_column_and_row(
+        batch, error, column, words):
+    with pytest.raises(error) as info:
+        check(batch)
+    assert info.value.column == column
+    assert words in str(info.value)
+
+
+def test_without_op_column_a_null_key_is_refused_as_before():
+    with pytest.raises(NullPrimaryKeyError):
+        check_operations_and_keys(rows((1, None, "a", "c")), ["k", "c"], ["k"], WriteConfig())
+
+
+def test_a_partition_delete_is_never_inferred_from_null_clustering_columns():
+    """A row delete with a null clustering column is refused, not widened to its partition."""
+    with pytest.raises(InvalidValueError) as info:
+        check(rows((2, None, None, "d")), WriteConfig(op_column="op"))
+    assert "op.partitionDeleteValues (now: none)" in str(info.value)
+
+
+# -- a restart's source of write timestamps -------------------------------------------------
+class _Wal:
+    def __init__(self, flushed_through: int = -1, sealed: tuple = ()):
+        self.flushed_through, self.sealed = flushed_through, list(sealed)
+
+    def read_flushed_through(self) -> int:
+        return self.flushed_through
+
+    def sealed_batch_ids(self) -> list[int]:
+        return self.sealed
+
+
+@pytest.mark.parametrize("before, after", [
+    (WriteConfig(op_column="op"), WriteConfig(op_column="op", writetime_column="ts")),
+    (WriteConfig(op_column="op", writetime_column="ts"), WriteConfig(op_column="op")),
+    (WriteConfig(writetime_column="ts"), WriteConfig(op_column="op")),
+    (WriteConfig(op_column="op", writetime_column="ts"),
+     WriteConfig(op_column="op", writetime_column="lsn")),
+])
+def test_a_change_stream_may_not_switch_its_source_of_write_timestamps(before, after):
+    with pytest.raises(OptionError) as info:
+        plan_module._check_source_order(before, after, _Wal(flushed_through=3))
+    assert info.value.option == "writetime"
+    assert "new checkpoint and table" in str(info.value)
+    plan_module._check_source_order(before, after, _Wal())      # nothing sealed yet: fine
+    with pytest.raises(OptionError):
+        plan_module._check_source_order(before, after, _Wal(sealed=(0,)))
+
+
+def test_a_plain_upsert_stream_may_still_change_its_writetime():
+    plan_module._check_source_order(WriteConfig(), WriteConfig(writetime_column="ts"),
+                                    _Wal(flushed_through=3))
+
+
+def test_operations_of_a_chunked_column():
+    column = pa.chunked_array([["c", "d"], ["P"]])
+    assert np.array_equal(changes.operations(column, STREAM), [0, 1, 2])
