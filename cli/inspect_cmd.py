@@ -19,7 +19,7 @@ import sys
 
 from cli import EXIT_OK, UsageError, log_errors, warn
 from cli.location import WAL_DIR_HELP, read_only_wal, shown
-from cli.render import human_age, human_bytes, progress, table, yes_no
+from cli.render import human_age, human_bytes, human_time, progress, table, yes_no
 from recovery.health import Health, read_health
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
@@ -260,5 +260,13 @@ def health_lines(health: Health) -> list[str]:
         lines.append(f"last write  batch {health.last_written_batch}, visible "
                      f"{health.last_write_latency_s:.1f} s after its commit; "
                      f"{health.rows_per_s:.0f} rows/s")
+    done = health.last_written
+    if done is not None:
+        seen = "?" if done.commit_seen_at_us is None else human_time(done.commit_seen_at_us)
+        watermark = ("none" if done.watermark_ms is None
+                     else human_time(done.watermark_ms * 1000))
+        lines.append(f"complete    batch {done.batch} of {done.target_table}: {done.rows} rows, "
+                     f"commit seen {seen}, acknowledged {human_time(done.acknowledged_at_us)}, "
+                     f"watermark {watermark}")
     lines.append("")
     return lines

@@ -76,6 +76,13 @@ def human_bytes(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
+def human_time(at_us: int) -> str:
+    """An instant in µs since the epoch, as UTC to the millisecond:
+    ``2026-11-29T09:45:01.123Z``."""
+    at = dt.datetime.fromtimestamp(at_us / 1e6, dt.timezone.utc)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def human_age(seconds: float) -> str:
     """``42s``, ``5m``, ``3h``, ``2d``: the largest unit that fits."""
     s = int(seconds)

@@ -79,6 +79,11 @@ _TOKEN_RE = re.compile(r'\s*(?:("(?:[^"]|"")*")|(\'[^\']*\')|([A-Za-z0-9_.$]+)|(
 
 
 @lru_cache(maxsize=1024)
+def quote(name: str) -> str:
+    """A CQL identifier, quoted (case and any character kept)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def parse_cql_type(text: str) -> CqlType:
     """Parse a CQL type string as the driver reports it (``TableMetadata.columns[c].cql_type``).
 

@@ -50,7 +50,7 @@ from .config import WriteConfig
 from .convert import row_converter
 from .encode import CellEncoder, fixed_width
 from .errors import FlushFailed, is_shutdown_error, is_transient_answer
-from .table import TableSchema, parse_cql_type
+from .table import TableSchema, parse_cql_type, quote
 
 T = TypeVar("T")
 AUTO_BATCH_ROWS = 32
@@ -91,10 +91,6 @@ class _Transient(Exception):
     def __init__(self, pending, last_error):
         super().__init__(str(last_error))
         self.pending, self.last_error = pending, last_error
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass

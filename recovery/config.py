@@ -28,6 +28,9 @@ class WalConfig:
     flush_processes: int = 2
     # the driver's Prometheus endpoint (sinks.driver.metrics_endpoint)
     metrics_port: int | None = None
+    # the completeness marker's table (recovery.marker), and whether the sink creates it
+    marker_table: str | None = None
+    marker_create: bool = False
 
     def public_dict(self) -> dict[str, Any]:
         return public_fields(self)

@@ -50,12 +50,14 @@ from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import RetentionPolicy
 from wal.seal import Seal
+from wal.states import BatchState
 
 from . import events
 from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_shutdown_error,
                      is_transient)
 from .executors import ExecutorsWriter, SparkJobs, may_carry_credentials
 from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
+from .marker import Completeness, MarkerWriter
 from .output import CassandraOutput, sealed_rows
 from .recover import open_writer_waiting
 from .replay import RUNBOOK_LOST, Replayer, WrittenBatch
@@ -162,6 +164,8 @@ class QueryFlusher:
                                  on_written=self._written, before_write=self._before_write)
         self.replayer.current_run = run
         self._lists_said: set[int] = set()     # batches whose unaccepted lists were logged
+        self._marker: MarkerWriter | None = None   # marker.table's writer, made on first use
+        self._marker_due: int | None = None    # the newest batch written, its marker not yet
         self._replay: Replay | None = None     # the replay under way (recovery.events)
         #: The first committed batch :meth:`recover` left to the thread's drains (scale-out
         #: modes), until a drain gets through; None: nothing left.
@@ -213,6 +217,7 @@ class QueryFlusher:
                 self._replay_due(query_running)
                 self.last_report = self.replayer.run(query_running, crash_prefix, writer,
                                                      replay=replay)
+                self._write_marker()
                 self.last_error = None
                 if replay:
                     self.backlog_from = None
@@ -261,6 +266,7 @@ class QueryFlusher:
 
     def _written(self, done: WrittenBatch) -> None:
         """The Replayer marked a batch FLUSHED (flusher's thread, inside a drain)."""
+        self._marker_due = done.batch
         replay = self._replay
         if replay is not None and replay.batches == 0:      # said before its first batch's line
             events.replay_started(self.wal.root, done.batch, replay.why)
@@ -292,6 +298,29 @@ class QueryFlusher:
             events.replay_finished(self.wal.root, replay.batches, replay.rows,
                                    clock.monotonic() - replay.since)
 
+    def _write_marker(self) -> None:
+        """After a drain that got through: the completeness marker (``marker.table``,
+        :mod:`recovery.marker`) of the newest batch written, this drain's, or at a run's first
+        drain the newest the log holds written (a run that died before writing it). A failure
+        is the drain's: retried (the marker stays due) or blocking, as a batch's would be."""
+        if self.target.config.wal.marker_table is None:
+            return
+        if self._marker is None:
+            query_id = ckpt.open_checkpoint(self.checkpoint).query_id() or self.checkpoint
+            self._marker = MarkerWriter(self.target, query_id)
+            if self._marker_due is None:
+                self._marker_due = self.log.flushed_through()
+        batch = self._marker_due
+        record = self.log.get(batch) if batch is not None and batch >= 0 else None
+        if record is None or record.seal is None or record.state is not BatchState.FLUSHED:
+            self._marker_due = None        # retention took it: the next batch's will come
+            return
+        done = Completeness.of(record, self.target,
+                               ckpt.open_checkpoint(self.checkpoint).batch_watermark_ms(batch))
+        if done != self._marker.written:
+            self._marker.write(self.output.session_of(record.seal), done)
+        self._marker_due = None
+
     def _recorded_fingerprint(self) -> str | None:
         try:
             return (RecordedTarget.read(self.wal) or RecordedTarget(None)).fingerprint
@@ -312,6 +341,7 @@ class QueryFlusher:
         self.target, self._fingerprint = target, fingerprint
         self.output = self._output(target)
         self.replayer.retention = retention_of(target)
+        self._marker = None        # the marker's table, or the consistency, may have changed
         self._close_executors()
         log.info("cassandra_wal: %s: the query's options changed; flushing with the new ones",
                  self.wal.root)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 
+from cql.errors import SinkError
 from wal import catalog
+from wal import checkpoint as ckpt
 from wal.catalog import BatchView
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
@@ -28,6 +30,7 @@ from wal.retention import wal_size
 from wal.seal import now_us, read_seal
 from wal.states import BatchState
 
+from .marker import Completeness
 from .target import RecordedTarget
 
 HEALTHY, LAGGING, BLOCKED = "healthy", "lagging", "blocked"
@@ -96,6 +99,9 @@ class Health:
     rows_written: int | None = None     # ... their rows (live only)
     failing: str | None = None          # the transient failure drains retry (live only): a
                                         # full disk, Cassandra away; None once one gets through
+    #: the newest batch written whole, as the completeness marker records it (marker.table):
+    #: its rows, when its commit was seen and its last write acknowledged, its watermark
+    last_written: Completeness | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +111,7 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
               max_bytes: int | None, wal_bytes: int, flushed_through: int,
               counters: FlushCounters | None = None, lag_after_s: float = LAG_AFTER_S,
               now: int | None = None, broken: BatchView | None = None,
-              failing: str | None = None) -> Health:
+              failing: str | None = None, last_written: Completeness | None = None) -> Health:
     """The figures from a catalog's views (pure: every input is given; ``now`` in µs)."""
     now = now_us() if now is None else now
     pending = [v for v in views if v.action == catalog.REPLAY]
@@ -145,7 +151,7 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
                   last_written_batch=None if last is None else last.batch,
                   last_write_latency_s=latency, rows_per_s=rate,
                   retries=retries, replays=replays, batches_written=batches_written,
-                  rows_written=rows_written, failing=failing)
+                  rows_written=rows_written, failing=failing, last_written=last_written)
 
 
 def combined(healths: list[Health]) -> Health:
@@ -182,7 +188,8 @@ def combined(healths: list[Health]) -> Health:
         retries=total(h.retries for h in healths), replays=total(h.replays for h in healths),
         batches_written=total(h.batches_written for h in healths),
         rows_written=total(h.rows_written for h in healths),
-        failing="; ".join(f"{h.wal}: {h.failing}" for h in healths if h.failing) or None)
+        failing="; ".join(f"{h.wal}: {h.failing}" for h in healths if h.failing) or None,
+        last_written=None if last is None else last.last_written)
 
 
 def max_bytes_of(wal: WalDir) -> int | None:
@@ -213,7 +220,25 @@ def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | N
     return health_of(wal, views, blocked_reason=wal.read_blocked(), max_bytes=max_bytes_of(wal),
                      wal_bytes=wal_size(wal).total, flushed_through=flushed_through,
                      counters=counters, lag_after_s=lag_after_s, broken=still_broken(wal, views),
-                     failing=failing)
+                     failing=failing, last_written=_last_written(wal, views, checkpoint))
+
+
+def _last_written(wal: WalDir, views: list[BatchView], checkpoint: str | None
+                  ) -> Completeness | None:
+    """The completeness marker's figures of the newest batch the log holds written (None:
+    none, or no recorded target to name its table)."""
+    written = [v for v in views if v.record is not None and v.record.seal is not None
+               and v.record.state is BatchState.FLUSHED]
+    if not written:
+        return None
+    last = max(written, key=lambda v: v.batch)
+    try:
+        target = RecordedTarget.read(wal).target
+    except (WalCorrupted, AttributeError, SinkError, KeyError, TypeError, ValueError):
+        return None            # none recorded yet, or one this release cannot read
+    watermark = (ckpt.open_checkpoint(checkpoint).batch_watermark_ms(last.batch)
+                 if checkpoint else None)
+    return Completeness.of(last.record, target, watermark)
 
 
 def still_broken(wal: WalDir, views: list[BatchView]) -> BatchView | None:

@@ -152,6 +152,11 @@ class CassandraOutput:
                                                               or write.writetime_micros),
                                          adds=added_again(target.table, hidden))
 
+    def session_of(self, seal: Seal):
+        """The session to the cluster ``seal``'s batch was written to (connected on first
+        use): where its completeness marker goes (:mod:`recovery.marker`)."""
+        return self._session_for(self.current_target().as_sealed(seal.write).config.connection)
+
     def _session_for(self, connection):
         key = _contact(connection)
         if key not in self._clusters:

@@ -189,6 +189,18 @@ class SparkCheckpoint:
             return None
         return str(found) if found else None
 
+    def batch_watermark_ms(self, batch: int) -> int | None:
+        """The event-time watermark batch ``batch`` ran with (``offsets/<batch>``, its second
+        line: ``batchWatermarkMs``), in ms since the epoch; None where it is 0 (a query without
+        a watermark, or none advanced yet), or the file is gone (purged) or not Spark's."""
+        raw = self.store.read(f"{OFFSETS}/{batch}")
+        try:
+            found = json.loads(raw.decode().splitlines()[1]).get("batchWatermarkMs") if raw \
+                else None
+        except (ValueError, AttributeError, IndexError):
+            return None
+        return int(found) if isinstance(found, int) and found > 0 else None
+
     def written_by_spark(self) -> bool:
         """See :func:`written_by_spark`: ``metadata``, ``offsets/`` or ``commits/`` exists."""
         return self.store.read(METADATA) is not None or \

@@ -71,6 +71,9 @@ class BatchRecord:
     #: whether the batch's rows are copied into the log (``r/`` keys); False: they are only in
     #: its sealed segments (ingested for a scale-out writer, whose tasks read the segments)
     rows_in_log: bool = True
+    #: when the log took the sealed batch in (µs): for a stream, once Spark had committed it,
+    #: so when the flusher saw the commit (None: a log written before it was kept)
+    taken_at_us: int | None = None
 
     def to_json(self) -> bytes:
         """The whole view in one JSON object (a repair's manifest, dumps; and format 1's
@@ -81,7 +84,7 @@ class BatchRecord:
             "next_segment": self.next_segment, "next_chunk": self.next_chunk,
             "flushed_rows": self.flushed_rows, "updated_at_us": self.updated_at_us,
             "reason": self.reason, "acknowledged": [list(a) for a in self.acknowledged],
-            "rows_in_log": self.rows_in_log,
+            "rows_in_log": self.rows_in_log, "taken_at_us": self.taken_at_us,
         }, sort_keys=True).encode()
 
     @classmethod
@@ -94,7 +97,7 @@ class BatchRecord:
                    flushed_rows=d["flushed_rows"], updated_at_us=d["updated_at_us"],
                    reason=d.get("reason", ""),
                    acknowledged=tuple(tuple(a) for a in d.get("acknowledged", ())),
-                   rows_in_log=d.get("rows_in_log", True))
+                   rows_in_log=d.get("rows_in_log", True), taken_at_us=d.get("taken_at_us"))
 
 
 @dataclass(frozen=True)
@@ -109,12 +112,13 @@ class _Head:
     updated_at_us: int = field(default_factory=now_us)
     reason: str = ""
     rows_in_log: bool = True       # format 2 copied every batch's rows
+    taken_at_us: int | None = None  # BatchRecord.taken_at_us
 
     def encode(self) -> bytes:
         return json.dumps({"batch": self.batch, "state": self.state.value,
                            "seal_id": self.seal_id, "rows": self.rows,
                            "updated_at_us": self.updated_at_us, "reason": self.reason,
-                           "rows_in_log": self.rows_in_log},
+                           "rows_in_log": self.rows_in_log, "taken_at_us": self.taken_at_us},
                           sort_keys=True).encode()
 
     @classmethod
@@ -122,14 +126,15 @@ class _Head:
         d = json.loads(data)
         return cls(batch=d["batch"], state=BatchState(d["state"]), seal_id=d.get("seal_id"),
                    rows=d.get("rows", 0), updated_at_us=d["updated_at_us"],
-                   reason=d.get("reason", ""), rows_in_log=d.get("rows_in_log", True))
+                   reason=d.get("reason", ""), rows_in_log=d.get("rows_in_log", True),
+                   taken_at_us=d.get("taken_at_us"))
 
     @classmethod
     def of(cls, record: BatchRecord) -> "_Head":
         seal = record.seal
         return cls(record.batch, record.state, seal.seal_id if seal else None,
                    seal.rows if seal else record.flushed_rows, record.updated_at_us,
-                   record.reason, record.rows_in_log)
+                   record.reason, record.rows_in_log, record.taken_at_us)
 
 
 def _progress_value(flushed_rows: int, at_us: int) -> bytes:
@@ -400,7 +405,8 @@ class WalLog:
         seal = self._seal(head)
         record = BatchRecord(head.batch, head.state, seal, flushed_rows=(
             head.rows if head.state is BatchState.FLUSHED else 0),
-            updated_at_us=head.updated_at_us, reason=head.reason, rows_in_log=head.rows_in_log)
+            updated_at_us=head.updated_at_us, reason=head.reason, rows_in_log=head.rows_in_log,
+            taken_at_us=head.taken_at_us)
         if head.state is BatchState.FLUSHING:
             record = self._with_progress(record)
         return record
@@ -587,7 +593,9 @@ class WalLog:
             for ref in seal.segments:
                 SegmentReader(self.wal.segment_path(ref.name), seal.batch, ref.partition,
                               ref.name).verify(expect=ref)
-        record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal, rows_in_log=copy_rows)
+        taken_at_us = now_us()
+        record = BatchRecord(seal.batch, BatchState.SEALED, seal=seal, rows_in_log=copy_rows,
+                             updated_at_us=taken_at_us, taken_at_us=taken_at_us)
         wb = WriteBatch(raw_mode=True)
         if not copy_rows and self.stored_format < fmt.LOG_FORMAT_VERSION:
             # the first batch whose rows are not in the log: from now on a release of format
@@ -717,7 +725,8 @@ class WalLog:
                     _progress_value(flushed_rows, at_us))
         return BatchRecord(batch, BatchState.FLUSHING, self._seal(current), next_segment,
                            next_chunk, flushed_rows, max(at_us, current.updated_at_us),
-                           current.reason)
+                           current.reason, rows_in_log=current.rows_in_log,
+                           taken_at_us=current.taken_at_us)
 
     @_storage_errors
     def record_acknowledged(self, batch: int, segment: int, rows: int) -> None:
@@ -739,7 +748,7 @@ class WalLog:
         self._put(head, wb)
         return BatchRecord(batch, BatchState.FLUSHED, self._seal(head),
                            flushed_rows=head.rows, updated_at_us=head.updated_at_us,
-                           reason=head.reason)
+                           reason=head.reason, taken_at_us=head.taken_at_us)
 
     @_storage_errors
     def discard(self, batch: int, reason: str) -> BatchRecord:

@@ -422,6 +422,22 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.metrics_port",
     ),
     _spec(
+        "marker.table", None, values.nonempty,
+        "A stream's completeness marker: a table (`table`, in the target's keyspace, or "
+        "`keyspace.table`) where the flusher records, per query and target table, the newest "
+        "batch whose every row Cassandra acknowledged, once it is marked written, at the "
+        "data's consistency level: a reader that sees batch N there sees every row of N and "
+        "before (docs/user-guide.md, 'Knowing what is complete, from Cassandra', has its schema). Unset: none. "
+        "Streams and foreachBatch writers only.",
+        section=_L, target="wal.marker_table",
+    ),
+    _spec(
+        "marker.create", "false", values.boolean,
+        "`true`: create the `marker.table` if it does not exist (`CREATE TABLE IF NOT "
+        "EXISTS`, at the query's first batch); `false`: it must exist with its schema.",
+        section=_L, target="wal.marker_create",
+    ),
+    _spec(
         "spark.cassandra.output.batch.grouping.buffer.size", None, values.ignored,
         "Rows are grouped over `wal.flush.groupRows` rows of a batch instead.",
         section=_I, status="ignored",

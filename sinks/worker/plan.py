@@ -25,6 +25,7 @@ from cql import credentials
 from cql.config import WriteConfig
 from cql.convert import row_converter
 from cql.errors import OptionError, SinkError
+from cql.marker_table import prepare_table as prepare_marker_table
 from recovery.config import SinkConfig
 from recovery.target import RecordedTarget, Target
 from wal import checkpoint as ckpt
@@ -218,6 +219,10 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     options = dict(options)
     use_access(filesystems.access)
     config = parse_options(options, session_conf)
+    if config.wal.marker_table is not None and not streaming:
+        raise OptionError("marker.table", config.wal.marker_table,
+                          "a batch job has no query whose batches a marker could count: "
+                          "drop the option (its save() returns once every row is written)")
     wal = open_wal_dir(resolve_wal_root(config, streaming, filesystems, job_id, wal_per_table))
     if job_id is not None:
         _check_private(TableJobs.of_job(wal.root).root)
@@ -246,6 +251,9 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         try:
             table = cql.table.fetch_table_schema(cluster, config.keyspace, config.table)
             cluster_name = cluster.metadata.cluster_name
+            if config.wal.marker_table is not None:
+                prepare_marker_table(cluster, session, config.wal.marker_table,
+                                     config.keyspace, config.wal.marker_create)
         finally:
             cluster.shutdown()
         columns = validate_schema(spark_schema, table, config.write)

@@ -13,6 +13,9 @@ source applied in order.
 
 from __future__ import annotations
 
+import calendar
+import datetime as dt
+
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -187,3 +190,79 @@ def test_a_change_stream_ends_equal_to_its_source(spark, cassandra_node, cql, ke
     # The seal says how each batch is written, so a replay deletes what it deleted.
     seal = read_seal(stream_wal(cp), 1)
     assert seal.write["op_column"] == "op" and seal.write["partition_delete_values"] == ["P"]
+
+
+# -- the completeness marker -------------------------------------------------------------------
+MARKER_SCHEMA = "id INT, name STRING, at TIMESTAMP"
+
+
+def _marker_rows(cql, keyspace: str, table: str = "progress") -> list:
+    return list(cql.execute(
+        f"SELECT query_id, target_table, batch_id, commit_seen_at, acknowledged_at, rows, "
+        f"watermark, writetime(batch_id) AS written_at FROM {keyspace}.{table}"))
+
+
+def test_the_marker_names_the_last_batch_written_as_the_wal_and_status_do(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """``marker.table`` (created by the sink) holds, for the query and its table, the newest
+    batch the WAL says is written, with its rows, when its commit was seen and its last write
+    acknowledged, and the watermark Spark ran it with; its write timestamp is the batch's last
+    sealed one. ``sinks.status`` gives the same figures."""
+    sinks.register(spark)
+    create_table(cql, keyspace, "marked (id int PRIMARY KEY, name text, at timestamp)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [[{"id": f * 10 + i, "name": f"r{f}.{i}",
+                             "at": f"2026-11-29T10:0{f}:0{i}Z"} for i in range(4)]
+                           for f in range(3)])
+    stream = (spark.readStream.schema(MARKER_SCHEMA).option("maxFilesPerTrigger", 1)
+              .json(str(src)).withWatermark("at", "30 seconds"))
+    options = sink_options(cassandra_node, keyspace, "marked", cp)
+    options.update({"marker.table": "progress", "marker.create": "true"})
+    query = (stream.writeStream.format("cassandra_wal").options(**options)
+             .trigger(availableNow=True).start())
+    with running(query):
+        query.awaitTermination(180)
+        assert query.exception() is None
+    wal = stream_wal(cp)
+    assert wait_all_flushed(cp, wal, at_least=2) == 2
+    sinks.wait_flushed(query, 60)
+    status = sinks.status(query).last_written
+    (row,) = _marker_rows(cql, keyspace)
+    assert (row.query_id, row.target_table, row.batch_id, row.rows) == \
+        (str(query.id), f"{keyspace}.marked", 2, 4)
+    assert (status.batch, status.rows, status.target_table) == (2, 4, f"{keyspace}.marked")
+    seal = read_seal(wal, 2)
+    assert row.written_at == seal.last_ts_us == status.write_ts_us
+    assert _ms(row.acknowledged_at) == status.acknowledged_at_us // 1000
+    assert _ms(row.commit_seen_at) == status.commit_seen_at_us // 1000
+    assert seal.sealed_at_us // 1000 <= _ms(row.commit_seen_at) <= _ms(row.acknowledged_at)
+    # Batch 2 ran with the watermark batch 1 left: its newest event (10:01:03) less 30 s.
+    assert _ms(row.watermark) == status.watermark_ms == \
+        _ms_of("2026-11-29T10:01:03Z") - 30_000
+
+
+def _ms(value) -> int:
+    """A timestamp cell as the driver reads it (a naive UTC datetime), in ms."""
+    return calendar.timegm(value.utctimetuple()) * 1000 + value.microsecond // 1000
+
+
+def _ms_of(text: str) -> int:
+    return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def test_a_marker_table_that_is_missing_is_refused_before_anything_is_staged(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    sinks.register(spark)
+    create_table(cql, keyspace, "unmarked (id int PRIMARY KEY, name text, at timestamp)")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    write_json_files(src, [[{"id": 1, "name": "a", "at": "2026-11-29T10:00:00Z"}]])
+    options = sink_options(cassandra_node, keyspace, "unmarked", cp)
+    options["marker.table"] = "no_such_progress"
+    query = (spark.readStream.schema(MARKER_SCHEMA).json(str(src)).writeStream
+             .format("cassandra_wal").options(**options).trigger(availableNow=True).start())
+    with running(query):
+        with pytest.raises(Exception) as info:
+            query.awaitTermination(120)
+    text = str(info.value)
+    assert "marker.table" in text and "no_such_progress" in text and "marker.create=true" in text
+    assert not stream_wal(cp).sealed_batch_ids()

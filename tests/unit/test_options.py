@@ -272,6 +272,8 @@ MALFORMED = [
     ("op.upsertValues", "c,u"),
     ("op.deleteValues", "d"),
     ("op.partitionDeleteValues", "p"),
+    ("marker.table", " "),
+    ("marker.create", "yes please"),
 ]
 
 
