@@ -57,6 +57,10 @@ from wal import checkpoint as ckpt
 EXIT_OK, EXIT_USAGE, EXIT_QUERY_FAILED, EXIT_DEADLINE = 0, 2, 3, 4
 
 SCHEMA_DDL = "id INT, batch_tag INT, payload STRING, amount BIGINT"
+#: ``--changes``: each line also says its operation and its place in the source's order.
+CHANGES_DDL = SCHEMA_DDL + ", op STRING, lsn BIGINT"
+#: ``--changes``: the completeness marker's table, made by the sink in the target's keyspace.
+MARKER_TABLE = "crash_progress"
 ROWS_PER_ARROW_BATCH = 32     # several chunks per segment: "flush.mid" has rows on both sides
 POLL_S = 0.2
 
@@ -77,6 +81,9 @@ def parse_args(argv):
     p.add_argument("--trigger-ms", type=int, default=200)
     p.add_argument("--consistency", default="ONE")
     p.add_argument("--flush-mode", default="driver", help="wal.flush.mode")
+    p.add_argument("--changes", action="store_true",
+                   help="a change stream: op.column=op, writetime=lsn, and the marker table "
+                        f"{MARKER_TABLE} (marker.create=true)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for the session (repeatable)")
     args = p.parse_args(argv)
@@ -199,10 +206,12 @@ def main(argv=None) -> int:
     registry = sinks.register(spark)
     say(f"spark up in {time.monotonic() - started:.1f}s")
 
-    stream = (spark.readStream.schema(SCHEMA_DDL)
+    stream = (spark.readStream.schema(CHANGES_DDL if args.changes else SCHEMA_DDL)
               .option("maxFilesPerTrigger", 1)
               .json(args.input))
-    query = (stream.writeStream.format("cassandra_wal")
+    changes = ({"op.column": "op", "writetime": "lsn", "marker.table": MARKER_TABLE,
+                "marker.create": "true"} if args.changes else {})
+    query = (stream.writeStream.format("cassandra_wal").options(**changes)
              .option("keyspace", args.keyspace)
              .option("table", args.table)
              .option("checkpointLocation", args.checkpoint)
