@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import table as tables
 from .errors import OptionError, UnknownKeyspaceError, UnknownTableError
-from .table import TableSchema, fetch_table_schema, quote
+from .table import TableSchema, quote
 
 #: The option that names the table, and the one that creates it.
 TABLE_OPTION, CREATE_OPTION = "marker.table", "marker.create"
@@ -63,12 +64,13 @@ def check_schema(schema: TableSchema, given: str) -> None:
 def prepare_table(cluster: Any, session: Any, name: str, keyspace: str, create: bool) -> None:
     """Before anything is staged: the marker's table exists with its schema, created first
     when ``create`` (``marker.create``). Raises OptionError naming the option, or what
-    :func:`cql.table.fetch_table_schema` raises."""
+    :func:`cql.table.fetch_table_schema` raises (called through its module: the tests'
+    seam)."""
     ks, table = split_name(name, keyspace)
     if create:
         session.execute(create_cql(ks, table))
     try:
-        schema = fetch_table_schema(cluster, ks, table)
+        schema = tables.fetch_table_schema(cluster, ks, table)
     except (UnknownKeyspaceError, UnknownTableError) as exc:
         raise OptionError(TABLE_OPTION, name, f"{exc}; create it ({create_cql(ks, table)}) "
                           f"or set {CREATE_OPTION}=true") from None

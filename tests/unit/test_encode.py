@@ -21,6 +21,8 @@ from cql.encode import CellEncoder, fast_encoder
 from cql.errors import InvalidValueError
 from cql.table import TableSchema, parse_cql_type
 
+pytestmark = pytest.mark.unit
+
 DRIVER_TYPES = {
     "tinyint": cqltypes.ByteType, "smallint": cqltypes.ShortType, "int": cqltypes.Int32Type,
     "bigint": cqltypes.LongType, "double": cqltypes.DoubleType, "float": cqltypes.FloatType,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("wal", "cql", "recovery", "sinks", "cli")
 
@@ -75,6 +77,7 @@ def test_every_clock_reading_wait_and_session_goes_through_its_seam():
 def test_a_module_going_around_a_seam_is_found(tmp_path, module, planted, caught):
     for package in PACKAGES:
         (tmp_path / package).mkdir()
+    (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / module).write_text(planted + "\n")
     (found,) = escapes(tmp_path)
     assert found.startswith(f"{module}:") and caught in found

@@ -25,6 +25,8 @@ from cql.errors import InvalidValueError, SchemaError
 from cql.table import CqlType, TableSchema, parse_cql_type
 from sinks.worker.validation import validate_schema
 
+pytestmark = pytest.mark.unit
+
 ZIP = ("zipinfo", (("code", "text"), ("Plus4", "int")))
 ADDR = ("Addr", (("street", "text"), ("zip", "frozen<zipinfo>"), ("tags", "frozen<list<text>>"),
                  ("id", "uuid"), ("rank", "tinyint")))
