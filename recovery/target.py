@@ -63,10 +63,13 @@ class Target:
         """This target writing the way a seal's :meth:`write_record` says: its columns and
         options, its table as sealed, and its cluster when that is not this target's (this
         target's credentials and TLS settings either way). Itself for seals that recorded
-        nothing (they are written with the current options); seals written before the table
-        and cluster were recorded write to the current ones."""
+        nothing (they are written with the current options, as upserts: such a release had
+        no change streams); seals written before the table and cluster were recorded write to
+        the current ones."""
         if not record:
-            return self
+            # sealed before seals recorded how (a release without change streams): upserts
+            return replace(self, config=replace(self.config, write=replace(
+                self.config.write, op_column=None))) if self.config.write.op_column else self
         write = replace(self.config.write, **{k: record[k] if k in record else SEALED_BEFORE[k]
                                               for k in SEALED_WRITE_OPTIONS})
         config, table = replace(self.config, write=write), self.table

@@ -160,7 +160,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
         "op.deleteValues", "d", values.operation_values,
         "With `op.column`: the values that make a row a delete of its row; it needs the whole "
-        "primary key (its other columns are not read).",
+        "primary key (its other columns are not written, though checked as an upsert's). A "
+        "boolean `op.column` takes `true` and `false`.",
         section=_T, target="write.delete_values",
     ),
     _spec(

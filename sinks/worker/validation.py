@@ -65,6 +65,7 @@ def validate_schema(spark_schema: T.StructType, table: TableSchema, write: Write
     if table.is_counter:
         raise CounterTableError(table.keyspace, table.table)
     special = _special_columns(spark_schema, table, write)
+    _check_boolean_operations(spark_schema, write)
     chosen: dict[str, str] = {}  # table column -> DataFrame column
     for spark_field in spark_schema.fields:
         if spark_field.name in special:
@@ -160,6 +161,22 @@ def _special_columns(spark_schema: T.StructType, table: TableSchema, write: Writ
             )
         found.add(spark_field.name)
     return found
+
+
+def _check_boolean_operations(spark_schema: T.StructType, write: WriteConfig) -> None:
+    """A boolean op column's values are read as ``true`` and ``false``: refuse any other
+    value in the ``op.*Values`` (``True`` would match no row, and every batch would fail)."""
+    if write.op_column is None or write.op_column not in spark_schema.names or \
+            not isinstance(spark_schema[write.op_column].dataType, T.BooleanType):
+        return
+    for option, values in (("op.upsertValues", write.upsert_values),
+                           ("op.deleteValues", write.delete_values),
+                           ("op.partitionDeleteValues", write.partition_delete_values)):
+        odd = [v for v in values if v not in ("true", "false")]
+        if odd:
+            raise OptionError(option, ",".join(values),
+                              f"{write.op_column!r} is a boolean column, whose values read "
+                              f"as 'true' and 'false' (lower case), not {odd[0]!r}")
 
 
 def type_mismatch(spark_type: T.DataType, cql: CqlType, path: str = "") -> str | None:

@@ -79,7 +79,8 @@ def test_a_writetime_column_is_accepted_in_a_change_stream():
 # -- the op column against the DataFrame and the table --------------------------------------
 def test_the_op_column_is_not_written():
     assert validate_schema(schema(), TABLE, STREAM) == ["k", "c", "v"]
-    assert validate_schema(schema(T.BooleanType()), TABLE, STREAM) == ["k", "c", "v"]
+    deleted = WriteConfig(op_column="op", upsert_values=("false",), delete_values=("true",))
+    assert validate_schema(schema(T.BooleanType()), TABLE, deleted) == ["k", "c", "v"]
 
 
 @pytest.mark.parametrize("spark_schema, table, words", [
@@ -181,3 +182,20 @@ def test_a_plain_upsert_stream_may_still_change_its_writetime():
 def test_operations_of_a_chunked_column():
     column = pa.chunked_array([["c", "d"], ["P"]])
     assert np.array_equal(changes.operations(column, STREAM), [0, 1, 2])
+
+
+def test_a_seal_that_recorded_no_write_options_is_written_as_upserts():
+    """A batch a release before seals recorded their options sealed has no op column in its
+    segments: a restart that sets op.column must not look for one (the review of 047c083:
+    KeyError 'Field "op" does not exist')."""
+    target = Target(parse_options({**BASE, "op.column": "op"}), TABLE, ("k", "c", "v"))
+    assert target.as_sealed(None).config.write.op_column is None
+    assert target.as_sealed({}).config.write.op_column is None
+    assert target.as_sealed(target.write_record()).config.write.op_column == "op"
+
+
+def test_a_boolean_op_column_takes_true_and_false_only():
+    deleted = WriteConfig(op_column="op", upsert_values=("false",), delete_values=("True",))
+    with pytest.raises(OptionError) as info:
+        validate_schema(schema(T.BooleanType()), TABLE, deleted)
+    assert info.value.option == "op.deleteValues" and "'true' and 'false'" in str(info.value)
