@@ -166,9 +166,14 @@ class WriteConfig:
             object.__setattr__(self, name, tuple(getattr(self, name) or ()))
 
     def public_dict(self) -> dict[str, Any]:
-        return public_fields(self)
+        """The fields for ``target.json``; a change stream's only when it is one, so that a
+        release before change streams still reads the target of a stream that is none."""
+        exclude = () if self.op_column else _CHANGE_STREAM_FIELDS
+        return public_fields(self, exclude)
 
 
+_CHANGE_STREAM_FIELDS = ("op_column", "upsert_values", "delete_values",
+                         "partition_delete_values")
 _TUPLE_FIELDS = ("lists_at_least_once", "upsert_values", "delete_values",
                  "partition_delete_values")
 

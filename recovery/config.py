@@ -33,7 +33,9 @@ class WalConfig:
     marker_create: bool = False
 
     def public_dict(self) -> dict[str, Any]:
-        return public_fields(self)
+        """The fields for ``target.json``; the marker's only when set (a release before it
+        still reads the target of a stream without one)."""
+        return public_fields(self, () if self.marker_table else ("marker_table", "marker_create"))
 
     def worker_processes(self) -> int:
         """How many worker processes write this WAL's batches where no Spark job can start (a

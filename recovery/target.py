@@ -154,6 +154,10 @@ class RecordedTarget:
     fingerprint: str | None = None
     checkpoint_location: str | None = None
     path: str = "target.json"
+    #: Where a change stream's write timestamps came from, once one wrote this WAL (sealed
+    #: timestamps, or a ``writetime`` column): kept in every later record, so that no later
+    #: write takes them from elsewhere (:func:`sinks.worker.plan.prepare_write`)
+    change_stream_timestamps: str | None = None
 
     @property
     def target(self) -> Target:
@@ -170,8 +174,10 @@ class RecordedTarget:
         return f"{config.keyspace}.{config.table}"
 
     @classmethod
-    def of(cls, target: Target, fingerprint: str) -> "RecordedTarget":
-        return cls(target.to_dict(), fingerprint, target.config.checkpoint_location)
+    def of(cls, target: Target, fingerprint: str,
+           change_stream_timestamps: str | None = None) -> "RecordedTarget":
+        return cls(target.to_dict(), fingerprint, target.config.checkpoint_location,
+                   change_stream_timestamps=change_stream_timestamps)
 
     @classmethod
     def read(cls, wal: WalDir) -> "RecordedTarget | None":
@@ -182,7 +188,7 @@ class RecordedTarget:
         if not isinstance(data, dict):
             raise WalCorrupted(wal.target_file, "target.json is not a JSON object")
         return cls(data.get("target"), data.get("fingerprint"), data.get("checkpoint_location"),
-                   wal.target_file)
+                   wal.target_file, data.get("change_stream_timestamps"))
 
     @classmethod
     def require(cls, wal: WalDir) -> "RecordedTarget":
@@ -193,8 +199,10 @@ class RecordedTarget:
                                     f"rows go")
         return recorded
 
-
     def write(self, wal: WalDir) -> None:
         """Record it in ``wal`` (atomically: a reader sees the old record or this one)."""
-        wal.write_target({"fingerprint": self.fingerprint, "target": self.target_fields,
-                          "checkpoint_location": self.checkpoint_location})
+        record = {"fingerprint": self.fingerprint, "target": self.target_fields,
+                  "checkpoint_location": self.checkpoint_location}
+        if self.change_stream_timestamps is not None:
+            record["change_stream_timestamps"] = self.change_stream_timestamps
+        wal.write_target(record)

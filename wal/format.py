@@ -9,6 +9,8 @@ import struct
 
 FORMAT_NAME = "cassandra-wal"
 FORMAT_VERSION = 1           # the files under WAL_DIR (WAL_FORMAT)
+FORMAT_CHANGES = 2           # WAL_FORMAT of a local WAL once a change stream writes it: the same
+                             # files, and seals an older release would misread (FORMAT.md)
 LOG_FORMAT_VERSION = 3       # the RocksDB log's keys (m/format), the highest this release writes
 LOG_FORMAT_ROWS_IN_LOG = 2   # a log every batch of which has its rows in it: what a new log is,
                              # and format 1's upgrade; raised to 3 with its first seal-only batch

@@ -127,9 +127,22 @@ class WalDir:
             raise NotAWal(self.root, f"unreadable {fmt.MARKER_FILE}: {exc}") from None
         if not isinstance(body, dict) or body.get("format") != fmt.FORMAT_NAME:
             raise NotAWal(self.root, f"{fmt.MARKER_FILE} does not name {fmt.FORMAT_NAME}")
-        if body.get("version") != fmt.FORMAT_VERSION:
-            raise UnsupportedFormat(self.root, body.get("version"), fmt.FORMAT_VERSION)
+        if body.get("version") not in (fmt.FORMAT_VERSION, fmt.FORMAT_CHANGES):
+            raise UnsupportedFormat(self.root, body.get("version"), fmt.FORMAT_CHANGES)
         return self
+
+    def hold_changes(self) -> None:
+        """Before a change stream stages its first batch here: ``WAL_FORMAT`` version
+        :data:`~wal.format.FORMAT_CHANGES`, which a release before change streams refuses
+        (it would write the deletes of a pending batch as upserts). A local or shared folder
+        only: a store's marker is create-only (FORMAT.md, "Directory")."""
+        if self.remote is not None:
+            return
+        with open(self.marker, "rb") as f:
+            body = json.loads(f.read())
+        if body.get("version") != fmt.FORMAT_CHANGES:
+            atomic_write(self.marker, json.dumps(dict(body, version=fmt.FORMAT_CHANGES))
+                         .encode() + b"\n")
 
     # -- listings ------------------------------------------------------------------------
     def sealed_batch_ids(self) -> list[int]:

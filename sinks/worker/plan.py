@@ -236,17 +236,22 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         # Pointed at before anything else can fail (the table's lookup): a WAL that holds
         # anything (an entry) is one the driver's listener knows.
         slot = (config.keyspace, config.table) if wal_per_table else None
-        _follow_a_move(wal, checkpoint, slot)
+        moved_from = _follow_a_move(wal, checkpoint, slot)
         write_pointer(checkpoint, wal.location, slot)
+    else:
+        moved_from = None
     if on_wal is not None:
         on_wal(wal)
+    if config.write.op_column is not None:
+        wal.hold_changes()
     fingerprint = _fingerprint(config, spark_schema.json())
     recorded = RecordedTarget.read(wal)
     if recorded is not None and recorded.fingerprint == fingerprint:
         target = recorded.target
     else:
-        if recorded is not None:
-            _check_source_order(recorded.target.config.write, config.write, wal)
+        earlier = recorded or (RecordedTarget.read(moved_from) if moved_from else None)
+        timestamps = _kept_source_of_timestamps(earlier, config.write,
+                                                [w for w in (wal, moved_from) if w])
         cluster, session = cql.connection.connect(config.connection)
         try:
             table = cql.table.fetch_table_schema(cluster, config.keyspace, config.table)
@@ -258,7 +263,7 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
             cluster.shutdown()
         columns = validate_schema(spark_schema, table, config.write)
         target = Target(config, table, tuple(columns), cluster_name)
-        RecordedTarget.of(target, fingerprint).write(wal)
+        RecordedTarget.of(target, fingerprint, timestamps).write(wal)
     if streaming and credentials.given_in(options):
         credentials.hand_over(credential_channel, wal.root, config.connection)
     write = config.write
@@ -275,47 +280,60 @@ def _source_order(write: WriteConfig) -> str:
     return "sealed timestamps (writetime unset)"
 
 
-def _check_source_order(recorded: WriteConfig, write: WriteConfig, wal: WalDir) -> None:
-    """Refuse, in a change stream (``op.column``, now or before), another source of write
-    timestamps than the WAL's batches were sealed with: sealed timestamps are the time of each
-    seal, a source-order column is the source's, and the two need not be comparable. Every
-    new write, a delete too, would lose to (or hide) the older cells of the other kind. A WAL
-    that never sealed a batch has no such cells."""
-    if not (recorded.op_column or write.op_column):
-        return
-    before, now = _source_order(recorded), _source_order(write)
-    if before == now or (wal.read_flushed_through() < 0 and not wal.sealed_batch_ids()):
-        return
-    given = write.writetime_column or (None if write.writetime_micros is None
-                                       else str(write.writetime_micros))
-    raise OptionError("writetime", given,
-                      f"this change stream's batches were written at {before}, and now "
-                      f"would be at {now}: a write at the one need not be later than a cell "
-                      "at the other, so updates and deletes could lose to older cells. Keep "
-                      "the earlier writetime, or start the new one on a new checkpoint and "
-                      "table (docs/user-guide.md, 'Change streams')")
+def _kept_source_of_timestamps(earlier: RecordedTarget | None, write: WriteConfig,
+                               wals: list[WalDir]) -> str | None:
+    """Where a change stream of this WAL takes its write timestamps from (what ``target.json``
+    keeps, once one wrote it: :attr:`RecordedTarget.change_stream_timestamps`). Refuses
+    another source, now or at any later write of the WAL, a plain stream's too, once a batch
+    was sealed (``wals``: the WAL, and the one it moved from): sealed timestamps are each
+    seal's time, a ``writetime`` column the source's, and the two need not be comparable, so
+    every new write, a delete too, could lose to (or hide) the older cells of the other kind.
+    A plain stream that was never a change stream may change its ``writetime``, as before."""
+    now = _source_order(write)
+    if earlier is None or not earlier.target_fields:
+        return now if write.op_column else None
+    before = earlier.target.config.write
+    kept = earlier.change_stream_timestamps or (_source_order(before) if before.op_column
+                                                else None)
+    reference = kept or _source_order(before)
+    if (kept is not None or write.op_column) and now != reference and any(
+            w.read_flushed_through() >= 0 or w.sealed_batch_ids() for w in wals):
+        given = write.writetime_column or (None if write.writetime_micros is None
+                                           else str(write.writetime_micros))
+        raise OptionError("writetime", given,
+                          f"this WAL's batches were written at {reference}"
+                          f"{' by a change stream' if kept else ''}, and now would be at "
+                          f"{now}: a write at the one need not be later than a cell at the "
+                          "other, so updates and deletes could lose to older cells. Keep the "
+                          "earlier writetime, or start the new one on a new checkpoint and "
+                          "table (docs/user-guide.md, 'Change streams')")
+    return kept or (now if write.op_column else None)
 
 
-def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None) -> None:
+def _follow_a_move(wal: WalDir, checkpoint: str, slot: tuple[str, str] | None
+                   ) -> WalDir | None:
     """``wal`` is where the stream's WAL (for ``slot``) is now; if the pointer names another,
     the WAL moved: refused while the old one has committed batches to write, else the new one
-    starts where the old one ended (:func:`wal.move.follow_move`)."""
+    starts where the old one ended (:func:`wal.move.follow_move`). Returns the old one (None:
+    no move)."""
     previous = read_slot(checkpoint, slot)
     if previous == wal.location:
         confirm_current(wal)        # a move to another WAL that failed before its pointer
-        return
+        return None
     if previous is None:
-        return
+        return None
     # Another table's pointer naming the old WAL too (not the data source's pointer, which an
     # earlier release's foreachBatch writers shared): it stays that table's WAL, neither
     # checked nor told of the move (a writer refused a shared wal.path never had it to itself).
     others = {name: location for name, location in read_pointers(checkpoint).items()
               if name not in (POINTER_FILE, pointer_name(slot))}
     shared = slot is not None and previous in others.values()
+    old = WalDir.at(previous)
     try:
-        follow_move(WalDir.at(previous), wal, checkpoint, leave_old=not shared)
+        follow_move(old, wal, checkpoint, leave_old=not shared)
     except WalMoveRefused as exc:
         raise OptionError("wal.path", wal.location, str(exc)) from None
+    return old
 
 
 def _check_bound(wal: WalDir, checkpoint: str) -> None:

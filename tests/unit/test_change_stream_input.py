@@ -16,7 +16,8 @@ from cql import changes
 from cql.config import WriteConfig
 from cql.errors import InvalidValueError, NullPrimaryKeyError, OptionError, SchemaError
 from cql.table import TableSchema
-from recovery.target import SEALED_WRITE_OPTIONS, Target
+from recovery.config import SinkConfig
+from recovery.target import SEALED_WRITE_OPTIONS, RecordedTarget, Target
 from sinks.worker import plan as plan_module
 from sinks.worker.options import parse_options
 from sinks.worker.validation import check_operations_and_keys, validate_schema
@@ -157,26 +158,54 @@ class _Wal:
         return self.sealed
 
 
+def recorded(write: WriteConfig, kept: str | None = None) -> RecordedTarget:
+    target = Target(SinkConfig("ks", "t", write=write), TABLE, ("k", "c", "v"))
+    return RecordedTarget.of(target, "fingerprint", kept)
+
+
+def kept_source(before, after: WriteConfig, *wals):
+    earlier = recorded(before) if isinstance(before, WriteConfig) else before
+    return plan_module._kept_source_of_timestamps(earlier, after, list(wals))
+
+
 @pytest.mark.parametrize("before, after", [
     (WriteConfig(op_column="op"), WriteConfig(op_column="op", writetime_column="ts")),
     (WriteConfig(op_column="op", writetime_column="ts"), WriteConfig(op_column="op")),
     (WriteConfig(writetime_column="ts"), WriteConfig(op_column="op")),
     (WriteConfig(op_column="op", writetime_column="ts"),
      WriteConfig(op_column="op", writetime_column="lsn")),
+    # a change stream that became a plain one still may not switch (the review's two steps)
+    (WriteConfig(op_column="op"), WriteConfig(writetime_column="ts")),
 ])
 def test_a_change_stream_may_not_switch_its_source_of_write_timestamps(before, after):
     with pytest.raises(OptionError) as info:
-        plan_module._check_source_order(before, after, _Wal(flushed_through=3))
+        kept_source(before, after, _Wal(flushed_through=3))
     assert info.value.option == "writetime"
     assert "new checkpoint and table" in str(info.value)
-    plan_module._check_source_order(before, after, _Wal())      # nothing sealed yet: fine
+    kept_source(before, after, _Wal())      # nothing sealed yet: fine
     with pytest.raises(OptionError):
-        plan_module._check_source_order(before, after, _Wal(sealed=(0,)))
+        kept_source(before, after, _Wal(sealed=(0,)))
+    with pytest.raises(OptionError):        # sealed in the WAL it moved from
+        kept_source(before, after, _Wal(), _Wal(flushed_through=0))
+
+
+def test_the_source_a_change_stream_fixed_is_kept_through_plain_writes():
+    """(op, sealed) -> (plain, sealed) -> (plain, lsn) -> (op, lsn) went through one step at a
+    time (the review of 047c083): the source is now kept in target.json from the first change
+    stream on, and the third step is refused."""
+    sealed = "sealed timestamps (writetime unset)"
+    assert kept_source(WriteConfig(), WriteConfig(op_column="op"), _Wal()) == sealed
+    step1 = kept_source(WriteConfig(op_column="op"), WriteConfig(), _Wal(flushed_through=0))
+    assert step1 == sealed
+    with pytest.raises(OptionError) as info:
+        kept_source(recorded(WriteConfig(), step1), WriteConfig(writetime_column="lsn"),
+                    _Wal(flushed_through=1))
+    assert "by a change stream" in str(info.value)
 
 
 def test_a_plain_upsert_stream_may_still_change_its_writetime():
-    plan_module._check_source_order(WriteConfig(), WriteConfig(writetime_column="ts"),
-                                    _Wal(flushed_through=3))
+    assert kept_source(WriteConfig(), WriteConfig(writetime_column="ts"),
+                       _Wal(flushed_through=3)) is None
 
 
 def test_operations_of_a_chunked_column():
@@ -199,3 +228,32 @@ def test_a_boolean_op_column_takes_true_and_false_only():
     with pytest.raises(OptionError) as info:
         validate_schema(schema(T.BooleanType()), TABLE, deleted)
     assert info.value.option == "op.deleteValues" and "'true' and 'false'" in str(info.value)
+
+
+def test_a_release_before_change_streams_is_refused_a_local_wal_one_wrote(tmp_path):
+    """The review of 047c083: a release before change streams ignored a seal's op column and
+    wrote its deletes as upserts. A change stream raises WAL_FORMAT to 2 before it stages, and
+    such a release (which reads version 1 only) refuses it; this release reads both. Its
+    target.json carries the change-stream fields only for a change stream, so that release
+    still reads a plain stream's."""
+    import json
+
+    from wal import format as fmt
+    from wal.errors import UnsupportedFormat
+    from wal.layout import WalDir
+
+    wal = WalDir(str(tmp_path / "wal")).create()
+    assert json.loads(open(wal.marker).read())["version"] == fmt.FORMAT_VERSION == 1
+    wal.hold_changes()
+    assert json.loads(open(wal.marker).read())["version"] == fmt.FORMAT_CHANGES == 2
+    wal.check()
+    with pytest.MonkeyPatch.context() as patch:      # the earlier release's check
+        patch.setattr(fmt, "FORMAT_CHANGES", fmt.FORMAT_VERSION)
+        with pytest.raises(UnsupportedFormat):
+            wal.check()
+    plain = parse_options(BASE)
+    assert "op_column" not in plain.public_dict()["write"]
+    assert "marker_table" not in plain.public_dict()["wal"]
+    stream = parse_options({**BASE, "op.column": "op", "marker.table": "p"})
+    assert stream.public_dict()["write"]["op_column"] == "op"
+    assert stream.public_dict()["wal"]["marker_table"] == "p"

@@ -681,9 +681,10 @@ def test_verify_progress_on_stderr(capsys, every, monkeypatch):
 @pytest.mark.parametrize("command", [["inspect"], ["dump", "--batch", "0"], ["verify"]])
 def test_newer_format_version(capsys, every, tmp_path, command):
     wal = every.copy(tmp_path / "copy")
-    Path(wal, "WAL_FORMAT").write_text('{"format": "cassandra-wal", "version": 2}\n')
+    newer = fmt.FORMAT_CHANGES + 1
+    Path(wal, "WAL_FORMAT").write_text(f'{{"format": "cassandra-wal", "version": {newer}}}\n')
     result = cli(capsys, command[0], wal, *command[1:])
-    assert_one_line_error(result, 3, "format version 2 is not supported", "upgrade")
+    assert_one_line_error(result, 3, f"format version {newer} is not supported", "upgrade")
 
 
 def test_newer_log_format_version(capsys, every, tmp_path):
