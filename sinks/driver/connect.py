@@ -20,15 +20,15 @@ checkpoint is: no ``_jsq``, no JVM, and neither the events, ``lastProgress``, ``
   staging when the client hears of the query;
 * what the server resolves locations against is known here only from the session conf
   (``spark.hadoop.fs.defaultFS``), so the data source refuses relative locations
-  (:class:`ConnectCassandraWalDataSource`), and credentials given as write options, which
-  reach only the server's workers, never the client's flusher.
+  (:class:`~sinks.worker.connect_source.ConnectCassandraWalDataSource`, which the server's
+  workers load), and credentials given as write options, which reach only the server's
+  workers, never the client's flusher.
 """
 
 from __future__ import annotations
 
-from cql import credentials
 from cql.errors import OptionError, SinkError
-from sinks.worker.source import CassandraWalDataSource
+from sinks.worker.connect_source import is_relative
 from wal import checkpoint as ckpt
 from wal import clock
 from wal.stores import StoreAccess
@@ -50,45 +50,11 @@ def filesystems_of(conf: dict) -> ckpt.Filesystems:
     """What a Connect server resolves locations against, as far as the session conf (``conf``:
     ``spark.conf.getAll``) tells: ``spark.hadoop.fs.defaultFS`` (else ``file:///``) and the
     ``spark.hadoop.*`` store settings. No working directory: relative locations are refused
-    (:class:`ConnectCassandraWalDataSource`). A default filesystem set only in the server's
+    (:class:`~sinks.worker.connect_source.ConnectCassandraWalDataSource`). A default filesystem set only in the server's
     ``core-site.xml`` is not seen here: give locations with a scheme then."""
     default_fs = conf.get(HADOOP_PREFIX + "fs.defaultFS") or ckpt.LOCAL_DEFAULT_FS
     access = StoreAccess.of_hadoop_conf(lambda key: conf.get(HADOOP_PREFIX + key), default_fs)
     return ckpt.Filesystems(default_fs, None, access)
-
-
-def _is_relative(location: str) -> bool:
-    """A local path that is not absolute (``cp``, ``file:cp``); a URI of a store is not."""
-    if not ckpt.is_local(location):
-        return False
-    path = location.strip()
-    return not (path[5:] if path.lower().startswith("file:") else path).startswith("/")
-
-
-class ConnectCassandraWalDataSource(CassandraWalDataSource):
-    """The data source as :func:`sinks.register` bakes it for a Spark Connect session: a stream
-    is refused, before anything is staged, where the client's flusher could not follow it."""
-
-    def streamWriter(self, schema, overwrite):
-        """Refuse what the client's flusher cannot follow, then prepare the batch as usual.
-
-        Runs: in a one-shot Python worker of the Connect server, once per micro-batch."""
-        options = {str(k).lower(): v for k, v in self.options.items()}
-        for option in ("checkpointLocation", "wal.path"):
-            value = options.get(option.lower())
-            if value and _is_relative(str(value)):
-                raise OptionError(option, str(value),
-                                  "Spark Connect: must be absolute (or a URI): the server "
-                                  "resolves a relative location against its own working "
-                                  "directory, which the client's flusher does not know")
-        if credentials.given_in(options):
-            raise OptionError("spark.cassandra.auth.*", None,
-                              "Spark Connect: credentials given as write options reach only "
-                              "the server, not the client process that writes the batches; "
-                              "set them with spark.conf.set(...) before sinks.register(spark), "
-                              "or CASSANDRA_WAL_USERNAME / CASSANDRA_WAL_PASSWORD in the "
-                              "client's environment")
-        return super().streamWriter(schema, overwrite)
 
 
 def tracked_checkpoint(query_id: str, location: str, filesystems: ckpt.Filesystems,
@@ -98,7 +64,7 @@ def tracked_checkpoint(query_id: str, location: str, filesystems: ckpt.Filesyste
     ``checkpointLocation``), resolved as the server resolves it; a :class:`SinkError` unless
     Spark's ``metadata`` there names that query (a wrong location would have the flusher wait
     on another query's commits, or none). Waits up to ``wait_s`` for ``metadata`` to be seen."""
-    if _is_relative(location):
+    if is_relative(location):
         raise OptionError("checkpointLocation", location,
                           "Spark Connect: must be absolute (or a URI), as in the query's options")
     resolved = filesystems.resolve(location)

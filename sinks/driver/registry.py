@@ -26,6 +26,7 @@ from recovery import events
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher, block_if_lost
 from recovery.target import TargetNotRecorded
+from sinks.worker.connect_source import ConnectCassandraWalDataSource
 from sinks.worker.foreach_batch import forget_run, note_run
 from sinks.worker.source import CassandraWalDataSource
 from wal.catalog import committed_through
@@ -37,7 +38,6 @@ from wal.stores import use_access
 
 from . import metrics_endpoint
 from .connect import (
-    ConnectCassandraWalDataSource,
     filesystems_of,
     is_connect_session,
     tracked_checkpoint,

@@ -145,6 +145,33 @@ def test_sinks_loads_only_the_driver_sides_public_functions_on_first_use():
                                   "module 'sinks' has no attribute 'no_such_name'")
 
 
+@pytest.mark.parametrize("base", ["sinks.worker.source:CassandraWalDataSource",
+                                  "sinks.worker.connect_source:ConnectCassandraWalDataSource"])
+def test_a_worker_unpickling_the_registered_data_source_loads_nothing_of_the_driver_side(base):
+    """The class ``sinks.register`` bakes (for a classic session, and for Spark Connect,
+    whose server workers unpickle it), pickled as Spark pickles it and unpickled in a fresh
+    process as a one-shot worker does. (Until the Connect class moved to the workers' half,
+    each server worker loaded the registry, the flusher and the Cassandra driver's cluster
+    module with it: the review of the split.)"""
+    module, name = base.split(":")
+    maker = (f"import importlib, sys\nfrom pyspark import cloudpickle\n"
+             f"base = getattr(importlib.import_module({module!r}), {name!r})\n"
+             "source = type('CassandraWalDataSource', (base,), {'session_conf': {}, "
+             "'__module__': 'sinks', '__qualname__': 'CassandraWalDataSource<registered>'})\n"
+             "sys.stdout.buffer.write(cloudpickle.dumps(source))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pickled = subprocess.run([sys.executable, "-c", maker], cwd=REPO, capture_output=True,
+                             timeout=120, env=env)
+    assert pickled.returncode == 0, pickled.stderr.decode()
+    probe = ("import pickle, sys\npickle.loads(sys.stdin.buffer.read())\n"
+             "print([m for m in sys.modules if m.startswith(('sinks.driver', "
+             "'recovery.flusher', 'cassandra.cluster'))])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, input=pickled.stdout,
+                         capture_output=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip() == "[]"
+
+
 def test_the_flush_task_loads_nothing_of_the_driver_side():
     """An executor's Python worker unpickling a flush job's task loads
     :mod:`sinks.worker.flush_task` (with ``sinks``), never :mod:`sinks.driver`. (Until the

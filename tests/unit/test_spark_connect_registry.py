@@ -12,6 +12,7 @@ import pytest
 
 from cql.errors import OptionError, SinkError
 from sinks.driver import connect, registry
+from sinks.worker import connect_source
 from tests.helpers.spark_fakes import FakeFlusher
 from wal import checkpoint as ckpt
 
@@ -49,7 +50,7 @@ def test_filesystems_come_from_the_session_conf():
     ("file:/data/cp", False), ("file:///data/cp", False), ("hdfs://nn/cp", False),
     ("s3a://bucket/cp", False)])
 def test_relative_locations(location, relative):
-    assert connect._is_relative(location) is relative
+    assert connect_source.is_relative(location) is relative
 
 
 def test_the_tracked_checkpoint_must_be_the_querys(tmp_path):
@@ -82,7 +83,7 @@ def test_a_checkpoint_not_seen_here_is_refused_after_waiting(tmp_path):
     ({"checkpointlocation": "/cp", "spark.cassandra.auth.password": "s3cret"},
      "spark.cassandra.auth.*")])
 def test_the_server_refuses_what_the_client_flusher_cannot_follow(options, option):
-    source = connect.ConnectCassandraWalDataSource(options)
+    source = connect_source.ConnectCassandraWalDataSource(options)
     with pytest.raises(OptionError) as caught:
         source.streamWriter(None, False)
     assert caught.value.option == option
