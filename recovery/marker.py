@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cql.marker_table import insert_cql, split_name
+from cassandra import InvalidRequest
+
+from cql.errors import SinkError
+from cql.marker_table import TABLE_OPTION, create_cql, insert_cql, split_name
 from wal.log import BatchRecord
 
 from .target import Target
@@ -61,7 +64,19 @@ class MarkerWriter:
         self.written: Completeness | None = None     # the last row written by this process
 
     def write(self, session, done: Completeness) -> None:
-        """Record ``done`` (raises what the driver raises: the flusher retries or blocks)."""
+        """Record ``done``. Raises what the driver raises, the flusher retrying a transient
+        failure; a table gone or changed since the query checked it (InvalidRequest) is a
+        :class:`SinkError` naming the option and the remedy, which blocks the sink."""
+        try:
+            self._write(session, done)
+        except InvalidRequest as exc:
+            raise SinkError(f"{TABLE_OPTION} {self.keyspace}.{self.table}: {exc}; batch "
+                            f"{done.batch} is written, its completeness marker is not: give "
+                            f"the table back ({create_cql(self.keyspace, self.table)}), or "
+                            f"restart the query without {TABLE_OPTION}") from None
+        self.written = done
+
+    def _write(self, session, done: Completeness) -> None:
         prepared = self._prepared.get(id(session))
         if prepared is None:
             prepared = session.prepare(insert_cql(self.keyspace, self.table))
@@ -73,4 +88,3 @@ class MarkerWriter:
             self.query_id, done.target_table, done.batch,
             None if done.commit_seen_at_us is None else done.commit_seen_at_us // 1000,
             done.acknowledged_at_us // 1000, done.rows, done.watermark_ms, done.write_ts_us))
-        self.written = done

@@ -10,10 +10,10 @@ import pytest
 
 from cql import marker_table
 from cql.config import WriteConfig
-from cql.errors import OptionError
+from cql.errors import OptionError, SinkError
 from cql.table import TableSchema
-from recovery.config import SinkConfig
-from recovery.marker import Completeness
+from recovery.config import SinkConfig, WalConfig
+from recovery.marker import Completeness, MarkerWriter
 from recovery.target import Target
 from tests.helpers.walfactory import WalFactory
 from wal import checkpoint as ckpt
@@ -93,3 +93,50 @@ def test_the_watermark_a_batch_ran_with_is_read_from_its_offsets(tmp_path, secon
     checkpoint = ckpt.open_checkpoint(str(tmp_path))
     assert checkpoint.batch_watermark_ms(4) == expected
     assert checkpoint.batch_watermark_ms(5) is None            # purged, or never run
+
+
+class _Session:
+    def __init__(self, error=None):
+        self.error, self.executed = error, []
+
+    def prepare(self, cql):
+        from types import SimpleNamespace
+        return SimpleNamespace(cql=cql, is_idempotent=False, consistency_level=None)
+
+    def execute(self, prepared, values):
+        if self.error is not None:
+            raise self.error
+        self.executed.append((prepared.cql, values))
+
+
+def _writer() -> "MarkerWriter":
+    table = TableSchema("ks", "t", (("id", "bigint"),), ("id",))
+    config = SinkConfig("ks", "t", wal=WalConfig(marker_table="progress"))
+    return MarkerWriter(Target(config, table, ("id",)), "query-1")
+
+
+DONE = Completeness("ks.t", 7, 100, 1_000_000, 2_000_000, None, 5_000_007)
+
+
+def test_the_marker_row_is_written_with_the_batchs_last_sealed_timestamp():
+    session, writer = _Session(), _writer()
+    writer.write(session, DONE)
+    ((cql, values),) = session.executed
+    assert cql.startswith('INSERT INTO "ks"."progress" ("query_id", "target_table", "batch_id"')
+    assert cql.endswith("USING TIMESTAMP ?")
+    assert values == ("query-1", "ks.t", 7, 1_000, 2_000, 100, None, 5_000_007)
+    assert writer.written == DONE
+
+
+def test_a_marker_table_gone_since_the_check_blocks_naming_the_option_and_the_remedy():
+    from cassandra import InvalidRequest
+
+    from recovery.errors import is_transient
+
+    writer = _writer()
+    with pytest.raises(SinkError) as info:
+        writer.write(_Session(InvalidRequest("unconfigured table progress")), DONE)
+    text = str(info.value)
+    assert "marker.table ks.progress" in text and "batch 7 is written" in text
+    assert "CREATE TABLE IF NOT EXISTS" in text and not is_transient(info.value)
+    assert writer.written is None
