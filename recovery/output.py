@@ -69,9 +69,12 @@ class CassandraOutput:
         return found[1] if found else None
 
     def upserter(self, seal: Seal | None = None) -> Upserter:
-        """The Upserter writing ``seal``'s rows as it recorded (the current options for a seal
-        that recorded none, or with no seal)."""
-        return self.upserter_for(seal.write if seal is not None else None)
+        """The Upserter writing ``seal``'s rows as it recorded (a seal that recorded none: as
+        upserts, with the current options, :meth:`Target.as_sealed
+        <recovery.target.Target.as_sealed>`); with no seal, the current target's as it is
+        (a flush task's, already as sealed: a change stream's deletes stay deletes)."""
+        return self.upserter_for(seal.write if seal is not None
+                                 else self.current_target().write_record())
 
     def upserter_for(self, record: dict | None) -> Upserter:
         """The Upserter writing the way ``record`` (a seal's ``write``, or

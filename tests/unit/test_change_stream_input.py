@@ -257,3 +257,22 @@ def test_a_release_before_change_streams_is_refused_a_local_wal_one_wrote(tmp_pa
     stream = parse_options({**BASE, "op.column": "op", "marker.table": "p"})
     assert stream.public_dict()["write"]["op_column"] == "op"
     assert stream.public_dict()["wal"]["marker_table"] == "p"
+
+
+def test_a_flush_tasks_upserter_keeps_the_change_streams_operations(monkeypatch):
+    """A flush task (``executors``) is handed its target already as sealed and asks for the
+    Upserter without a seal: it must write the change stream's deletes as deletes. (After a
+    seal that recorded no options was made to mean upserts, the task's target lost its op
+    column and every delete went out as an upsert: the simulation's seed 649, and the crash
+    matrix's executors-flush.mid@5 of a change stream.)"""
+    from recovery import output
+
+    made = []
+    monkeypatch.setattr(output, "Upserter", lambda session, table, columns, write, *a, **k:
+                        made.append(write) or write)
+    monkeypatch.setattr(output.CassandraOutput, "_session_for", lambda self, connection: None)
+    target = Target(parse_options({**BASE, "op.column": "op"}), TABLE, ("k", "c", "v"))
+    sealed = target.as_sealed(target.write_record())
+    assert output.CassandraOutput(sealed).upserter().op_column == "op"
+    assert output.CassandraOutput(target).upserter_for(None).op_column is None   # a seal
+    assert [w.op_column for w in made] == ["op", None]
