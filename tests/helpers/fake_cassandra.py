@@ -3,10 +3,12 @@ tests use it as it is; the simulation (``tests/sim/cassandra.py``) adds its node
 faults, dropped columns and its record of writes over it.
 
 * **Statements.** :func:`prepare_statement` gives the driver's real ``PreparedStatement`` for
-  the ``Upserter``'s ``INSERT ... USING TIMESTAMP ? [AND TTL ?]`` and its ``DELETE <columns>
-  ... USING TIMESTAMP ? WHERE <key>`` (a row whose TTL ran out while pending), with each
-  column's driver type (:data:`DRIVER_TYPES`); :class:`Statements` keeps what a node prepared
-  and reads a request (a ``BoundStatement`` or a ``BatchStatement``) back into its rows.
+  the ``Upserter``'s ``INSERT ... USING TIMESTAMP ? [AND TTL ?]``, its ``DELETE <columns>
+  ... USING TIMESTAMP ? WHERE <key>`` (a row whose TTL ran out while pending) and a change
+  stream's ``DELETE FROM ... USING TIMESTAMP ? WHERE <key>`` of a row (the whole primary key)
+  or a partition (the partition key alone), with each column's driver type
+  (:data:`DRIVER_TYPES`); :class:`Statements` keeps what a node prepared and reads a request (a
+  ``BoundStatement`` or a ``BatchStatement``) back into its rows.
 * **The session.** :class:`FakeSession`: ``prepare``, ``execute_async`` answered
   (:class:`Answer`) at once or held until :meth:`FakeSession.release`, each from
   ``script(statement, attempt)``: an exception, or None; ``execute`` answers the batch limits
@@ -17,7 +19,8 @@ faults, dropped columns and its record of writes over it.
   them: the token ring (``get_replicas``), the cluster's name, the keyspaces'
   schema and their refresh.
 * **Cells.** :class:`Cell`, :func:`resolve` (Cassandra's last write wins), :class:`ListCells`
-  (a non-frozen list: a cell per element) and :func:`shown` (what a SELECT shows of a row).
+  (a non-frozen list: a cell per element), :class:`Deletions` (rows and partitions deleted, the
+  highest timestamp of each) and :func:`shown` (what a SELECT shows of a row).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ _MARSHAL = {"text": "UTF8Type", "int": "Int32Type", "bigint": "LongType",
 DRIVER_TYPES = {cql: cqltypes.lookup_casstype(M + name) for cql, name in _MARSHAL.items()}
 NON_FROZEN = frozenset({"list<text>"})     # a cell per element (ListCells)
 NO_DELETION = float("inf")                 # a live, non-expiring cell
+NOT_DELETED = -(2**63)                     # below every write timestamp: nothing hidden
+#: The two kinds of a change stream's ``DELETE FROM`` (:attr:`Statements.deletions`), as the
+#: records of :class:`RecordingSession` name them.
+ROW_DELETE, PARTITION_DELETE = "row_delete", "partition_delete"
 _REAL_TIME_NS = time.time_ns
 
 
@@ -61,11 +68,12 @@ def parse_insert(cql: str) -> tuple[str, list[str], bool]:
 
 def parse_delete(cql: str) -> tuple[str, list[str], list[str]]:
     """``DELETE "v", "w" FROM "ks"."t" USING TIMESTAMP ? WHERE "k" = ? AND "c" = ?`` ->
-    (table, columns deleted, key columns bound)."""
+    (table, columns deleted, key columns bound); ``DELETE FROM ...`` (a change stream's delete
+    of its row or partition) deletes no column by name: ``[]``."""
     head, _, where = cql.partition(" WHERE ")
-    columns, _, rest = head[len("DELETE "):].partition(" FROM ")
+    columns, _, rest = (" " + head[len("DELETE"):]).partition(" FROM ")
     table = rest.split(" ")[0].split(".")[-1].strip('"')
-    return (table, [c.strip().strip('"') for c in columns.split(",")],
+    return (table, [c.strip().strip('"') for c in columns.split(",") if c.strip()],
             [part.split("=")[0].strip().strip('"') for part in where.split(" AND ")])
 
 
@@ -98,21 +106,28 @@ def prepare_statement(cql: str, schema: TableSchema, qid: bytes) -> PreparedStat
 
 
 class Statements:
-    """What a node prepared, by query id: the statement, its cluster, and for a DELETE its
-    table and the columns it deletes."""
+    """What a node prepared, by query id: the statement, its cluster, for a DELETE of columns
+    its table and the columns it deletes (``deletes``), and for a change stream's ``DELETE
+    FROM`` its table and whether it deletes a row or a partition (``deletions``:
+    :data:`ROW_DELETE` by the whole primary key, :data:`PARTITION_DELETE` by the partition key
+    alone; without clustering columns the two are one statement, taken for a row's)."""
 
     def __init__(self, tables: Mapping[str, TableSchema]):
         self.tables = tables
         self.prepared: dict[bytes, PreparedStatement] = {}
         self.clusters: dict[bytes, str] = {}
         self.deletes: dict[bytes, tuple[str, list[str]]] = {}
+        self.deletions: dict[bytes, tuple[str, str]] = {}
 
     def prepare(self, cql: str, cluster: str = "") -> PreparedStatement:
         qid = query_id(cql, cluster)
         self.clusters[qid] = cluster
         if cql.startswith("DELETE"):
-            table, deleted, _names = parse_delete(cql)
-            self.deletes[qid] = (table, deleted)
+            table, deleted, names = parse_delete(cql)
+            if deleted:
+                self.deletes[qid] = (table, deleted)
+            else:
+                self.deletions[qid] = (table, deletion_kind(self.tables[table], names))
         else:
             table = parse_insert(cql)[0]
         statement = prepare_statement(cql, self.tables[table], qid)
@@ -127,6 +142,17 @@ class Statements:
         if isinstance(statement, BoundStatement):
             return [(statement.prepared_statement, statement.values)]
         raise AssertionError(f"the sink sent a {type(statement).__name__}")
+
+
+def deletion_kind(schema: TableSchema, names: list[str]) -> str:
+    """What a ``DELETE FROM`` whose WHERE binds ``names`` deletes: a row (the whole primary
+    key) or a partition (the partition key alone); Cassandra refuses any other key."""
+    if names == list(schema.primary_key):
+        return ROW_DELETE
+    if names == list(schema.partition_key):
+        return PARTITION_DELETE
+    raise AssertionError(f"a DELETE FROM {schema.table} by {names}: neither its primary key "
+                         f"{list(schema.primary_key)} nor its partition key")
 
 
 def plain(value):
@@ -310,10 +336,14 @@ class RecordingSession(FakeSession):
         {"op": "insert", "key": [1], "ts": 17..., "ttl": 3599, "cells": {"name": "a"},
          "at_s": 1800000000.2}
         {"op": "delete", "key": [1], "ts": 17..., "columns": ["name", "value"], "at_s": ...}
+        {"op": "row_delete", "key": [1, 2], "ts": 17..., "at_s": ...}
+        {"op": "partition_delete", "key": [1], "ts": 17..., "at_s": ...}
 
-    ``ttl`` is null when none was sent and ``"unset"`` for an unset one; ``at_s`` is when the
-    row was "applied", on the real clock of this machine as it was when the module was
-    imported (what a test that skews ``time`` in a process calls Cassandra's clock)."""
+    ``delete``: the tombstones of these columns; ``row_delete`` and ``partition_delete``: a
+    change stream's delete of the row, or of the partition, whose key it names. ``ttl`` is null
+    when none was sent and ``"unset"`` for an unset one; ``at_s`` is when the row was
+    "applied", on the real clock of this machine as it was when the module was imported (what
+    a test that skews ``time`` in a process calls Cassandra's clock)."""
 
     def __init__(self, table: TableSchema, path: str):
         super().__init__([table], metadata=Metadata(nodes=1))
@@ -328,6 +358,10 @@ class RecordingSession(FakeSession):
     def _row(self, prepared, values) -> dict:
         cells = {name: ("unset" if value is UNSET_VALUE else value)
                  for name, (_raw, value) in decoded(prepared, values).items()}
+        deletion = self.statements.deletions.get(prepared.query_id)
+        if deletion is not None:
+            return {"op": deletion[1], "ts": cells.pop("[timestamp]"),
+                    "at_s": _REAL_TIME_NS() / 1e9, "key": list(cells.values())}
         out = {"op": "delete" if prepared.query_id in self.statements.deletes else "insert",
                "ts": cells.pop("[timestamp]"), "at_s": _REAL_TIME_NS() / 1e9,
                "key": [cells.pop(k) for k in self.table.primary_key]}
@@ -351,10 +385,15 @@ def read(path) -> list[dict]:
 def visible(rows: list[dict], now_s: float) -> dict[tuple, dict]:
     """What a SELECT shows at ``now_s`` after these rows (:func:`read`), as Cassandra
     reconciles them (:func:`resolve`); an expiring cell is gone from ``at_s + ttl`` (the
-    node's second, rounded down). The lines hold decoded values: of two live cells at one
-    timestamp, the larger JSON of the value stands for Cassandra's larger bytes."""
+    node's second, rounded down); a row or partition deleted hides its cells at or below the
+    deletion's timestamp (:class:`Deletions`). The lines hold decoded values: of two live cells
+    at one timestamp, the larger JSON of the value stands for Cassandra's larger bytes."""
     cells: dict[tuple, dict] = {}
+    deletions = Deletions()
     for row in rows:
+        if row["op"] in (ROW_DELETE, PARTITION_DELETE):
+            deletions.delete(row["op"], tuple(row["key"]), row["ts"])
+            continue
         at_s = int(row["at_s"])
         if row["op"] == "delete":
             written, ttl = {c: None for c in row["columns"]}, None
@@ -367,7 +406,8 @@ def visible(rows: list[dict], now_s: float) -> dict[tuple, dict]:
                     Cell(row["ts"], json.dumps(value).encode(), ttl,
                          at_s + ttl if ttl else NO_DELETION))
             held[column] = resolve(held.get(column), cell)
-    out = {key: shown(held, now_s, lambda _column, raw: json.loads(raw))
+    out = {key: shown(held, now_s, lambda _column, raw: json.loads(raw),
+                      deleted_at=deletions.of(key))
            for key, held in cells.items()}
     return {key: row for key, row in out.items() if row}
 
@@ -423,10 +463,12 @@ class ListCells:
         for value in values or ():
             self.elements.append((next_id(), ts, value, local_deletion))
 
-    def shown(self, now_s: float) -> tuple:
-        """The list a SELECT shows: the live elements in cell id order."""
+    def shown(self, now_s: float, deleted_at: int = NOT_DELETED) -> tuple:
+        """The list a SELECT shows: the live elements in cell id order (``deleted_at``: its
+        row's deletion, :meth:`Deletions.of`: elements at or below it are gone too)."""
+        above = max(self.deleted_at, deleted_at)
         return tuple(value for _id, ts, value, local_deletion in self.elements
-                     if ts > self.deleted_at and local_deletion > now_s)
+                     if ts > above and local_deletion > now_s)
 
     def live(self, now_s: float) -> dict[int, list]:
         """The live elements by write timestamp, each in cell id order."""
@@ -437,17 +479,48 @@ class ListCells:
         return out
 
 
+@dataclass
+class Deletions:
+    """A table's rows and partitions deleted (a change stream's ``DELETE FROM ... WHERE
+    <key>``): each key's highest deletion timestamp, the one that counts. A cell of a row is
+    shown only above its row's and its partition's deletions (:meth:`of`): at equal
+    timestamps the tombstone wins, and a write at a higher timestamp shows again, in whatever
+    order the writes and the deletions arrived (Cassandra keeps both and reconciles on read).
+    """
+
+    rows: dict[tuple, int] = field(default_factory=dict)          # primary key -> ts
+    partitions: dict[tuple, int] = field(default_factory=dict)    # partition key -> ts
+
+    def delete(self, kind: str, key: tuple, ts: int) -> None:
+        """A deletion of the row (:data:`ROW_DELETE`) or partition (:data:`PARTITION_DELETE`)
+        ``key`` at ``ts``."""
+        held = self.rows if kind == ROW_DELETE else self.partitions
+        held[key] = max(held.get(key, NOT_DELETED), ts)
+
+    def of(self, key: tuple) -> int:
+        """The deletion timestamp covering the row ``key`` (its primary key): its own or its
+        partition's (a partition key is a prefix of its rows' keys), the higher;
+        :data:`NOT_DELETED` if neither."""
+        return max([self.rows.get(key, NOT_DELETED)]
+                   + [ts for partition, ts in self.partitions.items()
+                      if key[:len(partition)] == partition])
+
+
 def shown(cells: Mapping[str, Cell | ListCells], now_s: float,
           decode: Callable[[str, bytes], object],
-          hidden: Callable[[str, int], bool] = lambda column, ts: False) -> dict:
+          hidden: Callable[[str, int], bool] = lambda column, ts: False,
+          deleted_at: int = NOT_DELETED) -> dict:
     """What a SELECT shows at ``now_s`` of a row's ``cells``: column -> value (``decode``:
     of a cell's bytes) of the live cells, expired and ``hidden`` ones (a dropped column's)
-    left out; a list as a tuple, its elements in cell id order."""
+    left out, and those at or below ``deleted_at`` (the row's or its partition's deletion,
+    :meth:`Deletions.of`); a list as a tuple, its elements in cell id order."""
     live = {}
     for column, cell in cells.items():
         if isinstance(cell, ListCells):
-            if cell.shown(now_s):
-                live[column] = cell.shown(now_s)
-        elif not cell.tombstone and cell.local_deletion > now_s and not hidden(column, cell.ts):
+            elements = cell.shown(now_s, deleted_at)
+            if elements:
+                live[column] = elements
+        elif not cell.tombstone and cell.local_deletion > now_s and cell.ts > deleted_at \
+                and not hidden(column, cell.ts):
             live[column] = decode(column, cell.raw)
     return live

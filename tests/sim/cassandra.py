@@ -18,7 +18,11 @@ one cell like any other.
 
 Besides the ``INSERT`` it applies the Upserter's ``DELETE <columns> ... USING TIMESTAMP ? WHERE
 <key>`` (a row whose TTL ran out while it was pending): a tombstone per column at that
-timestamp (a non-frozen list: a deletion of its cells up to it).
+timestamp (a non-frozen list: a deletion of its cells up to it); and a change stream's
+``DELETE FROM ... USING TIMESTAMP ? WHERE <key>`` of a row or a whole partition
+(``fake_cassandra.Deletions``): each row and partition keeps its highest deletion timestamp,
+and a SELECT shows a cell only above its row's and its partition's (a tie goes to the
+tombstone), whatever order the writes came in.
 
 One node stands for two clusters (``changes.py``): contact points naming
 :data:`OTHER_HOST` reach the other one, whose cluster name differs and whose tables are kept
@@ -46,8 +50,9 @@ from cassandra.query import UNSET_VALUE, PreparedStatement
 from cql.errors import ConnectionFailed
 from cql.table import TableSchema
 from tests.helpers.fake_cassandra import (DRIVER_TYPES, NO_DELETION, NON_FROZEN, PROTOCOL,
-                                          Cell, FakeCluster, FakeSession, ListCells,
-                                          Metadata, Statements, decoded, plain, resolve, shown)
+                                          NOT_DELETED, Cell, Deletions, FakeCluster,
+                                          FakeSession, ListCells, Metadata, Statements, decoded,
+                                          plain, resolve, shown)
 
 UP, DOWN, FLAKY = "up", "down", "flaky"
 OTHER_HOST = "cluster-b"     # contact points of the other cluster (changes.py)
@@ -82,6 +87,8 @@ class Write:
     step: int
     at_s: float                 # when it was applied (the simulated clock, seconds)
     deleted: bool = False       # a DELETE of these columns (its cells: (column, None))
+    deletion: str = ""          # a change stream's DELETE FROM of its row or partition (``key``):
+                                # fake_cassandra.ROW_DELETE or PARTITION_DELETE; no cells
     proc: str = ""              # the process that wrote it (whose measure of the batch's age)
     uncounted_s: float = 0.0    # a flush task elsewhere: how long it waited after its job began
 
@@ -95,6 +102,7 @@ class SimCassandra:
     mode: str = UP
     faults: int = 0                                   # failures injected so far
     rows: dict = field(default_factory=dict)          # (table, key) -> {column: Cell}
+    deletions: dict = field(default_factory=dict)     # table -> Deletions (rows, partitions)
     writes: list[Write] = field(default_factory=list)
     sessions_opened: int = 0
     cell_ids: int = 0                                 # the last list element's cell id
@@ -176,6 +184,9 @@ class SimCassandra:
         if prepared.query_id in self.statements.deletes:
             self._apply_delete(prepared, values)
             return
+        if prepared.query_id in self.statements.deletions:
+            self._apply_deletion(prepared, values)
+            return
         meta = prepared.column_metadata
         schema = self.tables[meta[0].table_name]
         table = qualified(meta[0].table_name, self.statements.clusters[prepared.query_id])
@@ -222,6 +233,27 @@ class SimCassandra:
                                  self.step, now_s, deleted=True, proc=self.proc,
                                  uncounted_s=self.uncounted_s))
 
+    def _apply_deletion(self, prepared: PreparedStatement, values) -> None:
+        """A change stream's delete of a row (its whole primary key) or of a partition (its
+        partition key): its deletion timestamp is kept beside the cells, which stay (hidden
+        at or below it, :meth:`visible`), as Cassandra keeps a tombstone until compaction."""
+        table, kind = self.statements.deletions[prepared.query_id]
+        table = qualified(table, self.statements.clusters[prepared.query_id])
+        meta = prepared.column_metadata
+        ts = meta[0].type.deserialize(values[0], PROTOCOL)
+        key = tuple(m.type.deserialize(v, PROTOCOL) for m, v in zip(meta[1:], values[1:]))
+        assert None not in key, "a delete without its key reached Cassandra"
+        self.deletions.setdefault(table, Deletions()).delete(kind, key, ts)
+        self.writes.append(Write(table, key, ts, None, (), self.step,
+                                 self.clock_us() // 1_000_000, deletion=kind, proc=self.proc,
+                                 uncounted_s=self.uncounted_s))
+
+    def deleted_at(self, table: str, key: tuple) -> int:
+        """The deletion timestamp covering row ``key`` of ``table``: its own or its
+        partition's, the higher (``fake_cassandra.Deletions.of``)."""
+        deletions = self.deletions.get(table)
+        return deletions.of(key) if deletions is not None else NOT_DELETED
+
     def _next_cell_id(self) -> int:
         self.cell_ids += 1
         return self.cell_ids
@@ -236,15 +268,17 @@ class SimCassandra:
         return {table for table, _key in self.rows}
 
     def visible(self, table: str) -> dict:
-        """What a SELECT would show now: key -> {column: value} (expired cells hidden; a list
-        as a tuple, its elements in cell id order)."""
+        """What a SELECT would show now: key -> {column: value} (expired cells hidden, and
+        those at or below their row's or partition's deletion; a list as a tuple, its
+        elements in cell id order)."""
         now_s = self.clock_us() / 1e6
         out = {}
         for (name, key), cells in self.rows.items():
             if name != table:
                 continue
             live = shown(cells, now_s, lambda column, raw: self.decode(table, column, raw),
-                         lambda column, ts: self.hidden(table, column, ts))
+                         lambda column, ts: self.hidden(table, column, ts),
+                         self.deleted_at(table, key))
             if live:
                 out[key] = live
         return out

@@ -15,7 +15,8 @@
 * A drain or recovery that met no fault, with the node up, leaves every batch Spark committed
   written (so a flusher never waits forever, and after an outage a drain makes progress).
 * At the end, after recovery with the node up, every committed execution is written, and the
-  table holds, per cell, the newest expected write (last write wins).
+  table holds, per cell, the newest expected write (last write wins), unless a change stream
+  deleted its row or partition at or above it (``deletes.py``: the tombstone wins a tie).
 * The figures an operator is shown agree: after such a drain, nothing is pending and the sink
   is not said to be blocked.
 * A non-frozen list holds each committed row's elements once; a whole number of times (at least
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import os
 
-from tests.helpers.fake_cassandra import NON_FROZEN, ListCells
+from tests.helpers.fake_cassandra import NON_FROZEN, Deletions, ListCells
 
 from .cassandra import bare
 from .oracle import fmt
@@ -65,6 +66,8 @@ def absorb_writes(world) -> None:
         if hidden is not None:
             world.writes_seen = i + 1
             raise Violation("no cell a drop hides counts as written", hidden)
+        if w.deletion and expected not in oracle.applied:
+            world.counts["deletes: deletes Cassandra got"] += 1     # deletes.py
         oracle.first.setdefault((w.table, w.key, w.ts), w)
         oracle.applied.add(expected)
     world.writes_seen = len(writes)
@@ -286,14 +289,19 @@ def check_table(world) -> None:
     row whose TTL ran out before its first write is written as the tombstones of its columns,
     at its timestamp, as its expired cells would be). Only the writes that landed count: the
     completeness check has already made sure that nothing else is missing (only rows of no
-    cell, whose TTL ran out, may be: they would leave nothing)."""
+    cell, whose TTL ran out, may be: they would leave nothing). A change stream's deletes
+    (``deletes.py``) hide every cell of their row or partition at or below their timestamp:
+    the committed changes applied at their sealed timestamps, whatever order they landed in."""
     want: dict[tuple, tuple] = {}
+    deletions: dict[str, Deletions] = {}         # table -> its rows and partitions deleted
     for e in world.oracle.executions:
         if not e.committed:
             continue
         for w in e.expected + e.earlier:     # an amended batch: its rows written before too
             if w not in world.oracle.applied:
                 continue
+            if w.deletion:
+                deletions.setdefault(w.table, Deletions()).delete(w.deletion, w.key, w.ts)
             for column, value in w.cells:
                 cell = (w.table, w.key, column)
                 if cell not in want or w.ts > want[cell][0]:
@@ -301,8 +309,12 @@ def check_table(world) -> None:
     shown = {}
     for (table, key, column), (ts, value, ttl, _e) in want.items():
         # A column dropped (and added back) since hides every cell of it at or before the drop.
-        if value is not None and not ttl and not world.node.hidden(table, column, ts):
-            shown.setdefault((table, key), {})[column] = value
+        if value is None or ttl or world.node.hidden(table, column, ts):
+            continue
+        if table in deletions and ts <= deletions[table].of(key):
+            world.counts["deletes: cells a delete hides at the end"] += 1
+            continue
+        shown.setdefault((table, key), {})[column] = value
     have = {(table, key): cells for table in set(world.tables) | world.node.table_names()
             for key, cells in world.node.visible(table).items()}
     for (table, key, column), (_ts, value, _ttl, e) in want.items():

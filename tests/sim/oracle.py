@@ -5,7 +5,9 @@ the rows Spark gave each partition, and the options in force when it was sealed.
 its rows are known as the writes Cassandra must receive once it is committed: row *i* of the
 seal (segments in seal order) at ``base_ts_us + i`` (or at its ``writetime`` column), with the
 sealed TTL, and a cell per written column (a tombstone for a null, nothing with
-``ignoreNulls``). A write seen by the simulated node is legal only if it is exactly one of the
+``ignoreNulls``). In a change stream (``deletes.py``) a row marked a delete is expected as the
+delete of its row (its primary key) or of its partition (its partition key) at its timestamp,
+with no cell. A write seen by the simulated node is legal only if it is exactly one of the
 expected writes of a committed execution; that is how "nothing uncommitted is visible" and
 "replays write identical cells" are checked. A row with a TTL must expire at its seal's
 instant plus its TTL (:meth:`Oracle.timing`, with the slack ``clocks.py`` explains); once that
@@ -20,6 +22,8 @@ from typing import NamedTuple
 from .clocks import ROUNDING_S
 
 from pyspark.sql import types as T
+
+from tests.helpers.fake_cassandra import PARTITION_DELETE, ROW_DELETE
 
 KEYSPACE = "ks"
 #: The list columns of the list tables: "l" a non-frozen list (each write appends its elements
@@ -40,6 +44,10 @@ SPARK_TYPES = {"int": T.IntegerType(), "text": T.StringType(),
                "list<text>": T.ArrayType(T.StringType()),
                "frozen<list<text>>": T.ArrayType(T.StringType())}
 WRITETIME_COLUMN = "wt"
+#: A change stream's column of operations (deletes.py) and the values of its deletes: a row's
+#: (the sink's default ``op.deleteValues``) and a partition's (``op.partitionDeleteValues``).
+OP_COLUMN = "op"
+ROW_DELETE_VALUE, PARTITION_DELETE_VALUE = "d", "P"
 #: The option of the sink accepting at-least-once for non-frozen lists (named here: the
 #: simulation also runs against older code, which has none).
 LISTS_OPTION = "wal.lists.atLeastOnce"
@@ -64,6 +72,8 @@ class RunOptions:
     lists_opt_in: bool = False         # wal.lists.atLeastOnce=l
     flush_mode: str = "driver"         # wal.flush.mode (a clock world's: clocks.py)
     cluster: str = ""                  # "" the first cluster; "b" the other (changes.py)
+    op_column: bool = False            # a change stream: op.column=op (deletes.py)
+    partition_deletes: bool = False    # op.partitionDeleteValues=P
 
     @property
     def where(self) -> str:
@@ -92,7 +102,22 @@ class RunOptions:
         fields = [T.StructField(c, SPARK_TYPES[types[c]]) for c in self.written]
         if self.writetime:
             fields.append(T.StructField(WRITETIME_COLUMN, T.LongType()))
+        if self.op_column:
+            fields.append(T.StructField(OP_COLUMN, T.StringType()))
         return T.StructType(fields)
+
+    def deletion(self, row: dict) -> str:
+        """What ``row`` deletes (``fake_cassandra.ROW_DELETE``, ``PARTITION_DELETE``), or ""
+        for an upsert. A partition delete of a table without clustering columns is its row's
+        (the same statement, the same tombstone)."""
+        if not self.op_column:
+            return ""
+        op = row[OP_COLUMN]
+        if op == PARTITION_DELETE_VALUE and self.partition_deletes and TABLES[self.table][2]:
+            return PARTITION_DELETE
+        if op == ROW_DELETE_VALUE or (op == PARTITION_DELETE_VALUE and self.partition_deletes):
+            return ROW_DELETE
+        return ""
 
     def spark_options(self, checkpoint: str | None) -> dict[str, str]:
         out = {"keyspace": KEYSPACE, "table": self.table,
@@ -117,6 +142,10 @@ class RunOptions:
             out["wal.flush.mode"] = self.flush_mode
         if self.cluster:
             out["spark.cassandra.connection.host"] = f"cluster-{self.cluster}"
+        if self.op_column:
+            out["op.column"] = OP_COLUMN
+        if self.partition_deletes:
+            out["op.partitionDeleteValues"] = PARTITION_DELETE_VALUE
         return out
 
     def describe(self) -> str:
@@ -138,6 +167,10 @@ class RunOptions:
             parts.append(f"wal.flush.mode={self.flush_mode}")
         if self.cluster:
             parts.append(f"connection.host=cluster-{self.cluster}")
+        if self.op_column:
+            parts.append(f"op.column={OP_COLUMN}"
+                         + (f" op.partitionDeleteValues={PARTITION_DELETE_VALUE}"
+                            if self.partition_deletes else ""))
         return " ".join(parts)
 
 
@@ -149,6 +182,7 @@ class Expected(NamedTuple):
     ts: int
     ttl: int | None
     cells: tuple
+    deletion: str = ""      # a change stream's delete of the row or partition ``key``: no cells
 
 
 @dataclass(eq=False)
@@ -172,6 +206,9 @@ class Execution:
     # the amended seal's; ``earlier``, what was expected before (rows written then count).
     amendment: object | None = None
     earlier: tuple[Expected, ...] = ()
+    # The rows of each Arrow batch Spark hands a task (a chunk of its segment): 1, but in a
+    # deletes world (deletes.py), where a chunk's rows differ in timestamp and operation.
+    chunk_rows: int = 1
 
     @property
     def label(self) -> str:
@@ -194,11 +231,16 @@ def expected_writes(execution: Execution, seal, without=()) -> tuple[Expected, .
                                       f"partition {ref.partition}, Spark gave it {len(rows)}"
         for row in rows:
             ts = row[WRITETIME_COLUMN] if o.writetime else seal.base_ts_us + position
+            position += 1
+            deletion = o.deletion(row)
+            if deletion:
+                key = o.key if deletion == ROW_DELETE else TABLES[o.table][1]
+                out.append(Expected(o.where, tuple(row[c] for c in key), ts, None, (), deletion))
+                continue
             cells = tuple(sorted((c, row[c]) for c in o.written
                                  if c not in o.key and not (o.ignore_nulls and row[c] is None)
                                  and c not in without))
             out.append(Expected(o.where, tuple(row[c] for c in o.key), ts, o.ttl or None, cells))
-            position += 1
     return tuple(out)
 
 
@@ -310,7 +352,10 @@ class Oracle:
         candidates = self.by_stamp.get(stamp, [])
         if write.deleted:
             return self._judge_tombstones(write, candidates)
-        exact = [(x, e) for x, e in candidates if e.cells == write.cells and ttl_fits(write.ttl, e.ttl)]
+        if write.deletion:
+            return self._judge_deletion(write, candidates)
+        exact = [(x, e) for x, e in candidates if not e.deletion and e.cells == write.cells
+                 and ttl_fits(write.ttl, e.ttl)]
         committed = [(x, e) for x, e in exact if x.committed]
         first = self.first.get(stamp)
         if committed:
@@ -332,6 +377,10 @@ class Oracle:
         if exact:
             return (f"a row of {exact[0][0].label}, which Spark never committed, reached "
                     f"Cassandra"), None
+        deletes = [(x, e) for x, e in candidates if e.deletion]
+        if deletes:
+            x, e = deletes[0]
+            return (f"the delete of {x.label} was written as an upsert (sealed {fmt(e)})"), None
         if first is not None and (first.cells, first.ttl) != (write.cells, write.ttl):
             return (f"a replay wrote other cells at the same timestamp than the first write "
                     f"(first {fmt(first)})"), None
@@ -353,6 +402,23 @@ class Oracle:
                     f"{fmt(e)})"), None
         return "a write that no sealed row explains", None
 
+
+    def _judge_deletion(self, write, candidates) -> tuple[str | None, Expected | None]:
+        """A change stream's delete of a row or partition at a timestamp: legal only as the
+        delete of a committed execution's row of that kind, for that key, at that timestamp."""
+        fits = [(x, e) for x, e in candidates if e.deletion == write.deletion]
+        committed = [(x, e) for x, e in fits if x.committed]
+        if committed:
+            self.judged, e = committed[0]
+            return None, e
+        if fits:
+            return (f"the delete of a row of {fits[0][0].label}, which Spark never committed, "
+                    f"reached Cassandra"), None
+        if candidates:
+            x, e = candidates[0]
+            return (f"a delete where the row of {x.label} is sealed otherwise (sealed "
+                    f"{fmt(e)})"), None
+        return "a delete that no sealed row explains", None
 
     def _judge_tombstones(self, write, candidates) -> tuple[str | None, Expected | None]:
         """A DELETE of columns at a timestamp: legal only as the row of a committed execution
@@ -388,6 +454,9 @@ def _agree(a: tuple, b: tuple) -> bool:
 
 
 def fmt(write) -> str:
+    if getattr(write, "deletion", ""):
+        what = "row" if write.deletion == ROW_DELETE else "partition"
+        return f"DELETE {what} {write.table}{list(write.key)} @{write.ts}"
     if getattr(write, "deleted", False):
         return (f"DELETE {', '.join(c for c, _ in write.cells)} of {write.table}"
                 f"{list(write.key)} @{write.ts}")

@@ -189,14 +189,16 @@ def arrow_schema(options: RunOptions) -> pa.Schema:
 
 
 def record_batches(execution: Execution, partition: int, fail: bool):
-    """The Arrow batches a task's iterator yields (one row each); ``fail``: raises after the
-    first, as a task whose executor is lost mid-write."""
+    """The Arrow batches a task's iterator yields (``execution.chunk_rows`` rows each);
+    ``fail``: raises after the first, as a task whose executor is lost mid-write."""
     schema = arrow_schema(execution.options)
-    rows = execution.rows[partition]
-    for i, row in enumerate(rows):
-        if fail and i == 1:
+    rows, size = execution.rows[partition], execution.chunk_rows
+    for i in range(0, len(rows), size):
+        if fail and i > 0:
             raise TaskFailed(f"executor lost while writing partition {partition}")
-        yield pa.record_batch([pa.array([row[f.name]], f.type) for f in schema], schema=schema)
+        chunk = rows[i:i + size]
+        yield pa.record_batch([pa.array([row[f.name] for row in chunk], f.type) for f in schema],
+                              schema=schema)
     if fail:
         raise TaskFailed(f"executor lost while writing partition {partition}")
 

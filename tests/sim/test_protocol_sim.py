@@ -9,8 +9,9 @@ the write; list columns, with and without ``wal.lists.atLeastOnce``; clocks that
 hosts and step, and flush tasks on executors whose clocks are hours off
 (``tests/sim/clocks.py``); an operator's ``cassandra-wal recover`` and ``repair`` beside a
 live query or after it stopped (``tests/sim/operators.py``); a full or read-only disk at any
-write of the sink's files (``tests/sim/disk.py``). The invariants (``tests/sim/invariants.py``) are checked after
-every step. 5,000 schedules by default, in blocks so progress shows, 100,000 with
+write of the sink's files (``tests/sim/disk.py``); change streams of upserts and row and
+partition deletes (``tests/sim/deletes.py``). The invariants (``tests/sim/invariants.py``) are
+checked after every step. 5,000 schedules by default, in blocks so progress shows, 100,000 with
 ``--full-matrix`` (``tests/helpers/matrix.py``). ``CASSANDRA_WAL_SIM_SEED=<n>``
 replays one seed, printing its schedule step by step (run with ``-s``). Schedules run on
 ``CASSANDRA_WAL_SIM_WORKERS`` processes (default: 2, or 1 on a one-core machine).

@@ -25,12 +25,13 @@ from . import cassandra
 from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
 from .changes import Changes, check_rising
 from .clocks import JOBS, Clocks
+from .deletes import Deletes
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .disk import Disk
 from .operators import Operators
-from .oracle import (KEYSPACE, LISTS_OPTION, TABLES, WRITETIME_COLUMN, Execution, Oracle,
-                     RunOptions)
+from .oracle import (KEYSPACE, LISTS_OPTION, OP_COLUMN, TABLES, WRITETIME_COLUMN, Execution,
+                     Oracle, RunOptions)
 from .patches import SimCrash, has_module
 from .spark import (
     Attempt,
@@ -174,6 +175,10 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         if shape is not None and self.frng.randrange(int(os.environ.get(ENV_FOREACH_SHARE,
                                                                           "4"))) == 0:
             self.foreach = shape
+        # Change streams (deletes.py), from an RNG of their own too; partition deletes where
+        # a table written has a clustering column (foreachBatch: t and tc).
+        self.deletes = Deletes(self.seed, self.counts,
+                               clustered=self.table.startswith("tc") or self.foreach is not None)
         self.init_operators()            # operators.py, disk.py: RNGs of their own
         self.init_disk()
         self._setup()
@@ -204,6 +209,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                                           for q in self.queries)
                  + (", batch jobs" if self.jobs_on else "")
                  + (f"; a store ({self.store.describe()})" if self.store is not None else "")
+                 + (f"; {self.deletes.describe()}" if self.deletes.on else "")
                  + (f"; {self.clocks.describe()}" if self.clocks.on else ""))
 
     def _checkpoint(self, name: str) -> Checkpoint:
@@ -218,7 +224,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                      table: str | None = None) -> RunOptions:
         """A run's options (of ``table``: a foreachBatch writer's); in a list world, whether it
         writes the lists and accepts at-least-once for "l" (``valid``: never a write the sink
-        refuses)."""
+        refuses); in a deletes world, a change stream (deletes.py)."""
         rng = self.rng
         options = RunOptions(
             table=table or self.table, with_w=rng.random() < 0.8,
@@ -238,11 +244,11 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
             # refused the mode there is not asked): drawn from an RNG of its own, so that a
             # store world draws from the others what it drew before.
             options = dataclasses.replace(options, flush_mode=self._scale_out_mode())
-        if not self.lists or "l" not in dict(TABLES[options.table][0]):
-            return options         # no list world, or a table without lists (a writer's)
-        return dataclasses.replace(
-            options, with_lists=self.lrng.random() < 0.8,
-            lists_opt_in=self.refuses_lists and (valid or self.lrng.random() < 0.6))
+        if self.lists and "l" in dict(TABLES[options.table][0]):    # not a writer's t
+            options = dataclasses.replace(
+                options, with_lists=self.lrng.random() < 0.8,
+                lists_opt_in=self.refuses_lists and (valid or self.lrng.random() < 0.6))
+        return self.deletes.options(options)
 
     def fixed_lists(self, options: RunOptions) -> RunOptions:
         """What the user changes once the sink refused their list column: they accept
@@ -266,7 +272,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                 if self.lists:
                     rows[-1].update(l=self.lrng.choice(LISTS), fl=self.lrng.choice(LISTS))
             out[p] = rows
-        return out
+        return self.deletes.rows(out)        # a change stream's operations (deletes.py)
 
     def _scale_out_mode(self) -> str:
         """``executors``, or ``auto`` where the code under test has it (it picks the
@@ -328,13 +334,17 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
                       query_id: str | None) -> Execution:
         earlier = self.executions_of.setdefault((owner, batch), [])
         execution = self.oracle.add(Execution(owner, batch, len(earlier) + 1, rows, options,
-                                              query_id))
+                                              query_id, chunk_rows=self.deletes.chunk_rows()))
         earlier.append(execution)
         return execution
 
     @staticmethod
     def _rows_text(rows) -> str:
-        return " ".join(f"p{p}:{len(r)}" for p, r in sorted(rows.items()))
+        """Each partition's row count; a change stream's with its rows' operations in order
+        (``p0:3(udP)``: an upsert, a row delete, a partition delete)."""
+        return " ".join(f"p{p}:{len(r)}" + (f"({''.join(row[OP_COLUMN] for row in r)})"
+                                             if r and OP_COLUMN in r[0] else "")
+                        for p, r in sorted(rows.items()))
 
     def task(self, owner_label: str, inflight: InFlight, index: int) -> str:
         attempt = inflight.pending.pop(index)
