@@ -320,15 +320,21 @@ class Upserter:
 
     def _prepare_key_delete(self, mark: object) -> tuple:
         key = self.table.primary_key if mark is ROW_DELETED else self.table.partition_key
-        prepared = self.session.prepare(
+        prepared = self._prepare(
             f"DELETE FROM {quote(self.table.keyspace)}.{quote(self.table.table)} "
             f"USING TIMESTAMP ? WHERE " + " AND ".join(f"{quote(c)} = ?" for c in key))
+        self._key_deletes[mark] = (prepared, [self.table_columns.index(c) for c in key])
+        return self._key_deletes[mark]
+
+    def _prepare(self, cql: str):
+        """A DELETE prepared as the INSERT is (idempotent, at its consistency level) and kept
+        by query id, for a retry to bind again (:meth:`_rebound`)."""
+        prepared = self.session.prepare(cql)
         prepared.is_idempotent = True
         if self.consistency_level is not None:
             prepared.consistency_level = self.consistency_level
         self._prepared[prepared.query_id] = prepared
-        self._key_deletes[mark] = (prepared, [self.table_columns.index(c) for c in key])
-        return self._key_deletes[mark]
+        return prepared
 
     def _tombstone(self, values: tuple) -> BoundStatement:
         """What a row that expired while pending leaves, as Cassandra would have it once its
@@ -353,16 +359,12 @@ class Upserter:
                 f"USING TIMESTAMP ? WHERE ")
         key = self.table.primary_key
         try:
-            prepared = self.session.prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
+            prepared = self._prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
         except InvalidRequest:
             if not self.table.clustering_key:
                 raise
             key = self.table.partition_key
-            prepared = self.session.prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
-        prepared.is_idempotent = True
-        if self.consistency_level is not None:
-            prepared.consistency_level = self.consistency_level
-        self._prepared[prepared.query_id] = prepared
+            prepared = self._prepare(head + " AND ".join(f"{quote(c)} = ?" for c in key))
         self._deletes[columns] = (prepared, [self.table_columns.index(c) for c in key])
         return self._deletes[columns]
 
