@@ -302,8 +302,14 @@ class SimSession(FakeSession):
     def prepare(self, cql: str) -> PreparedStatement:
         return self.node.prepare(cql, self.name)
 
-    def execute(self, cql: str, parameters=None):
-        """The one query the sink makes other than its writes: the table's dropped columns
-        (``cql.table.dropped_columns``)."""
+    def execute(self, cql, parameters=None):
+        """The two queries the sink makes other than its writes: the table's dropped columns
+        (``cql.table.dropped_columns``), and the completeness marker's row, a prepared INSERT
+        (``recovery/marker.py``), which the node applies as a write, faults and all."""
+        if isinstance(cql, PreparedStatement):
+            error = self.node.execute(cql.bind(parameters))
+            if error is not None:
+                raise error
+            return []
         assert "system_schema.dropped_columns" in cql, cql
         return self.node.dropped_columns(parameters[1], self.name)

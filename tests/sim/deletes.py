@@ -44,6 +44,7 @@ from collections import Counter
 
 from .oracle import (OP_COLUMN, PARTITION_DELETE_VALUE, ROW_DELETE_VALUE, WRITETIME_COLUMN,
                      RunOptions)
+from .marker import knows_marker
 from .patches import has_module
 
 ENV_DELETES = "CASSANDRA_WAL_SIM_DELETES"
@@ -87,7 +88,7 @@ class Deletes:
         if not self.on:
             return options
         return dataclasses.replace(options, op_column=True, partition_deletes=self.partitions,
-                                   writetime=self.writetime)
+                                   writetime=self.writetime, marker=knows_marker())
 
     def rows(self, drawn: dict[int, list[dict]]) -> dict[int, list[dict]]:
         """The batch's rows (partition -> rows, as Spark gives them) as a change stream: each

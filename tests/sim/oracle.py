@@ -48,6 +48,8 @@ WRITETIME_COLUMN = "wt"
 #: (the sink's default ``op.deleteValues``) and a partition's (``op.partitionDeleteValues``).
 OP_COLUMN = "op"
 ROW_DELETE_VALUE, PARTITION_DELETE_VALUE = "d", "P"
+#: The completeness marker's table (marker.py: the option, its schema and its invariant).
+MARKER_TABLE = "progress"
 #: The option of the sink accepting at-least-once for non-frozen lists (named here: the
 #: simulation also runs against older code, which has none).
 LISTS_OPTION = "wal.lists.atLeastOnce"
@@ -74,6 +76,7 @@ class RunOptions:
     cluster: str = ""                  # "" the first cluster; "b" the other (changes.py)
     op_column: bool = False            # a change stream: op.column=op (deletes.py)
     partition_deletes: bool = False    # op.partitionDeleteValues=P
+    marker: bool = False               # marker.table (a stream's; marker.py)
 
     @property
     def where(self) -> str:
@@ -146,6 +149,8 @@ class RunOptions:
             out["op.column"] = OP_COLUMN
         if self.partition_deletes:
             out["op.partitionDeleteValues"] = PARTITION_DELETE_VALUE
+        if self.marker and checkpoint is not None:      # a stream's (marker.py)
+            out["marker.table"] = MARKER_TABLE
         return out
 
     def describe(self) -> str:

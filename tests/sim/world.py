@@ -26,12 +26,13 @@ from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
 from .changes import Changes, check_rising
 from .clocks import JOBS, Clocks
 from .deletes import Deletes
+from .marker import knows_marker, marker_schema
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
 from .jobs import BatchJobs, Job
 from .disk import Disk
 from .operators import Operators
-from .oracle import (KEYSPACE, LISTS_OPTION, OP_COLUMN, TABLES, WRITETIME_COLUMN, Execution,
-                     Oracle, RunOptions)
+from .oracle import (KEYSPACE, LISTS_OPTION, MARKER_TABLE, OP_COLUMN, TABLES, WRITETIME_COLUMN,
+                     Execution, Oracle, RunOptions)
 from .patches import SimCrash, has_module
 from .spark import (
     Attempt,
@@ -115,6 +116,8 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         self.clock_us = START_US + self.rng.randrange(1_000_000)
         self.tables = {name: TableSchema(KEYSPACE, name, cols, pk, ck)
                        for name, (cols, pk, ck) in TABLES.items()}
+        if knows_marker():                  # the completeness marker's table (marker.py)
+            self.tables[MARKER_TABLE] = marker_schema()
         self.node = cassandra.SimCassandra(self.tables, self.rng, lambda: self.clock_us)
         self.oracle = Oracle()
         # The machines' clocks, from an RNG of their own too (clocks.py): a world without

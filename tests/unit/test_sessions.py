@@ -53,7 +53,7 @@ def connections(monkeypatch):
 def test_tasks_and_batches_of_one_target_share_one_session(connections):
     for _ in range(3):
         with sessions.kept_upserter(target()) as upserter:
-            assert upserter.table is TABLE
+            assert upserter.table == TABLE
     assert len(connections.made) == 1 and connections.shut == []
 
 
