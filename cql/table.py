@@ -78,12 +78,12 @@ _PLAIN_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _TOKEN_RE = re.compile(r'\s*(?:("(?:[^"]|"")*")|(\'[^\']*\')|([A-Za-z0-9_.$]+)|([<>,]))')
 
 
-@lru_cache(maxsize=1024)
 def quote(name: str) -> str:
     """A CQL identifier, quoted (case and any character kept)."""
     return '"' + name.replace('"', '""') + '"'
 
 
+@lru_cache(maxsize=1024)
 def parse_cql_type(text: str) -> CqlType:
     """Parse a CQL type string as the driver reports it (``TableMetadata.columns[c].cql_type``).
 

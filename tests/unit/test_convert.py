@@ -47,6 +47,14 @@ def test_parse_cql_type(text, expected):
     assert parse_cql_type(text) == expected
 
 
+def test_a_parsed_type_is_parsed_once():
+    """``parse_cql_type`` is cached (it runs per column at every Upserter and conversion):
+    the same text gives the same object. (A helper inserted between the decorator and the
+    function once took its cache.)"""
+    assert parse_cql_type("map<text, frozen<list<int>>>") is \
+        parse_cql_type("map<text, frozen<list<int>>>")
+
+
 @pytest.mark.parametrize("text", ["frozen<map<text, list<int>>>", "map<text, int>", "vector<float, 3>", "set<frozen<list<int>>>"])
 def test_cql_type_renders_back(text):
     assert str(parse_cql_type(text)) == text
