@@ -253,13 +253,29 @@ def _close(name: str, table: TableSchema) -> str:
     return f"; close matches: {', '.join(by_lower[c] for c in close)}" if close else ""
 
 
-def check_primary_key_not_null(record_batch: pa.RecordBatch, key_columns: Sequence[str]) -> None:
-    """Raise NullPrimaryKeyError for the first key column holding a null (O(1) when none)."""
-    for name in key_columns:
+def check_primary_key_not_null(record_batch: pa.RecordBatch, key_columns: Sequence[str],
+                               among: np.ndarray | None = None) -> None:
+    """Raise NullPrimaryKeyError for the first key column holding a null (O(1) when none);
+    ``among``: in the rows it selects only."""
+    found = _first_null(record_batch, key_columns, among)
+    if found is not None:
+        raise NullPrimaryKeyError(found[0], f"row {found[1]} of {record_batch.num_rows}")
+
+
+def _first_null(record_batch: pa.RecordBatch, columns: Sequence[str],
+                among: np.ndarray | None = None) -> tuple[str, int] | None:
+    """The first of ``columns`` holding a null (in the rows ``among`` selects; all when None)
+    and its first such row; None: none (a column without nulls costs nothing)."""
+    for name in columns:
         column = record_batch.column(name)
-        if column.null_count:
-            first = pc.index(pc.is_null(column), True).as_py()
-            raise NullPrimaryKeyError(name, f"row {first} of {record_batch.num_rows}")
+        if not column.null_count:
+            continue
+        nulls = column.is_null().to_numpy(zero_copy_only=False)
+        if among is not None:
+            nulls &= among
+        if nulls.any():
+            return name, int(np.flatnonzero(nulls)[0])
+    return None
 
 
 def check_operations_and_keys(record_batch: pa.RecordBatch, key_columns: Sequence[str],
@@ -284,32 +300,20 @@ def check_operations_and_keys(record_batch: pa.RecordBatch, key_columns: Sequenc
         raise InvalidValueError(write.op_column, f"row {first} of {rows}",
                                 f"operation {column[first].as_py()!r} is none of the change "
                                 f"stream's values ({named}): map it to one, or filter such rows")
-    deletes = kinds == changes.ROW_DELETE
-    if deletes.any():
-        _check_delete_keys(record_batch, key_columns, deletes, write)
+    found = _first_null(record_batch, key_columns, kinds == changes.ROW_DELETE)
+    if found is not None:
+        raise InvalidValueError(
+            found[0], f"row {found[1]} of {rows}",
+            "a row delete needs the whole primary key, and this key column is null; to "
+            "delete a whole partition, give the row an operation of "
+            f"op.partitionDeleteValues (now: {','.join(write.partition_delete_values) or 'none'})")
     whole_partition = kinds == changes.PARTITION_DELETE
     if not whole_partition.any():
         check_primary_key_not_null(record_batch, key_columns)
         return
     check_primary_key_not_null(record_batch, partition_key)
-    for name in [c for c in key_columns if c not in partition_key]:
-        nulls = record_batch.column(name).is_null().to_numpy(zero_copy_only=False)
-        nulls &= ~whole_partition
-        if nulls.any():
-            raise NullPrimaryKeyError(name, f"row {int(np.flatnonzero(nulls)[0])} of {rows}")
-
-
-def _check_delete_keys(record_batch: pa.RecordBatch, key_columns: Sequence[str],
-                       deletes: np.ndarray, write: WriteConfig) -> None:
-    for name in key_columns:
-        nulls = record_batch.column(name).is_null().to_numpy(zero_copy_only=False) & deletes
-        if nulls.any():
-            first = int(np.flatnonzero(nulls)[0])
-            raise InvalidValueError(
-                name, f"row {first} of {record_batch.num_rows}",
-                "a row delete needs the whole primary key, and this key column is null; to "
-                "delete a whole partition, give the row an operation of "
-                f"op.partitionDeleteValues (now: {','.join(write.partition_delete_values) or 'none'})")
+    check_primary_key_not_null(record_batch, [c for c in key_columns if c not in partition_key],
+                               among=~whole_partition)
 
 
 def check_partition_key_not_empty(record_batch: pa.RecordBatch, column: str) -> None:
