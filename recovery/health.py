@@ -116,8 +116,7 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
     now = now_us() if now is None else now
     pending = [v for v in views if v.action == catalog.REPLAY]
     oldest = max((v.age_s for v in pending), default=None)
-    written = [v for v in views if v.record is not None and v.seal is not None
-               and v.record.state is BatchState.FLUSHED]
+    written = _written(views)
     last = max(written, key=lambda v: v.batch, default=None)
     latency = (None if last is None
                else max(0.0, (last.record.updated_at_us - last.seal.sealed_at_us) / 1e6))
@@ -192,12 +191,23 @@ def combined(healths: list[Health]) -> Health:
         last_written=None if last is None else last.last_written)
 
 
-def max_bytes_of(wal: WalDir) -> int | None:
-    """``wal.maxBytes`` as the query's last batch recorded it (None: not recorded yet)."""
+def _written(views: list[BatchView]) -> list[BatchView]:
+    """The batches the log holds written (FLUSHED), with their seals."""
+    return [v for v in views if v.record is not None and v.seal is not None
+            and v.record.state is BatchState.FLUSHED]
+
+
+def _recorded(wal: WalDir) -> RecordedTarget | None:
+    """``target.json`` (None: not recorded yet, or unreadable: a health read never fails on
+    it)."""
     try:
-        recorded = RecordedTarget.read(wal)
+        return RecordedTarget.read(wal)
     except WalCorrupted:
         return None
+
+
+def max_bytes_of(recorded: RecordedTarget | None) -> int | None:
+    """``wal.maxBytes`` as the query's last batch recorded it (None: not recorded yet)."""
     fields = (recorded.target_fields if recorded is not None else None) or {}
     value = fields.get("config", {}).get("wal", {}).get("max_bytes")
     return value if isinstance(value, int) else None
@@ -217,25 +227,26 @@ def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | N
     finally:
         if log is None and reader is not None:
             reader.close()
-    return health_of(wal, views, blocked_reason=wal.read_blocked(), max_bytes=max_bytes_of(wal),
-                     wal_bytes=wal_size(wal).total, flushed_through=flushed_through,
-                     counters=counters, lag_after_s=lag_after_s, broken=still_broken(wal, views),
-                     failing=failing, last_written=_last_written(wal, views, checkpoint))
+    recorded = _recorded(wal)
+    return health_of(wal, views, blocked_reason=wal.read_blocked(),
+                     max_bytes=max_bytes_of(recorded), wal_bytes=wal_size(wal).total,
+                     flushed_through=flushed_through, counters=counters,
+                     lag_after_s=lag_after_s, broken=still_broken(wal, views), failing=failing,
+                     last_written=_last_written(recorded, views, checkpoint))
 
 
-def _last_written(wal: WalDir, views: list[BatchView], checkpoint: str | None
-                  ) -> Completeness | None:
+def _last_written(recorded: RecordedTarget | None, views: list[BatchView],
+                  checkpoint: str | None) -> Completeness | None:
     """The completeness marker's figures of the newest batch the log holds written (None:
     none, or no recorded target to name its table)."""
-    written = [v for v in views if v.record is not None and v.record.seal is not None
-               and v.record.state is BatchState.FLUSHED]
-    if not written:
+    written = [v for v in _written(views) if v.record.seal is not None]
+    if not written or recorded is None or not recorded.target_fields:
         return None
     last = max(written, key=lambda v: v.batch)
     try:
-        target = RecordedTarget.read(wal).target
-    except (WalCorrupted, AttributeError, SinkError, KeyError, TypeError, ValueError):
-        return None            # none recorded yet, or one this release cannot read
+        target = recorded.target
+    except (SinkError, KeyError, TypeError, ValueError):
+        return None            # a target this release cannot read
     watermark = (ckpt.open_checkpoint(checkpoint).batch_watermark_ms(last.batch)
                  if checkpoint else None)
     return Completeness.of(last.record, target, watermark)
