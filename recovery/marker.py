@@ -60,7 +60,7 @@ class MarkerWriter:
         self.keyspace, self.table = split_name(wal.marker_table, target.config.keyspace)
         self.query_id = query_id
         self.consistency_level = target.config.connection.consistency_level
-        self._prepared: dict[int, object] = {}       # id(session) -> prepared INSERT
+        self._insert: tuple[object, object] | None = None   # (session, its prepared INSERT)
         self.written: Completeness | None = None     # the last row written by this process
 
     def write(self, session, done: Completeness) -> None:
@@ -77,13 +77,13 @@ class MarkerWriter:
         self.written = done
 
     def _write(self, session, done: Completeness) -> None:
-        prepared = self._prepared.get(id(session))
-        if prepared is None:
+        if self._insert is None or self._insert[0] is not session:   # a new session: again
             prepared = session.prepare(insert_cql(self.keyspace, self.table))
             prepared.is_idempotent = True
             if self.consistency_level is not None:
                 prepared.consistency_level = self.consistency_level
-            self._prepared = {id(session): prepared}
+            self._insert = (session, prepared)
+        prepared = self._insert[1]
         session.execute(prepared, (
             self.query_id, done.target_table, done.batch,
             None if done.commit_seen_at_us is None else done.commit_seen_at_us // 1000,
