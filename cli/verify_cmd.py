@@ -296,11 +296,10 @@ class Verifier:
         for name, ref in named.items():
             if name in present:
                 continue
-            fetched = segment_to_read(self.wal, name)     # a scale-out working copy's: the store's
-            if fetched != self.wal.segment_path(name) and \
-                    self.check_segment(batch, name, ref, fetched) is not None:
-                continue
             path = self.wal.segment_path(name)
+            fetched = segment_to_read(self.wal, name)     # a scale-out working copy's: the store's
+            if fetched != path and self.check_segment(batch, name, ref, fetched) is not None:
+                continue
             if (record is None and batch <= flushed_through) or (
                     record is not None and record.state == BatchState.FLUSHED):
                 self.add(INFO, "segment removed once the batch was flushed", batch, name, path)
