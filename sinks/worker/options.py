@@ -91,6 +91,15 @@ _CLUSTER_REASON = (
 #: Our opt-in for non-frozen list columns (named by
 #: :func:`sinks.worker.validation.validate_schema`).
 LISTS_AT_LEAST_ONCE = "wal.lists.atLeastOnce"
+#: A change stream's options of values (``op.column``'s), each with the WriteConfig field it
+#: sets, in the order of :mod:`cql.changes`' operations: upsert, row delete, partition delete.
+OPERATION_VALUES = (("op.upsertValues", "upsert_values"), ("op.deleteValues", "delete_values"),
+                    ("op.partitionDeleteValues", "partition_delete_values"))
+
+
+def operation_values(write: WriteConfig) -> list[tuple[str, tuple[str, ...]]]:
+    """Each of a change stream's options of values, with the values ``write`` has for it."""
+    return [(option, getattr(write, field)) for option, field in OPERATION_VALUES]
 
 _T, _C, _A, _W, _L, _I, _R = (
     "Table and stream", "Connection", "Authentication and TLS", "Write",
@@ -557,22 +566,21 @@ def _check_operations(write: dict[str, Any], raw: Mapping[str, str]) -> None:
     timestamps are not one constant (every delete and upsert of a key would tie, and the
     tombstone win)."""
     if write["op_column"] is None:
-        for option in ("op.upsertValues", "op.deleteValues", "op.partitionDeleteValues"):
+        for option, _field in OPERATION_VALUES:
             if option in raw:
                 raise OptionError(option, raw[option], "names the values of a change stream's "
                                   "operations, and op.column, which names their column, is not "
                                   "set: set it, or drop this option")
         return
     seen: dict[str, str] = {}
-    for option, field in (("op.upsertValues", "upsert_values"), ("op.deleteValues", "delete_values"),
-                          ("op.partitionDeleteValues", "partition_delete_values")):
+    for option, field in OPERATION_VALUES:
         for value in write[field] or ():
             if value in seen:
                 raise OptionError(option, ",".join(write[field]),
                                   f"{value!r} is also one of {seen[value]}: each value names "
                                   "one operation")
             seen[value] = option
-    for option, field in (("op.upsertValues", "upsert_values"), ("op.deleteValues", "delete_values")):
+    for option, field in OPERATION_VALUES[:2]:      # an upsert and a row delete, at least
         if not write[field]:
             raise OptionError(option, "", "a change stream (op.column) needs at least one value")
     if write.get("writetime_micros") is not None:

@@ -27,7 +27,7 @@ from cql.errors import (
 )
 from cql.table import NATIVE_TYPES, CqlType, TableSchema
 
-from .options import LISTS_AT_LEAST_ONCE
+from .options import LISTS_AT_LEAST_ONCE, operation_values
 
 _INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
 _SCALARS: dict[type, frozenset[str]] = {
@@ -169,9 +169,7 @@ def _check_boolean_operations(spark_schema: T.StructType, write: WriteConfig) ->
     if write.op_column is None or write.op_column not in spark_schema.names or \
             not isinstance(spark_schema[write.op_column].dataType, T.BooleanType):
         return
-    for option, values in (("op.upsertValues", write.upsert_values),
-                           ("op.deleteValues", write.delete_values),
-                           ("op.partitionDeleteValues", write.partition_delete_values)):
+    for option, values in operation_values(write):
         odd = [v for v in values if v not in ("true", "false")]
         if odd:
             raise OptionError(option, ",".join(values),
@@ -294,9 +292,8 @@ def check_operations_and_keys(record_batch: pa.RecordBatch, key_columns: Sequenc
     unknown = np.flatnonzero(kinds == changes.UNKNOWN)
     if len(unknown):
         first = int(unknown[0])
-        named = "; ".join(f"{option}: {','.join(values) or '(none)'}" for option, values in (
-            ("op.upsertValues", write.upsert_values), ("op.deleteValues", write.delete_values),
-            ("op.partitionDeleteValues", write.partition_delete_values)))
+        named = "; ".join(f"{option}: {','.join(values) or '(none)'}"
+                          for option, values in operation_values(write))
         raise InvalidValueError(write.op_column, f"row {first} of {rows}",
                                 f"operation {column[first].as_py()!r} is none of the change "
                                 f"stream's values ({named}): map it to one, or filter such rows")
