@@ -116,7 +116,8 @@ class _StageTask:
         tc = TaskContext.get()
         msg = stage_partition(self.plan, batches, self.batch_id, tc.partitionId(),
                               tc.attemptNumber())
-        yield pa.record_batch({"segment": [json.dumps(msg.segment) if msg.segment else None]})
+        yield pa.record_batch({"segment": [json.dumps(msg.segment) if msg.segment else None],
+                               "keys": pa.array([msg.keys], pa.binary())})
 
 
 class _Claims:
@@ -253,8 +254,11 @@ class CassandraWalWriter:
                                       streaming=True, filesystems=filesystems,
                                       wal_per_table=True, on_wal=call.enter,
                                       claim=call.claim)
-            rows = df.mapInArrow(_StageTask(call.plan, batch_id), "segment string").collect()
-            messages = [StageMessage(json.loads(r.segment) if r.segment else None) for r in rows]
+            rows = df.mapInArrow(_StageTask(call.plan, batch_id),
+                                 "segment string, keys binary").collect()
+            messages = [StageMessage(json.loads(r.segment) if r.segment else None,
+                                     keys=None if r["keys"] is None else bytes(r["keys"]))
+                        for r in rows]
         except BaseException as exc:
             call.failed(exc)
             raise

@@ -156,8 +156,9 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "row's operation, one of the values below (that column is not written). A delete is "
         "written as a tombstone at the row's sealed timestamp, as an upsert is, so a replay "
         "applies it again; within a batch the sealed order is Spark's partitioning, not the "
-        "source's: keep a key's changes in one partition, or give `writetime` a column in "
-        "source order (docs/user-guide.md, 'Change streams'). Unset: every row is an upsert.",
+        "source's: keep a key's changes in one partition (a batch with a key in two tasks is "
+        "refused at its commit, naming the key), or give `writetime` a column in source "
+        "order (docs/user-guide.md, 'Change streams'). Unset: every row is an upsert.",
         section=_T, target="write.op_column",
     ),
     _spec(

@@ -51,6 +51,7 @@ from wal.stores import StoreAccess, is_store_scheme, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 
+from .key_order import KeyCollector, KeyColumns, check_one_task_per_key, keys_checked
 from .options import parse_options
 from .validation import (
     check_operations_and_keys,
@@ -94,10 +95,12 @@ class WritePlan:
 
 @dataclass
 class StageMessage(WriterCommitMessage):
-    """A task's commit message: the segment it wrote (None when its partition was empty)."""
+    """A task's commit message: the segment it wrote (None when its partition was empty) and,
+    for a change stream in sealed order, the keys it staged (:mod:`.key_order`)."""
 
     segment: dict | None
     query_id: str = ""
+    keys: bytes | None = None
 
 
 def _fingerprint(config: SinkConfig, schema_json: str) -> str:
@@ -353,11 +356,12 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
                     partition: int, attempt: int, query_id: str = "") -> StageMessage:
     """Stage one task's rows as a segment. Nothing is left behind if anything fails."""
     use_access(plan.access)
-    table = plan.target.table
-    key_columns = [c for c in plan.target.columns if table.resolve_column(c) in table.primary_key]
-    partition_key = [c for c in key_columns if table.resolve_column(c) in table.partition_key]
+    keys = KeyColumns.of(plan.target)
+    key_columns, partition_key = list(keys.primary), list(keys.partition)
     single_partition_key = partition_key[0] if len(partition_key) == 1 else None
-    values = row_converter(table, plan.target.columns)
+    values = row_converter(plan.target.table, plan.target.columns)
+    write = plan.config.write
+    collector = KeyCollector(keys, write) if keys_checked(write) else None
     header = {"query_id": query_id, "columns": list(plan.stored_columns)}
     writer: SegmentWriter | None = None
     try:
@@ -365,11 +369,13 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
             if rb.num_rows == 0:
                 continue
             rb = _select(rb, plan.stored_columns)
-            check_operations_and_keys(rb, key_columns, partition_key, plan.config.write)
-            check_ttl_and_writetime(rb, plan.config.write)
+            check_operations_and_keys(rb, key_columns, partition_key, write)
+            check_ttl_and_writetime(rb, write)
             if single_partition_key is not None:
                 check_partition_key_not_empty(rb, single_partition_key)
             values.validate(rb)
+            if collector is not None:
+                collector.add(rb)
             if writer is None:
                 writer = SegmentWriter(plan.task_wal, batch_id, partition, attempt, header)
             writer.append(rb)
@@ -381,7 +387,9 @@ def stage_partition(plan: WritePlan, batches: Iterable[pa.RecordBatch], batch_id
             writer.abort()
         raise
     crash_point("stage.after")
-    return StageMessage(ref.to_dict() if ref else None, query_id)
+    if ref is None:
+        return StageMessage(None, query_id)
+    return StageMessage(ref.to_dict(), query_id, collector.finish() if collector else None)
 
 
 # -- commit ---------------------------------------------------------------------------------
@@ -502,6 +510,10 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
     query_id = next((m.query_id for m in messages if m.query_id), "")
     check_not_blocked(plan.wal)
     check_segments_visible(plan.wal, refs, batch_id)
+    if keys_checked(plan.config.write):
+        check_one_task_per_key(plan.wal, KeyColumns.of(plan.target), batch_id,
+                               [(SegmentRef.from_dict(m.segment), m.keys)
+                                for m in messages if m.segment])
     wait_for_room(plan, batch_id)
     if commit_point == COMMIT_POINT_CHECKPOINT and plan.checkpoint is not None:
         check_not_committed(plan.checkpoint, batch_id)

@@ -192,6 +192,35 @@ def test_a_change_stream_ends_equal_to_its_source(spark, cassandra_node, cql, ke
     assert seal.write["op_column"] == "op" and seal.write["partition_delete_values"] == ["P"]
 
 
+def test_a_change_stream_in_sealed_order_with_a_key_in_two_tasks_is_refused_at_its_commit(
+        spark, cassandra_node, cql, keyspace, tmp_path):
+    """Shuffled over 3 partitions without a source order: the first batch creates distinct
+    keys and lands; the second changes keys in several tasks, and its commit refuses it before
+    its seal, naming a key, so nothing of it is written (before the check, it landed out of
+    the source's order)."""
+    sinks.register(spark)
+    create_table(cql, keyspace, "cdc_split (k int, c int, v text, PRIMARY KEY (k, c))")
+    src, cp = tmp_path / "src", tmp_path / "cp"
+    files = _source_files()
+    write_json_files(src, files[:2])
+    stream = (spark.readStream.schema(CHANGE_SCHEMA).option("maxFilesPerTrigger", 1)
+              .json(str(src)).drop("lsn").repartition(3, F.rand(seed=35)))
+    options = sink_options(cassandra_node, keyspace, "cdc_split", cp)
+    options.update({"op.column": "op", "op.partitionDeleteValues": "P"})
+    query = (stream.writeStream.format("cassandra_wal").options(**options)
+             .trigger(availableNow=True).start())
+    with running(query):
+        with pytest.raises(Exception) as info:
+            query.awaitTermination(180)
+    message = str(info.value)
+    assert "batch 1:" in message and "Spark partitions" in message, message
+    assert ("has changes in two tasks" in message
+            or "is deleted in one task and written in another" in message), message
+    assert wait_all_flushed(cp, at_least=0) == 0             # batch 0 committed and written
+    assert stream_wal(cp).sealed_batch_ids() in ([0], [])    # batch 1 never sealed
+    assert _table(cql, keyspace, "cdc_split") == _applied(files[:1])
+
+
 # -- the completeness marker -------------------------------------------------------------------
 MARKER_SCHEMA = "id INT, name STRING, at TIMESTAMP"
 

@@ -1,0 +1,91 @@
+"""A row's key as Cassandra tells keys apart, in 64 bits that every host computes alike.
+
+Two rows are the same Cassandra row when their key columns hold the same values as Cassandra
+stores them, not as Spark holds them: a ``timestamp`` keeps milliseconds (two Spark
+timestamps a microsecond apart are one key), a ``uuid`` given as text is one key in any case
+of its letters. So each key column is hashed from the value Cassandra gets:
+
+- integers, booleans and dates, from their integer value; a ``timestamp`` from its
+  milliseconds, floored (as :mod:`cql.encode` sends it);
+- text and blobs, from their bytes (BLAKE2b, 8 bytes: Python's ``hash`` of a string differs
+  from one process to the next);
+- anything else, from the value the row converter makes of it (a ``uuid.UUID``, a
+  ``Decimal``, a tuple), by its ``repr``.
+
+The columns' hashes are folded into one 64-bit value per row (SplitMix64's finaliser mixes
+each step). Equal keys always hash equal; two different keys hash equal with a chance of about
+one in 2**64 per pair, which makes a check built on these hashes (:mod:`sinks.worker.key_order`)
+refuse a batch it need not have, never let one through it should refuse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from cql.convert import RowConverter
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_NULL = np.uint64(0x6A09E667F3BCC909)     # a null key column (a partition delete's clustering)
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "counter", "varint",
+                            "boolean", "date", "time"})
+_BYTES_TYPES = frozenset({"text", "varchar", "ascii", "blob"})
+_UNIT_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (uint64 arithmetic wraps, as it should)."""
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def _digests(values) -> np.ndarray:
+    blob = b"".join(hashlib.blake2b(v, digest_size=8).digest() for v in values)
+    return np.frombuffer(blob, dtype="<u8").copy()
+
+
+def _integers(array: pa.Array) -> np.ndarray:
+    return array.cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+
+
+def _column(batch: pa.RecordBatch, name: str, converter: RowConverter) -> np.ndarray:
+    cql = converter.types[converter.columns.index(name)]
+    array = batch.column(name)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    kind = array.type
+    if cql.name in _INTEGER_TYPES and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)
+                                       or pa.types.is_date32(kind) or pa.types.is_time(kind)):
+        hashed = _integers(array)
+    elif cql.name == "timestamp" and pa.types.is_timestamp(kind):
+        raw = array.cast(pa.timestamp(kind.unit)).cast(pa.int64()).fill_null(0).to_numpy()
+        millis = raw * 1000 if kind.unit == "s" else np.floor_divide(raw, _UNIT_PER_MS[kind.unit])
+        hashed = millis.view(np.uint64)
+    elif cql.name in _BYTES_TYPES and (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+                                       or pa.types.is_binary(kind)
+                                       or pa.types.is_large_binary(kind)):
+        target = pa.large_binary() if kind in (pa.large_string(), pa.large_binary()) else pa.binary()
+        hashed = _digests(b"" if v is None else v for v in array.cast(target).to_pylist())
+    else:
+        values = converter.column(batch, name, cql)
+        hashed = _digests(repr(v).encode() for v in values)
+    if array.null_count:
+        hashed = np.where(array.is_null().to_numpy(zero_copy_only=False), _NULL, hashed)
+    return hashed
+
+
+def key_hashes(batch: pa.RecordBatch, columns: Sequence[str], converter: RowConverter
+               ) -> np.ndarray:
+    """Each row's hash of its ``columns`` (a key, in the table's order), as uint64.
+    ``converter`` converts at least those columns (:func:`cql.convert.row_converter`)."""
+    hashed = np.full(batch.num_rows, _GOLDEN, dtype=np.uint64)
+    for name in columns:
+        hashed = _mix(hashed * _GOLDEN + _column(batch, name, converter))
+    return hashed
+
+
+__all__ = ["key_hashes"]

@@ -1,0 +1,140 @@
+"""One key, one task (issue 35): a change stream in sealed order whose key has changes in two
+tasks of a batch is refused at the commit, before its seal, naming the key and the remedies
+(:mod:`sinks.worker.key_order`); its keys as Cassandra tells them apart
+(:mod:`cql.key_identity`). Through real Spark: ``tests/integration/test_change_streams.py``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cql.config import WriteConfig
+from cql.convert import row_converter
+from cql.key_identity import key_hashes
+from cql.table import TableSchema
+from recovery.config import SinkConfig
+from recovery.target import Target
+from sinks.worker.key_order import KeyInTwoTasksError, TaskKeys
+from sinks.worker.plan import WritePlan, commit_batch, stage_partition
+from wal.layout import WalDir
+
+pytestmark = pytest.mark.unit
+
+TABLE = TableSchema("ks", "t", (("k", "text"), ("c", "int"), ("v", "text")), ("k",), ("c",))
+COLUMNS = ("k", "c", "v", "op")
+
+
+def plan_for(tmp_path, write: WriteConfig) -> WritePlan:
+    wal = WalDir(str(tmp_path / "wal")).create()
+    config = SinkConfig(keyspace="ks", table="t", write=write)
+    target = Target(config, TABLE, ("k", "c", "v"))
+    return WritePlan(config=config, wal_root=wal.root, target=target, stored_columns=COLUMNS)
+
+
+def rows(*values) -> pa.RecordBatch:
+    k, c, v, op = zip(*values)
+    return pa.record_batch({"k": pa.array(k, pa.string()), "c": pa.array(c, pa.int32()),
+                            "v": pa.array(v, pa.string()), "op": pa.array(op, pa.string())})
+
+
+def run_batch(plan: WritePlan, *tasks: pa.RecordBatch, batch_id: int = 0):
+    messages = [stage_partition(plan, [rb], batch_id, partition, 0)
+                for partition, rb in enumerate(tasks)]
+    return commit_batch(plan, messages, batch_id, commit_point="seal")
+
+
+STREAM = WriteConfig(op_column="op", partition_delete_values=("P",))
+
+
+def test_a_key_changed_in_two_tasks_is_refused_before_the_seal_naming_it(tmp_path):
+    plan = plan_for(tmp_path, STREAM)
+    with pytest.raises(KeyInTwoTasksError) as info:
+        run_batch(plan, rows(("a", 1, "x", "c"), ("b", 1, "y", "c")),
+                  rows(("c", 1, "z", "u"), ("b", 1, None, "d")))
+    message = str(info.value)
+    assert "key (k='b', c=1)" in message and "Spark partitions 0 and 1" in message
+    assert "batch 0" in message and "`writetime`" in message and "one partition" in message
+    assert info.value.partitions == (0, 1)
+    assert plan.wal.sealed_batch_ids() == []      # nothing sealed: Spark never commits it
+
+
+def test_a_key_changed_twice_in_one_task_and_keys_apart_pass(tmp_path):
+    plan = plan_for(tmp_path, STREAM)
+    seal = run_batch(plan, rows(("a", 1, "x", "c"), ("a", 1, None, "d"), ("a", 2, "w", "u")),
+                     rows(("b", 1, "y", "c"), ("b", 1, "y2", "u")))
+    assert seal.rows == 5 and plan.wal.sealed_batch_ids() == [0]
+
+
+@pytest.mark.parametrize("write", [
+    WriteConfig(op_column="op", writetime_column="ts"),   # the column decides: no check
+    WriteConfig(),                                        # an upsert stream: last sealed wins
+], ids=["writetime-column", "no-op-column"])
+def test_streams_that_need_no_check_report_no_keys_and_pass(tmp_path, write):
+    plan = plan_for(tmp_path, write)
+    if write.writetime_column:
+        plan = WritePlan(config=plan.config, wal_root=plan.wal_root, target=plan.target,
+                         stored_columns=COLUMNS + ("ts",))
+    one = rows(("b", 1, "y", "c")).append_column("ts", pa.array([1], pa.int64()))
+    two = rows(("b", 1, "z", "u")).append_column("ts", pa.array([2], pa.int64()))
+    messages = [stage_partition(plan, [rb], 0, p, 0) for p, rb in enumerate((one, two))]
+    assert [m.keys for m in messages] == [None, None]
+    commit_batch(plan, messages, 0, commit_point="seal")
+    assert plan.wal.sealed_batch_ids() == [0]
+
+
+def test_a_partition_deleted_in_one_task_and_written_in_another_is_refused(tmp_path):
+    plan = plan_for(tmp_path, STREAM)
+    with pytest.raises(KeyInTwoTasksError) as info:
+        run_batch(plan, rows(("a", 1, "x", "c")), rows(("b", 2, "y", "c"), ("a", None, None, "P")))
+    assert info.value.partition_delete and info.value.partitions == (1, 0)
+    assert "partition (k='a') is deleted in one task and written in another" in str(info.value)
+    assert plan.wal.sealed_batch_ids() == []
+
+
+def test_rows_of_one_partition_in_two_tasks_pass_without_partition_deletes(tmp_path):
+    plan = plan_for(tmp_path, STREAM)
+    run_batch(plan, rows(("a", 1, "x", "c")), rows(("a", 2, "y", "c"), ("b", None, None, "P")))
+    assert plan.wal.sealed_batch_ids() == [0]
+
+
+def test_keys_are_told_apart_as_cassandra_stores_them():
+    table = TableSchema("ks", "t", (("ts", "timestamp"), ("id", "uuid"), ("n", "bigint")),
+                        ("ts",), ("id", "n"))
+    columns = ("ts", "id", "n")
+    u = uuid.uuid4()
+    batch = pa.record_batch({
+        # a timestamp keeps milliseconds: the first two are one key
+        "ts": pa.array([1_000_001, 1_000_999, 1_001_000, 1_000_001], pa.timestamp("us")),
+        # a uuid in any case of its letters is one uuid
+        "id": pa.array([str(u), str(u).upper(), str(u), str(u)], pa.string()),
+        "n": pa.array([7, 7, 7, 8], pa.int64())})
+    hashed = key_hashes(batch, columns, row_converter(table, columns))
+    assert hashed[0] == hashed[1]
+    assert len({int(h) for h in hashed}) == 3
+
+
+def test_a_key_hashes_alike_in_every_process():
+    """Tasks run in other processes (Python's own string hash differs between them)."""
+    code = ("import pyarrow as pa; from cql.convert import row_converter; "
+            "from cql.key_identity import key_hashes; from cql.table import TableSchema; "
+            "t = TableSchema('ks', 't', (('k', 'text'), ('c', 'int')), ('k',), ('c',)); "
+            "b = pa.record_batch({'k': pa.array(['é', 'b']), 'c': pa.array([1, 2], pa.int32())}); "
+            "print(' '.join(str(int(h)) for h in key_hashes(b, ('k', 'c'), "
+            "row_converter(t, ('k', 'c')))))")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={"PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2")}
+    assert len(runs) == 1 and len(next(iter(runs)).split()) == 2
+
+
+def test_task_keys_travel_as_bytes():
+    keys = TaskKeys(np.array([1, 2**64 - 1], np.uint64), np.array([5], np.uint64),
+                    np.array([], np.uint64))
+    back = TaskKeys.from_bytes(keys.to_bytes())
+    assert [a.tolist() for a in (back.rows, back.partitions, back.deleted)] == \
+        [[1, 2**64 - 1], [5], []]
