@@ -7,8 +7,10 @@ of its letters. So each key column is hashed from the value Cassandra gets:
 
 - integers, booleans and dates, from their integer value; a ``timestamp`` from its
   milliseconds, floored (as :mod:`cql.encode` sends it);
-- text and blobs, from their bytes (BLAKE2b, 8 bytes: Python's ``hash`` of a string differs
-  from one process to the next);
+- text and blobs, from their bytes and length: a polynomial over the bytes modulo 2**64,
+  computed for the whole column at once on Arrow's buffers (:func:`_bytes_hashes`; Python's
+  ``hash`` of a string differs from one process to the next, and a digest per value costs
+  ten times as much);
 - anything else, from the value the row converter makes of it (a ``uuid.UUID``, a
   ``Decimal``, a tuple), by its ``repr``.
 
@@ -29,6 +31,7 @@ import pyarrow as pa
 from cql.convert import RowConverter
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_BASE = np.uint64(0x100000001B3)          # odd: every byte's weight is a unit modulo 2**64
 _NULL = np.uint64(0x6A09E667F3BCC909)     # a null key column (a partition delete's clustering)
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "counter", "varint",
                             "boolean", "date", "time"})
@@ -41,6 +44,36 @@ def _mix(h: np.ndarray) -> np.ndarray:
     h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
+
+
+def _powers(length: int) -> np.ndarray:
+    """``_BASE**0 .. _BASE**(length - 1)`` modulo 2**64."""
+    powers = np.ones(max(length, 1), dtype=np.uint64)
+    if length > 1:
+        powers[1:] = np.cumprod(np.full(length - 1, _BASE, dtype=np.uint64))
+    return powers
+
+
+def _bytes_hashes(array: pa.Array) -> np.ndarray:
+    """Each value's ``sum(byte[j] * _BASE**(len - 1 - j))`` modulo 2**64, its length folded
+    in, for a binary or large binary array (a null hashes as an empty value)."""
+    count = len(array)
+    offsets_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, offsets_type)[array.offset:array.offset + count + 1]
+    offsets = offsets.astype(np.int64)
+    lengths = np.diff(offsets)
+    sums = np.zeros(count, dtype=np.uint64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    if last > first:
+        body = np.frombuffer(data_buffer, np.uint8)[first:last].astype(np.uint64)
+        from_end = np.repeat(offsets[1:], lengths) - 1 - np.arange(first, last)
+        weighted = body * _powers(int(lengths.max()))[from_end]
+        filled = lengths > 0
+        # Each sum runs from a value's first byte to the next non-empty value's: empty values
+        # between them have no bytes.
+        sums[filled] = np.add.reduceat(weighted, offsets[:-1][filled] - first)
+    return _mix(sums ^ (lengths.astype(np.uint64) * _GOLDEN))
 
 
 def _digests(values) -> np.ndarray:
@@ -69,7 +102,7 @@ def _column(batch: pa.RecordBatch, name: str, converter: RowConverter) -> np.nda
                                        or pa.types.is_binary(kind)
                                        or pa.types.is_large_binary(kind)):
         target = pa.large_binary() if kind in (pa.large_string(), pa.large_binary()) else pa.binary()
-        hashed = _digests(b"" if v is None else v for v in array.cast(target).to_pylist())
+        hashed = _bytes_hashes(array.cast(target))
     else:
         values = converter.column(batch, name, cql)
         hashed = _digests(repr(v).encode() for v in values)
@@ -78,11 +111,13 @@ def _column(batch: pa.RecordBatch, name: str, converter: RowConverter) -> np.nda
     return hashed
 
 
-def key_hashes(batch: pa.RecordBatch, columns: Sequence[str], converter: RowConverter
-               ) -> np.ndarray:
+def key_hashes(batch: pa.RecordBatch, columns: Sequence[str], converter: RowConverter,
+               start: np.ndarray | None = None) -> np.ndarray:
     """Each row's hash of its ``columns`` (a key, in the table's order), as uint64.
-    ``converter`` converts at least those columns (:func:`cql.convert.row_converter`)."""
-    hashed = np.full(batch.num_rows, _GOLDEN, dtype=np.uint64)
+    ``converter`` converts at least those columns (:func:`cql.convert.row_converter`).
+    ``start``: the rows' hashes of the key's first columns, to go on from (the partition
+    key's, for the primary key's): the same as hashing all the columns at once."""
+    hashed = np.full(batch.num_rows, _GOLDEN, dtype=np.uint64) if start is None else start
     for name in columns:
         hashed = _mix(hashed * _GOLDEN + _column(batch, name, converter))
     return hashed

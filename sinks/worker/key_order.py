@@ -76,16 +76,21 @@ class KeyInTwoTasksError(SinkError):
 class KeyColumns:
     """The key columns of a target, as the DataFrame names them, and their converter."""
 
-    primary: tuple[str, ...]
     partition: tuple[str, ...]
+    clustering: tuple[str, ...]
     converter: RowConverter
+
+    @property
+    def primary(self) -> tuple[str, ...]:
+        return self.partition + self.clustering
 
     @classmethod
     def of(cls, target: Target) -> "KeyColumns":
         table = target.table
-        primary = tuple(c for c in target.columns if table.resolve_column(c) in table.primary_key)
-        partition = tuple(c for c in primary if table.resolve_column(c) in table.partition_key)
-        return cls(primary, partition, row_converter(table, primary))
+        key = [c for c in target.columns if table.resolve_column(c) in table.primary_key]
+        partition = tuple(c for c in key if table.resolve_column(c) in table.partition_key)
+        clustering = tuple(c for c in key if c not in partition)
+        return cls(partition, clustering, row_converter(table, key))
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,26 +130,35 @@ class KeyCollector:
     def add(self, batch: pa.RecordBatch) -> None:
         kinds = changes.operations(batch.column(self.write.op_column), self.write)
         whole = kinds == changes.PARTITION_DELETE
-        rows = batch.filter(pa.array(~whole)) if whole.any() else batch
-        self._rows.append(np.unique(key_hashes(rows, self.keys.primary, self.keys.converter)))
+        converter = self.keys.converter
+        partitions = key_hashes(batch, self.keys.partition, converter)
+        rows = key_hashes(batch, self.keys.clustering, converter, start=partitions)
+        self._rows.append(rows[~whole])
         if self.write.partition_delete_values:
-            partitions = key_hashes(batch, self.keys.partition, self.keys.converter)
-            self._partitions.append(np.unique(partitions))
-            self._deleted.append(np.unique(partitions[whole]))
+            self._partitions.append(partitions)
+            self._deleted.append(partitions[whole])
 
     def finish(self) -> bytes:
         def union(parts: list[np.ndarray]) -> np.ndarray:
-            return np.unique(np.concatenate(parts)) if parts else _EMPTY
+            return _distinct(np.concatenate(parts)) if parts else _EMPTY
         return TaskKeys(union(self._rows), union(self._partitions),
                         union(self._deleted)).to_bytes()
+
+
+def _distinct(hashes: np.ndarray) -> np.ndarray:
+    """The distinct hashes, sorted (a sort: ``np.unique``'s hash table is slower on these)."""
+    ordered = np.sort(hashes)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
 def _shared(numbered: Sequence[tuple[int, np.ndarray]]) -> np.ndarray:
     """The hashes in two or more of the tasks' arrays (each array's hashes distinct)."""
     if len(numbered) < 2:
         return _EMPTY
-    values, counts = np.unique(np.concatenate([h for _, h in numbered]), return_counts=True)
-    return values[counts > 1]
+    ordered = np.sort(np.concatenate([h for _, h in numbered]))
+    return _distinct(ordered[:-1][ordered[1:] == ordered[:-1]])
 
 
 def _holders(numbered: Sequence[tuple[int, np.ndarray]], hashed: np.uint64) -> list[int]:
