@@ -84,6 +84,10 @@ def parse_args(argv):
     p.add_argument("--changes", action="store_true",
                    help="a change stream: op.column=op, writetime=lsn, and the marker table "
                         f"{MARKER_TABLE} (marker.create=true)")
+    p.add_argument("--change-order", choices=("lsn", "sealed"), default="lsn",
+                   help="with --changes: lsn, writetime=lsn and any partitioning; sealed, no "
+                        "writetime and each batch one task (coalesce(1)), so that the sealed "
+                        "order is the source's")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for the session (repeatable)")
     args = p.parse_args(argv)
@@ -211,6 +215,9 @@ def main(argv=None) -> int:
               .json(args.input))
     changes = ({"op.column": "op", "writetime": "lsn", "marker.table": MARKER_TABLE,
                 "marker.create": "true"} if args.changes else {})
+    if args.changes and args.change_order == "sealed":
+        del changes["writetime"]
+        stream = stream.drop("lsn").coalesce(1)
     query = (stream.writeStream.format("cassandra_wal").options(**changes)
              .option("keyspace", args.keyspace)
              .option("table", args.table)

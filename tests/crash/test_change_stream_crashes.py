@@ -1,12 +1,12 @@
 """A change stream killed at the flush's crash points and at random (issue 35): updates and
-deletes of the same keys within a batch and across batches, written at a source-order
-``writetime``, end equal to the source applied in order, row by row, with the completeness
+deletes of the same keys within a batch and across batches, in either order the user guide
+gives (a source-order ``writetime``; sealed timestamps with each batch one task), end equal to the source applied in order, row by row, with the completeness
 marker naming the last batch as the WAL holds it (``harness.change_lines``, and what
 :meth:`CrashHarness.check` checks of a change stream).
 
-The default suite runs batch 2 half written, then restarted, and one random kill (about two
-minutes); ``--full-matrix`` every flush point, a crash inside the restart's recovery, the
-scale-out path, and five random seeds.
+The default suite runs batch 2 half written, then restarted, in both orders, and one random
+kill with a ``writetime`` (about two minutes); ``--full-matrix`` every flush point, a crash
+inside the restart's recovery, the scale-out path, and five random seeds, in both orders.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers.matrix import full_matrix
 
-from .harness import change_stream_harness  # noqa: F401 - fixture
+from .harness import change_order, change_stream_harness  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.crash]
 
@@ -43,6 +43,12 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("change_points", cases,
                              ids=[("" if mode == "driver" else f"{mode}-") + "+".join(steps)
                                   for steps, mode in cases])
+    if "change_order" in metafunc.fixturenames:
+        orders = (["lsn", "sealed"] if full_matrix(config) or "change_points" in
+                  metafunc.fixturenames else ["lsn"])
+        metafunc.parametrize("change_order", orders,
+                             ids=["writetime-lsn" if o == "lsn" else "sealed-order"
+                                  for o in orders])
     if "change_seed" in metafunc.fixturenames:
         seeds = range(1, 6) if full_matrix(config) else [2]
         metafunc.parametrize("change_seed", list(seeds), ids=[f"seed{s}" for s in seeds])
