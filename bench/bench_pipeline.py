@@ -1,5 +1,5 @@
 """Pipelined chunks against one chunk at a time, written to a real node by the sink's
-:class:`cql.upsert.Upserter`, side by side.
+:class:`recovery.cql.upsert.Upserter`, side by side.
 
 The flusher writes a batch's chunks with ``Upserter.write_chunks``: while one chunk's requests
 are in flight, the next chunk is read and its requests built. Before, each chunk was built,

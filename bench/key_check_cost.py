@@ -1,7 +1,7 @@
 """What the one-task-per-key check of a change stream in sealed order costs (issue 35).
 
 A change stream without a ``writetime`` column has each task report its distinct keys, hashed
-(:mod:`sinks.worker.key_order`, :mod:`cql.key_identity`), and the commit look for a key in two
+(:mod:`sinks.worker.key_order`, :mod:`recovery.cql.key_identity`), and the commit look for a key in two
 tasks. Side by side, in one process, on the same rows (a text partition key, an int clustering
 column, two values, an ``op`` column; ``--tasks`` tasks of ``--rows`` rows each, keys
 distinct across tasks):
@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cql.config import WriteConfig  # noqa: E402
-from cql.table import TableSchema  # noqa: E402
 from recovery.config import SinkConfig  # noqa: E402
+from recovery.cql.config import WriteConfig  # noqa: E402
+from recovery.cql.table import TableSchema  # noqa: E402
 from recovery.target import Target  # noqa: E402
 from sinks.worker.plan import WritePlan, commit_batch, stage_partition  # noqa: E402
 from wal.layout import WalDir  # noqa: E402
@@ -118,8 +118,8 @@ def main(argv=None) -> None:
     medians = {n: {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]}
                for n in names}
     baseline = medians["writetime"]
-    print(f"| contestant | staging rows/s | vs writetime | commit ms | vs writetime | "
-          f"key bytes/row |\n|---|---:|---:|---:|---:|---:|")
+    print("| contestant | staging rows/s | vs writetime | commit ms | vs writetime | "
+          "key bytes/row |\n|---|---:|---:|---:|---:|---:|")
     for n in names:
         m = medians[n]
         print(f"| {n} | {m['stage_rows_per_s']:,.0f} | "

@@ -326,7 +326,7 @@ def inspect(work: str, name: str) -> None:
         say(f"  ({name}: no WAL yet)")
         return
     tool = os.path.join(os.path.dirname(sys.executable), "cassandra-wal")
-    cmd = [tool] if os.path.exists(tool) else [sys.executable, "-m", "cli.main"]
+    cmd = [tool] if os.path.exists(tool) else [sys.executable, "-m", "recovery.cli.main"]
     say(f"$ cassandra-wal inspect {wal}")
     out = subprocess.run([*cmd, "inspect", wal], capture_output=True, text=True, cwd=REPO)
     for line in (out.stdout + out.stderr).rstrip().splitlines():

@@ -1,6 +1,9 @@
 """Floor 3 of 4: the flusher, live and offline. Every flush is a replay of the WAL: the same
 :class:`~recovery.replay.Replayer` writes a batch right after Spark commits it, after a crash,
-and by hand. Imports :mod:`wal` and :mod:`cql`; no Spark (floors: ``docs/architecture.md``).
+and by hand. Imports :mod:`wal` and its own bottom floor, :mod:`recovery.cql` (rows to
+Cassandra); no Spark (floors: ``docs/architecture.md``). Its top floor, :mod:`recovery.cli`,
+is the offline tool ``cassandra-wal``. This file imports nothing, so that each floor loads
+alone.
 
 Its part of a batch's life, once the batch is sealed:
 
@@ -8,7 +11,7 @@ Its part of a batch's life, once the batch is sealed:
    ``commits/``: per batch in order, replay (committed, not yet written), wait (not committed
    yet, the query runs), discard (never committed, the query restarts) or nothing.
 2. **Write**: the batch's rows go through a row writer (:class:`~recovery.replay.RowWriter`):
-   the driver's own :class:`~cql.upsert.Upserter`, or one task per segment on Spark executors
+   the driver's own :class:`~recovery.cql.upsert.Upserter`, or one task per segment on Spark executors
    or on worker processes (:mod:`recovery.executors`, :mod:`recovery.processes`), each with a
    session of its own (:mod:`recovery.output`), all at the sealed timestamps. Only the
    Replayer records progress and marks a batch FLUSHED, in order.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cql.config import ConnectionConfig, WriteConfig, public_fields
+from recovery.cql.config import ConnectionConfig, WriteConfig, public_fields
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """Errors of flushing and recovery. Each names the batch at fault and what to do next; and
 :func:`is_transient`, the one place that decides which failures a retry can cure (the
-write's own :class:`~cql.errors.FlushFailed` is the Cassandra floor's)."""
+write's own :class:`~recovery.cql.errors.FlushFailed` is the Cassandra floor's)."""
 
 from __future__ import annotations
 
 import pickle
 
-from cql.errors import (ConnectionFailed, FlushFailed, SinkError, is_shutdown_error,
+from recovery.cql.errors import (ConnectionFailed, FlushFailed, SinkError, is_shutdown_error,
                         is_transient_answer)
 from wal.errors import StoreUnavailable, WalCorrupted, WalError, WalLocked, WalStorageError
 
@@ -141,13 +141,13 @@ def is_transient(exc: BaseException) -> bool:
 
     Transient: the driver's timeouts, unavailable, overloaded, no host, lost connections
     (also when ``session.prepare`` meets them right after connecting), a transient
-    :class:`FlushFailed`, :class:`~cql.errors.ConnectionFailed`, ``OSError`` (a shared
+    :class:`FlushFailed`, :class:`~recovery.cql.errors.ConnectionFailed`, ``OSError`` (a shared
     filesystem away, a full disk an operator frees) and the log's own
     :class:`~wal.errors.WalStorageError`, :class:`~wal.errors.WalLocked`, and a thread pool
     that refuses work because the interpreter exits (:func:`is_shutdown_error`).
     Permanent: corruption (:class:`~wal.errors.WalCorrupted`, :class:`RecoveryBlocked`),
     Cassandra refusing the write (``FlushFailed(permanent=True)``), a configuration error
-    (any other :class:`~cql.errors.SinkError`), and whatever else: an error nobody
+    (any other :class:`~recovery.cql.errors.SinkError`), and whatever else: an error nobody
     classified is a bug, which no retry cures either."""
     if isinstance(exc, FlushFailed):
         return not exc.permanent

@@ -25,10 +25,10 @@ Who runs what:
   for its next tasks and batches), reads its segment from the WAL folder (at the driver's
   path) or, for a WAL on a store (HDFS, S3), from the store, as the staging tasks published
   it; verifies the whole segment against the seal (checksum and
-  rows) *before* writing a row of it, upserts its chunks with :class:`~cql.upsert.Upserter` at the sealed
+  rows) *before* writing a row of it, upserts its chunks with :class:`~recovery.cql.upsert.Upserter` at the sealed
   timestamps, and returns the rows written, or the error (:class:`SegmentResult`). Its rows'
   TTLs count down from the batch's age as the driver measured it when it started the job
-  (:class:`~cql.batch_age.BatchAge`, in the closure), never from the executor's own wall clock.
+  (:class:`~recovery.cql.batch_age.BatchAge`, in the closure), never from the executor's own wall clock.
   Errors are returned, not raised: the Upserter already retries transient failures, and the driver
   retries the batch from its recorded progress, as in driver mode. An error that would not
   survive pickling unchanged travels as a :class:`~recovery.errors.FlushTaskError` that
@@ -58,9 +58,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, ContextManager, Iterable, Iterator, Protocol
 
-from cql import batch_age
-from cql.batch_age import BatchAge
-from cql.errors import FlushFailed, SinkError
+from recovery.cql import batch_age
+from recovery.cql.batch_age import BatchAge
+from recovery.cql.errors import FlushFailed, SinkError
 from wal import clock
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE, crash_point
 from wal.errors import WalCorrupted
@@ -243,7 +243,7 @@ JobRunner = Callable[[int, list, Callable], list]
 
 class SparkJobs(Protocol):
     """Runs a flush job on Spark (``sinks.driver.spark_jobs``, which is Spark-facing): ``fn`` over
-    ``tasks``, one task each; raises :class:`~cql.errors.FlushFailed` if the job fails."""
+    ``tasks``, one task each; raises :class:`~recovery.cql.errors.FlushFailed` if the job fails."""
 
     def __call__(self, batch: int, tasks: list, fn: Callable) -> list: ...
 

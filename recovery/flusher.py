@@ -39,7 +39,7 @@ from tenacity import (
     wait_fixed,
 )
 
-from cql import credentials
+from recovery.cql import credentials
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal import clock
@@ -123,7 +123,7 @@ def block_if_lost(wal_root: str, checkpoint: str, run: tuple[str, int] | None = 
 
 def load_target(wal: WalDir, session_conf: dict | None = None) -> Target:
     """The WAL's recorded target (secret-free) with a stream's credentials
-    (:func:`cql.credentials.of_stream`)."""
+    (:func:`recovery.cql.credentials.of_stream`)."""
     target = RecordedTarget.require(wal).target
     return target.with_credentials(credentials.of_stream(wal.root, session_conf))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.catalog import BatchView

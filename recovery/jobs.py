@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from cql.errors import ConnectionFailed, FlushFailed, SinkError
+from recovery.cql.errors import ConnectionFailed, FlushFailed, SinkError
 from wal.errors import WalError
 from wal.jobs import TableJobs, last_timestamp
 from wal.layout import WalDir

@@ -3,7 +3,7 @@
 A reader of the target table cannot tell which micro-batches are in it whole. With
 ``marker.table`` set, the flusher records, per query and target table, the newest batch whose
 every row Cassandra acknowledged (:class:`Completeness`), in a table of its own
-(:mod:`cql.marker_table`, its schema). The same figures are ``sinks.status(query)``'s and
+(:mod:`recovery.cql.marker_table`, its schema). The same figures are ``sinks.status(query)``'s and
 ``cassandra-wal inspect``'s ``last_written`` (:mod:`recovery.health`).
 
 When: after the batch is marked FLUSHED in the log, never before, so the marker never names a
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from cassandra import InvalidRequest
 
-from cql.errors import SinkError
-from cql.marker_table import TABLE_OPTION, create_cql, insert_cql, split_name
+from recovery.cql.errors import SinkError
+from recovery.cql.marker_table import TABLE_OPTION, create_cql, insert_cql, split_name
 from wal.log import BatchRecord
 
 from .target import Target

@@ -1,5 +1,5 @@
 """The Cassandra side of a flush: one session, opened on first use, and an
-:class:`~cql.upsert.Upserter` for each way a batch was sealed to be written.
+:class:`~recovery.cql.upsert.Upserter` for each way a batch was sealed to be written.
 
 Every row writer uses one (:mod:`recovery.replay` in the driver, each task of
 :mod:`recovery.executors`, each worker of :mod:`recovery.processes`); the flusher closes and
@@ -15,10 +15,10 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import cql.connection
-from cql import credentials
-from cql.table import dropped_columns
-from cql.upsert import Upserter, micros
+import recovery.cql.connection
+from recovery.cql import credentials
+from recovery.cql.table import dropped_columns
+from recovery.cql.upsert import Upserter, micros
 from wal.log import WalLog
 from wal.seal import Seal
 from wal.segment import SegmentReader, decode_chunk
@@ -39,7 +39,7 @@ class CassandraOutput:
     there, through a session of its own.
 
     With ``wal_root`` (a stream's flusher), every (re)connection takes the credentials of
-    :func:`cql.credentials.of_stream` anew (a restarted query hands its options' over with its
+    :func:`recovery.cql.credentials.of_stream` anew (a restarted query hands its options' over with its
     first batch, after the flusher was made)."""
 
     def __init__(self, target: Target, wal_root: str | None = None,
@@ -96,7 +96,7 @@ class CassandraOutput:
                            ) -> list[tuple[str, int]]:
         """The columns ``seal`` writes that Cassandra dropped at or after the write timestamps
         of the batch's cells, each with the last timestamp its drop hides: cells of them would
-        stay hidden (:func:`cql.table.dropped_columns`). Asked of the batch's cluster before
+        stay hidden (:func:`recovery.cql.table.dropped_columns`). Asked of the batch's cluster before
         each write.
 
         The timestamps are the sink's (from ``base_ts_us``: the first row's is the smallest),
@@ -163,7 +163,7 @@ class CassandraOutput:
     def _session_for(self, connection):
         key = _contact(connection)
         if key not in self._clusters:
-            self._clusters[key] = cql.connection.connect(connection)
+            self._clusters[key] = recovery.cql.connection.connect(connection)
         return self._clusters[key][1]
 
     def close(self) -> None:

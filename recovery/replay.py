@@ -24,8 +24,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
-from cql import batch_age
-from cql.batch_age import BatchAge
+from recovery.cql import batch_age
+from recovery.cql.batch_age import BatchAge
 from wal import catalog
 from wal import clock
 from wal.amendments import amended
@@ -131,10 +131,10 @@ class RowWriter(Protocol):
     yields acknowledgements: :class:`Acknowledged`, in seal order, each one a longer prefix of
     the batch (a skipped segment adds no rows), then, after a segment failed, a
     :class:`SegmentAcknowledged` for each later segment written whole. It raises :class:`~wal.errors.WalCorrupted` before writing
-    any row of a damaged chunk or segment, and :class:`~cql.errors.FlushFailed` (or a
+    any row of a damaged chunk or segment, and :class:`~recovery.cql.errors.FlushFailed` (or a
     connection error) when rows were not acknowledged. It never touches the log's states:
     recording progress and marking the batch are the Replayer's. TTLs count down from
-    ``age``, the batch's age as this process measured it (:mod:`cql.batch_age`; None: measured
+    ``age``, the batch's age as this process measured it (:mod:`recovery.cql.batch_age`; None: measured
     now), whatever process writes the rows and whatever its clock says.
     """
 
@@ -157,7 +157,7 @@ class RowWriter(Protocol):
 
 class DriverWriter:
     """``wal.flush.mode=driver``: the log's chunks, in order, through an
-    :class:`~cql.upsert.Upserter` in this process. ``upserter_factory(seal)`` gives the
+    :class:`~recovery.cql.upsert.Upserter` in this process. ``upserter_factory(seal)`` gives the
     Upserter that writes the way ``seal`` recorded (columns, TTL, write time, nulls); the
     factory keeps the session and its Upserters (``recovery.output.CassandraOutput``)."""
 
@@ -206,7 +206,7 @@ class Replayer:
         #: (Spark's runId, its first batch) of the run flushed for (catalog.describe)
         self.current_run: tuple[str, int] | None = None
         # The age of each sealed batch still to write, measured when this process first saw
-        # it and counted on on its monotonic clock (cql.batch_age): its rows' TTLs count from it.
+        # it and counted on on its monotonic clock (recovery.cql.batch_age): its rows' TTLs count from it.
         self._ages: dict[tuple[int, str, int], BatchAge] = {}
 
     def plan(self, query_running: bool,
@@ -303,7 +303,7 @@ class Replayer:
 
     def _take_in_hand(self, views: list[BatchView]) -> None:
         """Measure the age of every sealed batch to write or wait for that this process has not
-        measured yet (:func:`cql.batch_age.measure`): at once, so that a wall clock stepping while
+        measured yet (:func:`recovery.cql.batch_age.measure`): at once, so that a wall clock stepping while
         the batches wait (an outage, the batches before them) does not move their rows'
         expiry; and forget those no longer pending."""
         ages: dict[tuple[int, str, int], BatchAge] = {}

@@ -21,7 +21,7 @@ import pickle
 import threading
 from collections.abc import Iterator
 
-from cql.upsert import Upserter
+from recovery.cql.upsert import Upserter
 
 from .output import CassandraOutput
 from .target import Target

@@ -1,6 +1,6 @@
 """What a WAL writes to, recorded in ``WAL_DIR/target.json`` without secrets, so that any flush
 (the live flusher, a batch job, ``cassandra-wal recover`` on another host) works from the WAL
-alone, given credentials (:func:`cql.credentials.layered`).
+alone, given credentials (:func:`recovery.cql.credentials.layered`).
 
 :class:`RecordedTarget` is the file's envelope (layout: ``wal/FORMAT.md``, "target.json"):
 the :class:`Target`, the fingerprint of the options and DataFrame schema that produced it
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from cql.errors import SinkError
-from cql.table import TableSchema
+from recovery.cql.errors import SinkError
+from recovery.cql.table import TableSchema
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
 
@@ -96,7 +96,7 @@ class Target:
                 == (conn.hosts, conn.port, conn.cloud_bundle_path))
 
     def unaccepted_lists(self, record: dict | None) -> tuple[str, ...]:
-        """The non-frozen list columns (:attr:`cql.table.TableSchema.non_frozen_lists`) a batch
+        """The non-frozen list columns (:attr:`recovery.cql.table.TableSchema.non_frozen_lists`) a batch
         sealed with ``record`` writes without its seal recording that the user accepted them
         at least once (``wal.lists.atLeastOnce``). None for a batch this release sealed: it
         refuses such a column before staging; a batch an earlier release sealed may have
@@ -136,7 +136,7 @@ class Target:
         return any(getattr(conn, name) for name in conn.SECRET_FIELDS)
 
     def with_credentials(self, creds: Mapping[str, str]) -> "Target":
-        """A copy connecting with ``creds`` (what :func:`cql.credentials.layered` chose)."""
+        """A copy connecting with ``creds`` (what :func:`recovery.cql.credentials.layered` chose)."""
         return self.with_connection(**creds)
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import importlib
 
-from cql.errors import (
+from recovery.cql.errors import (
     ConnectionFailed,
     CounterTableError,
     NullPrimaryKeyError,

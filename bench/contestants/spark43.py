@@ -12,8 +12,8 @@
   ``ours-group1``: ``ours`` grouping each chunk's rows on their own.
 * ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
   It leaves the WAL behind for the ``recovery`` contestant.
-* ``ours-nowal``: the same Spark stream and the same writer code (``cql.upsert.Upserter``,
-  ``cql.convert``) without the WAL: ``foreachBatch`` + ``mapInArrow``, each task upserting its
+* ``ours-nowal``: the same Spark stream and the same writer code (``recovery.cql.upsert.Upserter``,
+  ``recovery.cql.convert``) without the WAL: ``foreachBatch`` + ``mapInArrow``, each task upserting its
   Arrow batches directly. Our sink minus the WAL, to price the WAL.
 * ``naive``: what users write by hand: ``foreachBatch`` + ``foreachPartition`` with one
   synchronous ``session.execute`` of a prepared statement per row.
@@ -129,10 +129,10 @@ def _nowal_writer(spec: dict):
 
     def write(batches):
         import pyarrow as pa
-        from cql.upsert import Upserter
-        from cql.connection import connect
+        from recovery.cql.upsert import Upserter
+        from recovery.cql.connection import connect
         from sinks.worker.options import parse_options
-        from cql.table import fetch_table_schema
+        from recovery.cql.table import fetch_table_schema
         from wal.seal import now_us
         cache = globals().setdefault("_BENCH_UPSERTER", {})
         if "u" not in cache:

@@ -35,7 +35,7 @@ def register(spark):
     ``sinks.register(spark).track(query, checkpointLocation)`` (:mod:`sinks.driver.connect`).
 
     Runs: in the driver process (Spark Connect: the client's), on the calling thread. It also
-    starts this process's credential channel (:mod:`cql.credentials`; not with Spark Connect),
+    starts this process's credential channel (:mod:`recovery.cql.credentials`; not with Spark Connect),
     through which credentials given as write options reach the driver's flusher, in memory
     only.
     """

@@ -27,7 +27,7 @@ checkpoint is: no ``_jsq``, no JVM, and neither the events, ``lastProgress``, ``
 
 from __future__ import annotations
 
-from cql.errors import OptionError, SinkError
+from recovery.cql.errors import OptionError, SinkError
 from sinks.worker.connect_source import is_relative
 from wal import checkpoint as ckpt
 from wal import clock

@@ -14,7 +14,7 @@ Runs: in the driver process, on the calling thread.
 
 from __future__ import annotations
 
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from recovery.health import LAG_AFTER_S, Health, combined, read_health
 from recovery.target import RecordedTarget
 from wal.layout import WalDir
@@ -35,7 +35,7 @@ def status(query, lag_after_s: float = LAG_AFTER_S, table: str | None = None) ->
     then over all of them (:func:`~recovery.health.combined`: sums, the oldest pending batch,
     the worst state), or of one table's WAL with ``table="<keyspace>.<table>"``.
 
-    Raises :class:`~cql.errors.SinkError` for a query that does not write through this sink
+    Raises :class:`~recovery.cql.errors.SinkError` for a query that does not write through this sink
     (or has not committed its first batch yet: its WAL is not known before), or that writes
     no ``table`` of that name.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from recovery.executors import ExecutorsWriter, may_carry_credentials
 from recovery.flusher import load_target
 from recovery.recover import replay_wal
@@ -45,7 +45,7 @@ def recover(spark, wal_path: str, checkpoint: str | None = None, *,
     ``spark.cassandra.*`` conf, the rest from the WAL's ``target.json``. Raises as
     :func:`recovery.recover.replay_wal` (``WalLocked`` while a query's flusher holds the WAL
     longer than ``lock_wait_s``), ``WalBoundElsewhere`` for another query's checkpoint, and
-    :class:`~cql.errors.SinkError` for a checkpoint Spark never wrote (every batch would look
+    :class:`~recovery.cql.errors.SinkError` for a checkpoint Spark never wrote (every batch would look
     uncommitted), before anything is changed. Through Spark Connect without TLS, with
     credentials to send, the rows are written from this process (said in the log), as the
     flusher does."""

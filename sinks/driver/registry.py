@@ -21,8 +21,8 @@ import threading
 # must run before it (see _register_exit_hook).
 import cassandra.cluster  # noqa: F401
 
-from cql import credentials
 from recovery import events
+from recovery.cql import credentials
 from recovery.errors import is_transient
 from recovery.flusher import QueryFlusher, block_if_lost
 from recovery.target import TargetNotRecorded
@@ -409,7 +409,7 @@ class ConnectFlushRegistry(FlushRegistry):
         """Flush ``query`` (a Connect ``StreamingQuery`` of this session, just started) from
         this process: ``checkpoint_location`` is the ``checkpointLocation`` it was started
         with, checked against the query id Spark wrote there. Returns the checkpoint as Spark
-        uses it. Idempotent for a run; raises :class:`~cql.errors.SinkError` for a location
+        uses it. Idempotent for a run; raises :class:`~recovery.cql.errors.SinkError` for a location
         that is not the query's checkpoint or that this process cannot see.
 
         Runs: in the client process, on the calling thread."""

@@ -38,7 +38,7 @@ from pyspark.errors import (
     PySparkValueError,
 )
 
-from cql.errors import FlushFailed
+from recovery.cql.errors import FlushFailed
 from recovery.executors import CLOSURE_LIMIT
 from sinks.worker.flush_task import RESULTS, run_listed_partition, run_partition
 

@@ -5,7 +5,7 @@ Cassandra. Runs in the user's driver process, on the calling thread.
 from __future__ import annotations
 
 
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from recovery.errors import NotFlushedYet, WalBlocked
 from recovery.flusher import QueryFlusher
 from wal import catalog
@@ -29,7 +29,7 @@ def wait_flushed(query, timeout: float | None = None) -> None:
     Raises :class:`~recovery.errors.WalBlocked` with the reason if a WAL is blocked (after
     its flusher tried once more), :class:`~recovery.errors.NotFlushedYet` (a
     ``TimeoutError``) naming the batches still pending and their rows once ``timeout``
-    seconds have passed, and :class:`~cql.errors.SinkError` for a query that does not write
+    seconds have passed, and :class:`~recovery.cql.errors.SinkError` for a query that does not write
     through this sink.
 
     Runs: in the driver process, on the calling thread."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cql import credentials
+from recovery.cql import credentials
 from recovery.jobs import complete_orphans, flush_sealed, flush_shared_wal
 from wal.jobs import JOB_BATCH, TableJobs
 from wal.seal import COMMIT_POINT_SEAL

@@ -4,8 +4,8 @@ with the client's side of Spark Connect: :mod:`sinks.driver.connect`)."""
 
 from __future__ import annotations
 
-from cql import credentials
-from cql.errors import OptionError
+from recovery.cql import credentials
+from recovery.cql.errors import OptionError
 from wal import checkpoint as ckpt
 
 from .source import CassandraWalDataSource

@@ -32,7 +32,7 @@ import uuid
 import pyarrow as pa
 from pyspark import TaskContext
 
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from wal.checkpoint import Filesystems, normal_location
 from wal.entries import Entry, record_entry, record_run
 from wal.layout import WalDir
@@ -163,7 +163,7 @@ _claims = _Claims()
 class WriterCall:
     """One call of a writer for batch ``batch_id`` of run ``run``: :meth:`claim` (given as
     ``prepare_write``'s ``claim``, before the checkpoint's pointer names the WAL) claims the
-    batch's WAL for ``table`` (refused: a :class:`~cql.errors.SinkError`, nothing staged, no
+    batch's WAL for ``table`` (refused: a :class:`~recovery.cql.errors.SinkError`, nothing staged, no
     pointer), :meth:`enter` (its ``on_wal``, before the table is looked up) records the entry;
     then the caller stages the batch (``__call__`` through ``mapInArrow``; the
     protocol simulation, ``tests/sim``, task by task through ``stage_partition``), then

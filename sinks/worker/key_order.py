@@ -9,7 +9,7 @@ an upsert beating the delete that came after it. Nothing at flush time can tell.
 The check, for such streams only:
 
 1. each task reports the keys it staged, in its commit message (:class:`TaskKeys`, 64-bit
-   hashes of :mod:`cql.key_identity`, about 8 bytes a distinct key): the primary keys of its
+   hashes of :mod:`recovery.cql.key_identity`, about 8 bytes a distinct key): the primary keys of its
    upserts and row deletes; with ``op.partitionDeleteValues``, also the partition keys of all
    its rows and of its partition deletes (a partition delete touches every row of its
    partition);
@@ -33,11 +33,11 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from cql import changes
-from cql.config import WriteConfig
-from cql.convert import RowConverter, row_converter
-from cql.errors import SinkError
-from cql.key_identity import key_hashes
+from recovery.cql import changes
+from recovery.cql.config import WriteConfig
+from recovery.cql.convert import RowConverter, row_converter
+from recovery.cql.errors import SinkError
+from recovery.cql.key_identity import key_hashes
 from recovery.target import Target
 from wal.layout import WalDir
 from wal.segment import SegmentReader, SegmentRef

@@ -1,6 +1,6 @@
 """The value parsers of the option table (:data:`sinks.worker.options.OPTION_SPECS`): each takes the
 raw string a user gave and returns the value, or raises ``ValueError(reason)``, which
-:func:`sinks.worker.options.parse_options` turns into an :class:`~cql.errors.OptionError` naming the
+:func:`sinks.worker.options.parse_options` turns into an :class:`~recovery.cql.errors.OptionError` naming the
 option (its value redacted for secrets).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from cassandra import ConsistencyLevel
 
-from cql.config import MAX_TTL_SECONDS, contact_point, format_contact_point, tls_protocol
+from recovery.cql.config import MAX_TTL_SECONDS, contact_point, format_contact_point, tls_protocol
 
 _MIN_PLAUSIBLE_MICROS = 10**14  # 1973-03-03 in microseconds; smaller values are ms or s.
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")

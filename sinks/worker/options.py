@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cql.config import ConnectionConfig, WriteConfig
-from cql.errors import OptionError
 from recovery.config import SinkConfig, WalConfig
+from recovery.cql.config import ConnectionConfig, WriteConfig
+from recovery.cql.errors import OptionError
 
 from . import option_values as values
 
@@ -92,7 +92,7 @@ _CLUSTER_REASON = (
 #: :func:`sinks.worker.validation.validate_schema`).
 LISTS_AT_LEAST_ONCE = "wal.lists.atLeastOnce"
 #: A change stream's options of values (``op.column``'s), each with the WriteConfig field it
-#: sets, in the order of :mod:`cql.changes`' operations: upsert, row delete, partition delete.
+#: sets, in the order of :mod:`recovery.cql.changes`' operations: upsert, row delete, partition delete.
 OPERATION_VALUES = (("op.upsertValues", "upsert_values"), ("op.deleteValues", "delete_values"),
                     ("op.partitionDeleteValues", "partition_delete_values"))
 

@@ -19,13 +19,13 @@ from typing import Callable, Iterable
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-import cql.connection
-import cql.table
-from cql import credentials
-from cql.config import WriteConfig
-from cql.convert import row_converter
-from cql.errors import OptionError, SinkError
-from cql.marker_table import prepare_table as prepare_marker_table
+import recovery.cql.connection
+import recovery.cql.table
+from recovery.cql import credentials
+from recovery.cql.config import WriteConfig
+from recovery.cql.convert import row_converter
+from recovery.cql.errors import OptionError, SinkError
+from recovery.cql.marker_table import prepare_table as prepare_marker_table
 from recovery.config import SinkConfig
 from recovery.target import RecordedTarget, Target
 from wal import checkpoint as ckpt
@@ -209,7 +209,7 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     """Parse, resolve, validate. Raises a SinkError naming the option/column at fault.
 
     A stream whose *options* carry credentials hands them to the driver's flusher over
-    ``credential_channel`` (:mod:`cql.credentials`; in memory only, never in the WAL).
+    ``credential_channel`` (:mod:`recovery.cql.credentials`; in memory only, never in the WAL).
     ``filesystems``: what Spark resolves the checkpoint against (the session's default
     filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
     ``wal_per_table``: a ``foreachBatch`` writer's (:func:`table_wal_location`). ``on_wal``:
@@ -255,9 +255,9 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
         earlier = recorded or (RecordedTarget.read(moved_from) if moved_from else None)
         timestamps = _kept_source_of_timestamps(earlier, config.write,
                                                 [w for w in (wal, moved_from) if w])
-        cluster, session = cql.connection.connect(config.connection)
+        cluster, session = recovery.cql.connection.connect(config.connection)
         try:
-            table = cql.table.fetch_table_schema(cluster, config.keyspace, config.table)
+            table = recovery.cql.table.fetch_table_schema(cluster, config.keyspace, config.table)
             cluster_name = cluster.metadata.cluster_name
             if config.wal.marker_table is not None:
                 prepare_marker_table(cluster, session, config.wal.marker_table,

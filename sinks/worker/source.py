@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
 )
 
-from cql.errors import OptionError
+from recovery.cql.errors import OptionError
 from wal import checkpoint as ckpt
 from wal.jobs import JOB_BATCH
 
@@ -114,7 +114,7 @@ class CassandraWalDataSource(DataSource):
     """Registered by :func:`sinks.register`, which bakes the session's ``spark.cassandra.*``
     settings into a subclass (``session_conf``) since a data source sees only its options, and
     the path of the driver's credential channel (``credential_channel``,
-    :mod:`cql.credentials`): how credentials given as options reach the driver's flusher,
+    :mod:`recovery.cql.credentials`): how credentials given as options reach the driver's flusher,
     and what the session's queries resolve a checkpoint against (``filesystems``: the default
     filesystem, :mod:`wal.checkpoint`), which only the driver's JVM knows."""
 

@@ -15,17 +15,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from cql import changes
-from cql.config import MAX_TTL_SECONDS, WriteConfig
-from cql.convert import FieldMismatch, struct_sources
-from cql.errors import (
+from recovery.cql import changes
+from recovery.cql.config import MAX_TTL_SECONDS, WriteConfig
+from recovery.cql.convert import FieldMismatch, struct_sources
+from recovery.cql.errors import (
     CounterTableError,
     InvalidValueError,
     NullPrimaryKeyError,
     OptionError,
     SchemaError,
 )
-from cql.table import NATIVE_TYPES, CqlType, TableSchema
+from recovery.cql.table import NATIVE_TYPES, CqlType, TableSchema
 
 from .options import LISTS_AT_LEAST_ONCE, operation_values
 
@@ -33,7 +33,7 @@ _INTS = frozenset({"int", "smallint", "tinyint", "bigint", "varint"})
 _SCALARS: dict[type, frozenset[str]] = {
     T.ByteType: _INTS,
     T.ShortType: _INTS,
-    T.IntegerType: _INTS,  # narrower CQL ints are range-checked per batch (cql.convert)
+    T.IntegerType: _INTS,  # narrower CQL ints are range-checked per batch (recovery.cql.convert)
     T.LongType: frozenset({"bigint", "varint"}),
     T.DoubleType: frozenset({"double"}),
     T.FloatType: frozenset({"float", "double"}),
@@ -100,7 +100,7 @@ def validate_schema(spark_schema: T.StructType, table: TableSchema, write: Write
 def _check_lists(table: TableSchema, chosen: dict[str, str], write: WriteConfig) -> None:
     """Refuse a non-frozen list column the DataFrame writes, unless ``wal.lists.atLeastOnce``
     names it: Cassandra appends such a list's elements again at every write of the row
-    (:attr:`cql.table.CqlType.is_non_frozen_list`), and this sink writes rows again on
+    (:attr:`recovery.cql.table.CqlType.is_non_frozen_list`), and this sink writes rows again on
     purpose, so it could not keep "exactly once in effect" for it. Lists nested in another
     type are frozen, one cell: fine. The option may name only non-frozen list columns of the
     table (written by this DataFrame or not)."""
@@ -217,7 +217,7 @@ def _mismatch(spark_type: T.DataType, cql: CqlType, path: str) -> tuple[str, str
 
 def _struct_mismatch(spark_type: T.StructType, cql: CqlType, path: str) -> tuple[str, str] | None:
     """A struct feeds a UDT, field by name, or a tuple, field by position
-    (:func:`cql.convert.struct_sources`, which the conversion uses too); then each field's type."""
+    (:func:`recovery.cql.convert.struct_sources`, which the conversion uses too); then each field's type."""
     if not (cql.is_udt or cql.name == "tuple"):
         if cql.params or cql.name in NATIVE_TYPES:
             return "", "a struct goes to a user-defined type or a tuple"

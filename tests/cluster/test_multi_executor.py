@@ -245,7 +245,7 @@ def test_commit_refuses_segments_the_driver_cannot_see(tmp_path):
 
     import pyarrow as pa
 
-    from cql.errors import SinkError
+    from recovery.cql.errors import SinkError
     from sinks.worker.plan import check_segments_visible
     from wal.segment import SegmentWriter
 

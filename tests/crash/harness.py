@@ -21,7 +21,7 @@ What is checked (``check`` raises one AssertionError listing every problem found
   from batch to batch.
 * **Nothing pending**: the WAL's catalog says "nothing" for every batch, ``blocked.json`` is
   absent and no staged segment is left behind. A WAL on a store is read through a private
-  read-only copy (``cli.location.read_only_wal``), and the store itself must list no segment.
+  read-only copy (``recovery.cli.location.read_only_wal``), and the store itself must list no segment.
 * **No survivors**: after every crash, no process of the killed run is left (the driver, its
   JVM, Spark's Python daemon and workers, the commit worker), found by an environment token
   every descendant inherits.
@@ -64,7 +64,7 @@ from unittest import mock
 
 import pytest
 
-from cli.location import read_only_wal
+from recovery.cli.location import read_only_wal
 from tests.helpers import processes
 from tests.helpers.node import java_home_env
 from wal import catalog, stores

@@ -5,7 +5,7 @@ The driver program reaches a store only as a Spark application does, from its se
 settings (``--conf spark.hadoop.dfs.namenode.http-address=...``, ``spark.hadoop.fs.s3a.*``):
 the harness removes the environment's fallbacks (``CASSANDRA_WAL_WEBHDFS``, ``AWS_*``) from
 its environment. The harness (this pytest process) reads the checkpoint and the WAL through
-the same stores (``wal.checkpoint.open_checkpoint``, ``cli.location.read_only_wal``) with
+the same stores (``wal.checkpoint.open_checkpoint``, ``recovery.cli.location.read_only_wal``) with
 :attr:`Storage.access`, installed for the test's duration by the ``crash_harness`` fixture.
 
 A store's server is started once per session by the ``crash_hdfs`` / ``crash_s3`` fixtures

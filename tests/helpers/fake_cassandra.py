@@ -37,7 +37,7 @@ from cassandra import DriverException, cqltypes
 from cassandra.protocol import ColumnMetadata
 from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
 
-from cql.table import TableSchema
+from recovery.cql.table import TableSchema
 
 PROTOCOL = 5
 M = "org.apache.cassandra.db.marshal."

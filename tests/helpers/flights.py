@@ -9,7 +9,7 @@ import uuid
 
 import pyarrow as pa
 
-from cql.table import TableSchema
+from recovery.cql.table import TableSchema
 from tests.helpers.fake_cassandra import FakeSession, Metadata
 
 COLUMNS = (("carrier", "text"), ("flight", "int"), ("year", "int"), ("time_hour", "timestamp"),

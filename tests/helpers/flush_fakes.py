@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from pyspark import cloudpickle
 
-from cql.table import TableSchema
+from recovery.cql.table import TableSchema
 from recovery.errors import FlushFailed
 from recovery.target import Target
 from sinks.worker.options import ConnectionConfig, SinkConfig

@@ -5,7 +5,7 @@ lasts; rows written go to :attr:`Outage.written`."""
 from __future__ import annotations
 
 import contextlib
-import cql.connection
+import recovery.cql.connection
 from recovery.flusher import QueryFlusher
 from tests.helpers.fake_cassandra import FakeCluster
 from tests.helpers.flush_fakes import target_flushed_by
@@ -45,7 +45,7 @@ def fake_cassandra(monkeypatch, flusher: QueryFlusher, outage: Outage) -> None:
 
     Session.outage = outage
     cluster = FakeCluster()
-    monkeypatch.setattr(cql.connection, "connect", lambda conn: (cluster, Session()))
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda conn: (cluster, Session()))
     names = type(flusher.output).upserter.__globals__   # wherever CassandraOutput lives
     monkeypatch.setitem(names, "Upserter", FakeUpserter)
 

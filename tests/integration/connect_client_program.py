@@ -18,7 +18,7 @@ import time
 from pyspark.sql import SparkSession
 
 import sinks
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ DEFAULT_TIMEOUT = 180.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: The offline tool, ``cassandra-wal``, run with this interpreter.
-CASSANDRA_WAL = [sys.executable, "-m", "cli.main"]
+CASSANDRA_WAL = [sys.executable, "-m", "recovery.cli.main"]
 
 #: First modification time given to input files; file k gets BASE_MTIME + k, so Spark's file
 #: source (oldest first, ``maxFilesPerTrigger``) takes them in order.
@@ -388,13 +388,13 @@ def error_text(exc: BaseException) -> str:
 
 
 def sink_error_line(exc_or_text) -> str:
-    """The ``cql.errors.<Type>: <message>`` line of a (wrapped) sink error: the message a
+    """The ``recovery.cql.errors.<Type>: <message>`` line of a (wrapped) sink error: the message a
     user reads, without the traceback's source lines (which would match any needle)."""
     import re
 
     text = exc_or_text if isinstance(exc_or_text, str) else error_text(exc_or_text)
     lines = re.findall(r"^(cql\.errors\.\w+: .*)$", text, re.MULTILINE)
-    assert lines, f"no cql.errors line in the error:\n{text}"
+    assert lines, f"no recovery.cql.errors line in the error:\n{text}"
     return lines[0]
 
 

@@ -35,7 +35,7 @@ import pytest
 
 from cassandra.query import BatchStatement, BatchType
 
-import cql.connection
+import recovery.cql.connection
 import sinks
 from sinkutil import (EVENTS_TABLE, REPO_ROOT, cassandra_wal, committed_batches, event_rows,
                       flushed_through, running, start_events_stream,
@@ -106,10 +106,10 @@ class RequestLog:
 
     @classmethod
     def on_flusher_session(cls, monkeypatch, keyspace: str) -> "RequestLog":
-        """Attach a log to every session the flusher opens (``cql.connection.connect`` called
+        """Attach a log to every session the flusher opens (``recovery.cql.connection.connect`` called
         from ``recovery.output``, the one place it connects; the session is the flusher's own,
         observed as it is); the sink's other sessions (the schema's, at a start) are left."""
-        connect = cql.connection.connect
+        connect = recovery.cql.connection.connect
         logs = []
 
         def connect_and_listen(conn):
@@ -120,7 +120,7 @@ class RequestLog:
                 logs.append(cls(keyspace, cluster_))
             logs[0].attach(session)
             return cluster_, session
-        monkeypatch.setattr(cql.connection, "connect", connect_and_listen)
+        monkeypatch.setattr(recovery.cql.connection, "connect", connect_and_listen)
         return _LazyLog(logs)
 
     def attach(self, session) -> None:

@@ -137,5 +137,5 @@ def test_keyspace_fixture(cql, keyspace):
 def test_the_node_reports_the_batch_limits_the_writer_follows(cql):
     """``batch.size.bytes=auto``: the node's own thresholds (default cassandra.yaml here), read
     from system_views.settings rather than assumed."""
-    from cql.batch_limits import BatchLimits, read_batch_limits
+    from recovery.cql.batch_limits import BatchLimits, read_batch_limits
     assert read_batch_limits(cql) == BatchLimits(5120, 10, "the node's system_views.settings")

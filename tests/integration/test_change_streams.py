@@ -22,10 +22,10 @@ from pyspark.sql import functions as F
 
 import sinks
 
-from cql.config import ConnectionConfig, WriteConfig
-from cql.connection import connect
-from cql.table import TableSchema
-from cql.upsert import Upserter
+from recovery.cql.config import ConnectionConfig, WriteConfig
+from recovery.cql.connection import connect
+from recovery.cql.table import TableSchema
+from recovery.cql.upsert import Upserter
 from recovery.config import SinkConfig
 from recovery.recover import replay_wal
 from recovery.target import Target

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from cql.config import ConnectionConfig, WriteConfig
-from cql.table import TableSchema
+from recovery.cql.config import ConnectionConfig, WriteConfig
+from recovery.cql.table import TableSchema
 from recovery.config import SinkConfig
 from recovery.recover import replay_wal
 from recovery.target import Target

@@ -49,8 +49,8 @@ from sinkutil import (
     write_json_files,
 )
 
-from cql import credentials
-from cql.errors import OptionError
+from recovery.cql import credentials
+from recovery.cql.errors import OptionError
 from sinks.worker.plan import open_wal_dir
 from wal.layout import WalDir
 
@@ -501,7 +501,7 @@ spark = (SparkSession.builder.master("local[2]").appName("secret-search")
          .config("spark.local.dir", launch["local_dir"])
          .getOrCreate())
 import sinks
-from cql import credentials
+from recovery.cql import credentials
 from wal.log import WalLog
 from wal.layout import WalDir
 

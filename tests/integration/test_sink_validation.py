@@ -2,7 +2,7 @@
 
 Each case checks three things: the sink's error message (Spark wraps it in an
 AnalysisException, PythonException or StreamingQueryException; we read the
-``cql.errors.<Type>: <message>`` line, not the traceback's source lines) names the option /
+``recovery.cql.errors.<Type>: <message>`` line, not the traceback's source lines) names the option /
 column / keyspace / table, the WAL directory holds no segment and no seal, and the target
 table is still empty.
 """
@@ -37,14 +37,14 @@ def _assert_nothing_staged(wal: WalDir) -> None:
 
 
 def _save_fails(cassandra_node, tmp_path, df, keyspace, table, error_type, needles, **extra):
-    """``df.write...save()`` must fail with ``cql.errors.<error_type>`` whose message holds
+    """``df.write...save()`` must fail with ``recovery.cql.errors.<error_type>`` whose message holds
     every needle, staging nothing."""
     wal = WalDir(str(tmp_path / "wal"))
     opts = sink_options(cassandra_node, keyspace, table, **{"wal.path": wal.root}, **extra)
     with pytest.raises(Exception) as info:
         df.write.format("cassandra_wal").mode("append").options(**opts).save()
     line = sink_error_line(info.value)
-    assert line.startswith(f"cql.errors.{error_type}: "), line
+    assert line.startswith(f"recovery.cql.errors.{error_type}: "), line
     for needle in needles:
         assert needle in line, f"{needle!r} not in {line!r}"
     _assert_nothing_staged(wal)
@@ -132,7 +132,7 @@ def test_null_primary_key_value_in_a_stream(spark, cql, cassandra_node, people, 
         with pytest.raises(Exception) as info:
             query.awaitTermination(180)
     line = sink_error_line(info.value)
-    assert line.startswith("cql.errors.NullPrimaryKeyError: column 'id': primary key "
+    assert line.startswith("recovery.cql.errors.NullPrimaryKeyError: column 'id': primary key "
                            "column is null"), line
     assert not os.path.exists(cp / "commits" / "0")
     _assert_nothing_staged(stream_wal(cp))
@@ -163,7 +163,7 @@ def test_missing_checkpoint_location_for_a_stream(spark, cql, cassandra_node, pe
     finally:
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
     line = sink_error_line(info.value)
-    assert line.startswith("cql.errors.OptionError: option 'checkpointLocation': required"), line
+    assert line.startswith("recovery.cql.errors.OptionError: option 'checkpointLocation': required"), line
     staged = [os.path.join(d, f) for d, _, fs in os.walk(session_cp) for f in fs
               if "cassandra_wal" in d]
     assert staged == []
@@ -234,7 +234,7 @@ def test_bad_ttl_or_writetime_in_a_stream_fails_the_batch_without_blocking_the_w
         with pytest.raises(Exception) as info:
             query.awaitTermination(180)
     line = sink_error_line(info.value)
-    assert line.startswith(f"cql.errors.InvalidValueError: column '{column}': {needle}"), line
+    assert line.startswith(f"recovery.cql.errors.InvalidValueError: column '{column}': {needle}"), line
     assert "row 1 of 2" in line, line
     wal = stream_wal(cp)
     assert not os.path.exists(cp / "commits" / "1")
@@ -275,7 +275,7 @@ def test_a_non_frozen_list_column_is_refused_before_staging_and_written_with_the
         with pytest.raises(Exception) as info:
             query.awaitTermination(180)
     line = sink_error_line(info.value)
-    assert line.startswith("cql.errors.SchemaError: column 'tags'"), line
+    assert line.startswith("recovery.cql.errors.SchemaError: column 'tags'"), line
     for needle in needles:
         assert needle in line, f"{needle!r} not in {line!r}"
     assert not os.path.exists(cp / "commits" / "0")

@@ -41,7 +41,7 @@ def _lookup(spark) -> str:
         text = error_text(exc)
     else:
         return "saved (unexpected: the keyspace option is missing)"
-    if "cql.errors.OptionError: option 'keyspace'" in text:
+    if "recovery.cql.errors.OptionError: option 'keyspace'" in text:
         return FOUND
     if NOT_FOUND in text:
         return NOT_FOUND

@@ -47,8 +47,8 @@ from cassandra import OperationTimedOut, Unavailable, WriteTimeout
 from cassandra.cluster import NoHostAvailable
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from cql.errors import ConnectionFailed
-from cql.table import TableSchema
+from recovery.cql.errors import ConnectionFailed
+from recovery.cql.table import TableSchema
 from tests.helpers.fake_cassandra import (DRIVER_TYPES, NO_DELETION, NON_FROZEN, PROTOCOL,
                                           NOT_DELETED, Cell, Deletions, FakeCluster,
                                           FakeSession, ListCells, Metadata, Statements, decoded,
@@ -116,7 +116,7 @@ class SimCassandra:
 
     # -- the driver's entry points ----------------------------------------------------------
     def connect(self, connection=None):
-        """``cql.connection.connect``: (cluster, session), or ConnectionFailed when down; the
+        """``recovery.cql.connection.connect``: (cluster, session), or ConnectionFailed when down; the
         other cluster when the contact points name it."""
         if self.mode == DOWN:
             self.faults += 1
@@ -304,7 +304,7 @@ class SimSession(FakeSession):
 
     def execute(self, cql, parameters=None):
         """The two queries the sink makes other than its writes: the table's dropped columns
-        (``cql.table.dropped_columns``), and the completeness marker's row, a prepared INSERT
+        (``recovery.cql.table.dropped_columns``), and the completeness marker's row, a prepared INSERT
         (``recovery/marker.py``), which the node applies as a write, faults and all."""
         if isinstance(cql, PreparedStatement):
             error = self.node.execute(cql.bind(parameters))

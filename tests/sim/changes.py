@@ -98,7 +98,7 @@ def follows_moves() -> bool:
 def knows_amend() -> bool:
     """The code under test blocks a batch a dropped column would hide, and has ``cassandra-wal
     amend`` (issue 31, item 3: 90cd5cb, 2f888c9)."""
-    return has_module("wal.amendments") and has_module("cli.amend_cmd")
+    return has_module("wal.amendments") and has_module("recovery.cli.amend_cmd")
 
 
 def decides_by_cells() -> bool:
@@ -120,10 +120,10 @@ def drop_errors_typed() -> bool:
     "Changes")."""
     try:
         from recovery.errors import ColumnDroppedAfterSeal, RecoveryBlocked
-        import cli.amend_cmd
+        import recovery.cli.amend_cmd
     except ImportError:
         return False
-    with open(cli.amend_cmd.__file__) as f:
+    with open(recovery.cli.amend_cmd.__file__) as f:
         return issubclass(ColumnDroppedAfterSeal, RecoveryBlocked) and \
             "is_transient_answer" in f.read()
 
@@ -269,7 +269,7 @@ class Changes:
     def _schema_change(self, w, q) -> None:
         """A column of the table ``q``'s last sealed batch writes is dropped and added back
         (Cassandra keeps the drop time), or a new column is added."""
-        from cql.table import TableSchema
+        from recovery.cql.table import TableSchema
 
         rng = self.xrng
         sealed = [e for e in w.oracle.executions if e.owner == q.owner and e.seal is not None]
@@ -428,7 +428,7 @@ class Changes:
         return "amended" if code == 0 else "failed"
 
     def _amend(self, w, root: str, columns: list[str], restamp: bool) -> int:
-        from cli.main import main
+        from recovery.cli.main import main
 
         how = ["--restamp"] if restamp else [a for c in columns
                                              for a in ("--without-column", c)]
@@ -501,7 +501,7 @@ class Changes:
         holds committed batches not written (the refusal then names ``wal.path``, and nothing
         was staged in the new WAL); the user restarts with the old ``wal.path``. Whether it
         was such a refusal."""
-        from cql.errors import OptionError
+        from recovery.cql.errors import OptionError
 
         if q.name not in self.moving or not (isinstance(exc, OptionError)
                                              and MOVE_REFUSED in str(exc)):
@@ -591,13 +591,13 @@ def check_rising(w) -> None:
 
 def _bounds(node, options) -> dict[str, int]:
     """Each column of ``options``' table the node records as dropped -> the last timestamp
-    its drop hides, as the sink reads it (``cql.table.dropped_columns``: to the end of the
+    its drop hides, as the sink reads it (``recovery.cql.table.dropped_columns``: to the end of the
     millisecond); older code has no such function: the same bound."""
     rows = node.dropped_rows(options.table, options.cluster)
     if not rows:
         return {}
     try:
-        from cql.table import dropped_columns
+        from recovery.cql.table import dropped_columns
     except ImportError:
         return {r.column_name: (int(r.dropped_time.timestamp() * 1000) + 1) * 1000 - 1
                 for r in rows}

@@ -18,7 +18,7 @@ none: no offset, no origin).
 
 :data:`ENV_CLOCKS`: unset, clock worlds are drawn, and a row whose TTL ran out before it was
 written must be written as tombstones, when the code under test measures a batch's age on one
-host (it has ``cql.batch_age``); older code skipped such rows, and gets neither (the seeds of
+host (it has ``recovery.cql.batch_age``); older code skipped such rows, and gets neither (the seeds of
 README.md replay as before). ``1``: both, for older code too; ``all``: every world a clock
 world; ``0``: neither.
 
@@ -55,7 +55,7 @@ def measures_on_one_host() -> bool:
     while pending as tombstones (issue 31, item 6)."""
     from .patches import has_module
 
-    return has_module("cql.batch_age") or has_module("cql.clock")   # cql.clock: its older name
+    return has_module("recovery.cql.batch_age") or has_module("cql.clock")   # cql.clock: its older name
 
 
 def clocks_on() -> bool:

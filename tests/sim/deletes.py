@@ -30,7 +30,7 @@ timestamp, by its key (``Oracle.judge``), so a replay or a retry leaves the same
 Everything a deletes world draws comes from an RNG of its own (``deletes:<seed>``), as the
 store's and the lists' do: a world without deletes draws from the others exactly what it drew
 before. :data:`ENV_DELETES`: ``1`` (the default) draws deletes worlds when the code under test
-has change streams (``cql/changes.py``), holding back the case the sink fails today (README.md,
+has change streams (``recovery/cql/changes.py``), holding back the case the sink fails today (README.md,
 "Deletes: what it finds": with a ``writetime`` column a delete carries nulls, not values, in
 its other columns); ``all`` draws it too; ``0`` none.
 """
@@ -56,8 +56,8 @@ VALUE_COLUMNS = ("v", "w", "l", "fl")
 
 
 def knows_deletes() -> bool:
-    """The code under test has change streams (``op.column``: ``cql/changes.py``)."""
-    return has_module("cql.changes")
+    """The code under test has change streams (``op.column``: ``recovery/cql/changes.py``)."""
+    return has_module("recovery.cql.changes")
 
 
 class Deletes:

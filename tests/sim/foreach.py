@@ -340,7 +340,7 @@ class ForeachBatch:
     def foreach_call(self, q) -> str:
         """The function calls its next writer: ``prepare_write``, then the adapter's
         ``WriterCall`` (claim, entry); its job's tasks follow as steps of their own."""
-        from cql.errors import ConnectionFailed, SinkError
+        from recovery.cql.errors import ConnectionFailed, SinkError
         from sinks.worker.plan import prepare_write
 
         fc = q.run.call
@@ -404,7 +404,7 @@ class ForeachBatch:
     def foreach_seal(self, q) -> str:
         """The writer's job is through: ``WriterCall.seal`` (``commit_batch``), or the job
         failed (the fates that fail)."""
-        from cql.errors import SinkError
+        from recovery.cql.errors import SinkError
         from sinks.worker.plan import commit_batch
         from wal.seal import COMMIT_POINT_CHECKPOINT
 

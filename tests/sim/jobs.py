@@ -44,7 +44,7 @@ class BatchJobs:
     """The batch job actions of :class:`tests.sim.world.World`."""
 
     def job_start(self) -> str:
-        from cql.errors import ConnectionFailed
+        from recovery.cql.errors import ConnectionFailed
         from sinks.worker.source import CassandraWalDataSource
 
         self.job_count += 1

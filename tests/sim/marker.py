@@ -2,7 +2,7 @@
 
 Every change stream's run (``deletes.py``: a deletes world's streams and foreachBatch writers;
 batch jobs have no marker) sets ``marker.table`` to :data:`MARKER_TABLE`, which the simulated
-node holds with the marker's schema (``cql/marker_table.py``). The flusher writes the marker
+node holds with the marker's schema (``recovery/cql/marker_table.py``). The flusher writes the marker
 through the node like any write, with its faults.
 
 The invariant, checked on each marker row the node applies (:func:`check_marker`): **the
@@ -13,8 +13,8 @@ completeness checks count as written), so a reader that sees N there sees all of
 
 from __future__ import annotations
 
-from cql.marker_table import COLUMNS, CLUSTERING_KEY, PARTITION_KEY
-from cql.table import TableSchema
+from recovery.cql.marker_table import COLUMNS, CLUSTERING_KEY, PARTITION_KEY
+from recovery.cql.table import TableSchema
 
 from .oracle import KEYSPACE, MARKER_TABLE
 from .patches import has_module

@@ -1,7 +1,7 @@
 """Operators: ``cassandra-wal recover`` run at any step, on a query's WAL, beside the live query
 or after it stopped (issue 31, item 4).
 
-The recover runs the real command (``cli.main.main(["recover", ...])``, the function the
+The recover runs the real command (``recovery.cli.main.main(["recover", ...])``, the function the
 ``cassandra-wal`` entry point calls: its checks, its lock, ``recovery.recover.replay_wal``),
 not a subprocess, with its output captured. What is drawn, from an RNG of its own
 (``operators:<seed>``, so a world without operators draws what it drew before):
@@ -59,18 +59,18 @@ def operators_setting() -> str:
 def knows_force() -> bool:
     """The code under test's recover has ``--force`` (50d266b on): read from its tree, as
     ``patches.has_module`` reads modules (older code: recover always discards)."""
-    import cli.recover_cmd
+    import recovery.cli.recover_cmd
 
-    with open(cli.recover_cmd.__file__) as f:
+    with open(recovery.cli.recover_cmd.__file__) as f:
         return '"--force"' in f.read()
 
 
 def leaves_uncommitted() -> bool:
     """The code under test's recover leaves what Spark never committed on a local WAL too,
     unless ``--force`` (older code discarded it there: held back, below)."""
-    import cli.recover_cmd
+    import recovery.cli.recover_cmd
 
-    with open(cli.recover_cmd.__file__) as f:
+    with open(recovery.cli.recover_cmd.__file__) as f:
         return "LEFT_NOTE" in f.read()
 
 
@@ -78,7 +78,7 @@ def knows_repair() -> bool:
     """The code under test has ``cassandra-wal repair`` (7692ecc on)."""
     from .patches import has_module
 
-    return has_module("cli.repair_cmd")
+    return has_module("recovery.cli.repair_cmd")
 
 
 class Operators:
@@ -181,7 +181,7 @@ class Operators:
                               self.clocks.driver(q.name) if self.clocks.on else None,
                               flushing=True), \
                     contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                from cli.main import main
+                from recovery.cli.main import main
 
                 code = main(argv)
         finally:
@@ -298,7 +298,7 @@ class Operators:
         try:
             with self.running(f"operator repair {self.step}", None), \
                     contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                from cli.main import main
+                from recovery.cli.main import main
 
                 code = main(argv)
         finally:

@@ -201,7 +201,7 @@ class Streams:
         """The run's flusher of the WAL at ``wal_root`` (default: the one the pointer names)."""
         import recovery.flusher as flushers
         import recovery.target as targets
-        from cql.errors import ConnectionFailed, SinkError
+        from recovery.cql.errors import ConnectionFailed, SinkError
         from recovery.flusher import QueryFlusher
         from wal.errors import WalError
 
@@ -257,7 +257,7 @@ class Streams:
         self.kill(q, graceful=True)
 
     def begin_batch(self, q: Query) -> str:
-        from cql.errors import ConnectionFailed, SinkError
+        from recovery.cql.errors import ConnectionFailed, SinkError
         from sinks.worker.plan import prepare_write
 
         if q.writers is not None:

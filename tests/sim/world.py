@@ -19,7 +19,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from cql.table import TableSchema
+from recovery.cql.table import TableSchema
 
 from . import cassandra
 from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
@@ -403,7 +403,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
     def refused_for_lists(exc: Exception) -> bool:
         """The sink's refusal of the non-frozen list "l": it names the column and the option.
         (Any other refusal of a valid query is a violation: :meth:`refuse`.)"""
-        from cql.errors import SchemaError
+        from recovery.cql.errors import SchemaError
 
         return isinstance(exc, SchemaError) and exc.column == "l" and \
             f"{LISTS_OPTION}=l" in str(exc)
@@ -493,7 +493,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         stream restarted once (recovery of every WAL its checkpoint's pointers name, then a
         clean stop), and one more batch job on the batch WAL, which completes batch jobs that
         failed after their seal."""
-        from cql.errors import SinkError
+        from recovery.cql.errors import SinkError
         from recovery.flusher import QueryFlusher
 
         self.step += 1

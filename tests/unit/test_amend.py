@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import cql.connection
-from cli.main import main
+import recovery.cql.connection
+from recovery.cli.main import main
 from recovery.errors import ColumnDroppedAfterSeal, is_transient
 from recovery.output import CassandraOutput
 from recovery.replay import Replayer
@@ -39,7 +39,7 @@ class Dropped:
 
 
 def output_with(monkeypatch, session, **write) -> CassandraOutput:
-    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), session))
     t = target()
     t = dataclasses.replace(t, config=dataclasses.replace(
@@ -95,7 +95,7 @@ def test_the_drivers_naive_drop_time_is_utc_whatever_the_machines_zone(monkeypat
     later (blocking batches it never hid)."""
     import time
 
-    from cql.table import dropped_columns
+    from recovery.cql.table import dropped_columns
 
     drop_us = SEALED_AT + 123_000
     naive = dt.datetime.fromtimestamp(drop_us / 1e6, dt.timezone.utc).replace(tzinfo=None)
@@ -164,7 +164,7 @@ def _wal_with_pending(tmp_path, monkeypatch, uncommitted: tuple[int, ...] = ()):
         f.sealed(batch, rows=(3,), write=record, committed=False)
     f.close()
     session = Dropped(id=4_000_000_000_000_000)       # long after both seals (2096)
-    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), session))
     return f, target_module
 
@@ -220,7 +220,7 @@ def _factory(tmp_path):
 
 
 def _dropped(monkeypatch, **columns):
-    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), Dropped(**columns)))
 
 
@@ -248,7 +248,7 @@ def test_a_restamp_cut_short_leaves_no_later_batch_below_an_earlier_one(tmp_path
     """Batch 0 is hidden by the drop, batch 1 (sealed after it) is not, but falls below batch
     0 re-stamped. The amendments were written oldest first: cut after the first (Ctrl-C, a
     store's error), batch 0 was written above batch 1."""
-    import cli.amend_cmd as amend_cmd
+    import recovery.cli.amend_cmd as amend_cmd
     from wal.seal import read_seal
 
     f = _factory(tmp_path)
@@ -308,7 +308,7 @@ def test_the_block_says_restamp_needs_the_column_added_again_first(monkeypatch):
                         for c in ("id", "value")]
             return []
 
-    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None, metadata=None), DroppedAndGone()))
     out = CassandraOutput(t)
     with pytest.raises(ColumnDroppedAfterSeal) as info:
@@ -339,7 +339,7 @@ def test_amend_restamp_says_the_column_must_exist_again(tmp_path, monkeypatch, c
 def test_recover_of_a_wal_a_drop_blocks_names_the_batch_the_column_and_amend(
         tmp_path, monkeypatch, capsys):
     """recover met ColumnDroppedAfterSeal, neither a RecoveryBlocked nor a WalError: it left
-    cli.main as a traceback, with no exit code. It is recover's 'a batch cannot be replayed'
+    recovery.cli.main as a traceback, with no exit code. It is recover's 'a batch cannot be replayed'
     (exit 3), naming the batch, the column and the command that unblocks it."""
     f, _ = _wal_with_pending(tmp_path, monkeypatch)
     code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
@@ -367,10 +367,10 @@ def test_a_drop_block_is_a_recovery_block_that_survives_pickling():
 def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
         tmp_path, monkeypatch, capsys, away):
     """--restamp asks the cluster for the drop times. Cassandra away, ConnectionFailed (or
-    the driver's NoHostAvailable on the query) left cli.main as a traceback."""
+    the driver's NoHostAvailable on the query) left recovery.cli.main as a traceback."""
     from cassandra.cluster import NoHostAvailable
 
-    from cql.errors import ConnectionFailed
+    from recovery.cql.errors import ConnectionFailed
 
     f, _ = _wal_with_pending(tmp_path, monkeypatch)
 
@@ -381,7 +381,7 @@ def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
         def execute(self, cql, parameters=None):
             raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
 
-    monkeypatch.setattr(cql.connection, "connect", refused if away == "connect" else (
+    monkeypatch.setattr(recovery.cql.connection, "connect", refused if away == "connect" else (
         lambda conn: (SimpleNamespace(shutdown=lambda: None), Away())))
     code = main(["amend", f.root, "--pending", "--restamp"])
     err = capsys.readouterr().err
@@ -404,7 +404,7 @@ def test_recover_with_cassandra_away_at_the_dropped_columns_query_exits_1(
         def execute(self, cql, parameters=None):
             raise NoHostAvailable("Unable to complete the operation", {"127.0.0.1": "down"})
 
-    monkeypatch.setattr(cql.connection, "connect", lambda conn: (
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda conn: (
         SimpleNamespace(shutdown=lambda: None), Away()))
     code = main(["recover", f.root, "--checkpoint", str(tmp_path / "cp")])
     err = capsys.readouterr().err

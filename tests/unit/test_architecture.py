@@ -1,5 +1,6 @@
-"""The floors (docs/architecture.md): wal <- cql <- recovery <- sinks | cli, each package
-importing only from those below it, no import cycles, no import of the project's own modules
+"""The floors (docs/architecture.md): wal <- recovery (its Cassandra floor ``recovery.cql``
+at its bottom, the offline tool ``recovery.cli`` at its top) <- sinks, each importing only
+from those below it, no import cycles, no import of the project's own modules
 deferred into a function (which is how a cycle hides) but the few that keep Spark's one-shot
 Python workers light, and every method the data source gives Spark saying where it runs. The
 import contracts are import-linter's, in pyproject.toml; its graph includes imports inside
@@ -19,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("wal", "cql", "recovery", "sinks", "cli")
+PACKAGES = ("wal", "recovery", "sinks")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -38,7 +39,10 @@ def test_the_import_contracts_are_kept():
 
 @pytest.mark.parametrize("module, bad_import, contract", [
     ("wal/format.py", "import recovery.errors", "Floors"),
-    ("cql/config.py", "import wal.format", "The Cassandra floor knows neither Spark nor the WAL"),
+    ("recovery/cql/config.py", "import wal.format", "The Cassandra floor knows neither Spark nor the WAL"),
+    ("recovery/cql/table.py", "import recovery.target", "Inside recovery"),
+    ("recovery/replay.py", "import recovery.cli.render", "Inside recovery"),
+    ("sinks/driver/wait.py", "import recovery.cli.render", "The offline tool is the top floor's"),
     ("recovery/config.py", "import pyspark", "The flusher imports no Spark"),
     ("sinks/worker/options.py", "import sinks.worker.plan", "No import cycles"),
     ("sinks/worker/plan.py", "import sinks.driver.registry", "Spark's Python workers load nothing"),
@@ -192,7 +196,7 @@ def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
     heavy = ["cassandra.cluster", "cassandra.connection", "cassandra.query",
              "cassandra.concurrent", "cassandra.protocol", "recovery.flusher",
              "recovery.executors", "recovery.processes", "recovery.output", "recovery.jobs",
-             "cql.upsert", "cql.encode", "sinks.driver", "sinks.worker.batch_jobs",
+             "recovery.cql.upsert", "recovery.cql.encode", "sinks.driver", "sinks.worker.batch_jobs",
              "wal.s3", "wal.webhdfs", "boto3", "botocore", "urllib.request"]
     probe = ("import sys, sinks, sinks.worker.source, sinks.worker.plan\n"
              f"print([m for m in {heavy!r} if m in sys.modules])")
@@ -240,7 +244,7 @@ def test_each_spark_facing_method_says_where_it_runs(name, method):
 def test_the_read_only_tools_load_no_cassandra_cluster_module():
     """``cassandra-wal inspect|dump|verify`` read files: they start without the driver's
     cluster module (which needs an event loop implementation to even import)."""
-    probe = ("import sys, cli.main\n"
+    probe = ("import sys, recovery.cli.main\n"
              "print([m for m in ('cassandra.cluster', 'cassandra.connection', 'pyspark')"
              " if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
@@ -261,3 +265,15 @@ def test_the_drivers_exit_hooks_are_registered_before_the_flushers():
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_the_cassandra_floor_loads_without_the_rest_of_recovery():
+    """``recovery/__init__.py`` imports nothing: the Cassandra floor, now inside ``recovery``
+    (issue 36), still loads alone, as a top-level ``cql`` did."""
+    probe = ("import sys, recovery.cql.table, recovery.cql.upsert\n"
+             "print(sorted(m for m in sys.modules if m.startswith('recovery')"
+             " and not m.startswith('recovery.cql') and m != 'recovery'))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

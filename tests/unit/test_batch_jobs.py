@@ -17,7 +17,7 @@ import pytest
 from recovery import jobs as job_flush
 from recovery.replay import ReplayReport
 from sinks.worker import batch_jobs
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from wal import seal as seal_mod
 from wal import jobs as wal_jobs

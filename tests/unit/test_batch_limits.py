@@ -1,4 +1,4 @@
-"""cql.batch_limits: the node's batch warning limits, which ``batch.size.bytes=auto`` and
+"""recovery.cql.batch_limits: the node's batch warning limits, which ``batch.size.bytes=auto`` and
 replica-set grouping follow; Cassandra's defaults whenever the node cannot say."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 from cassandra.query import BatchStatement
 
-from cql.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_size,
+from recovery.cql.batch_limits import (BatchLimits, QUERY, limits_from_settings, parse_size,
                                    read_batch_limits)
-from cql.upsert import Upserter
+from recovery.cql.upsert import Upserter
 from sinks.worker.options import WriteConfig
 
 from tests.helpers.fake_cassandra import Metadata

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from cql import changes
-from cql.config import WriteConfig
-from cql.errors import InvalidValueError, NullPrimaryKeyError, OptionError, SchemaError
-from cql.table import TableSchema
 from recovery.config import SinkConfig
+from recovery.cql import changes
+from recovery.cql.config import WriteConfig
+from recovery.cql.errors import InvalidValueError, NullPrimaryKeyError, OptionError, SchemaError
+from recovery.cql.table import TableSchema
 from recovery.target import SEALED_WRITE_OPTIONS, RecordedTarget, Target
 from sinks.worker import plan as plan_module
 from sinks.worker.options import parse_options

@@ -13,14 +13,14 @@ import os
 
 import pytest
 
-from cql.errors import OptionError
+from recovery.cql.errors import OptionError
 from sinks.worker.options import parse_options
 from sinks.worker.plan import prepare_write, resolve_wal_root
 from wal.pointer import POINTER_FILE, read_pointer
 from tests.helpers.walfactory import WalFactory
 from wal import checkpoint as ckpt
 from wal.checkpoint import Filesystems, NotLocal
-from cli.main import main
+from recovery.cli.main import main
 from wal.seal import COMMIT_POINT_CHECKPOINT
 
 pytestmark = pytest.mark.unit

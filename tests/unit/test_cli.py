@@ -1,7 +1,7 @@
-"""``cassandra-wal`` (cli/): inspect, dump, verify -- output, exit codes, read-only-ness.
+"""``cassandra-wal`` (recovery/cli/): inspect, dump, verify -- output, exit codes, read-only-ness.
 
 Most tests run the CLI in-process (``main(argv)`` returns the exit code); a few run it as a
-real process (``python -m cli.main``) to check what a shell sees. WALs are built with
+real process (``python -m recovery.cli.main``) to check what a shell sees. WALs are built with
 ``tests/helpers/walfactory.py`` through the real ``wal`` API; damage is done to copies.
 
 Golden files live in ``tests/unit/golden/``; regenerate them with
@@ -35,8 +35,8 @@ from rocksdict import Options, Rdict  # noqa: E402
 from tests.helpers.walfactory import WalFactory, typed_rows  # noqa: E402
 from wal import format as fmt  # noqa: E402
 from wal.retention import RetentionPolicy, apply_retention, remove_batch_files  # noqa: E402
-from cli import dump_cmd, verify_cmd  # noqa: E402
-from cli.main import main  # noqa: E402
+from recovery.cli import dump_cmd, verify_cmd  # noqa: E402
+from recovery.cli.main import main  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +68,7 @@ def cli(capsys, *argv) -> Result:
 
 
 def cli_process(*argv, timeout: float = 60) -> Result:
-    proc = subprocess.run([sys.executable, "-m", "cli.main", *map(str, argv)],
+    proc = subprocess.run([sys.executable, "-m", "recovery.cli.main", *map(str, argv)],
                           capture_output=True, text=True, env=ENV, cwd=REPO, timeout=timeout)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
@@ -753,7 +753,7 @@ def test_real_process_exit_codes(every, tmp_path):
     assert_one_line_error(not_wal, 3, "is not a cassandra-wal directory")
     unknown = cli_process("dump", every.wal, "--batch", 12345)
     assert_one_line_error(unknown, 1, "batch 12345 is not in")
-    head = subprocess.run(f'"{sys.executable}" -m cli.main dump "{every.wal}" --batch 2 '
+    head = subprocess.run(f'"{sys.executable}" -m recovery.cli.main dump "{every.wal}" --batch 2 '
                           f'| head -n 1', shell=True, capture_output=True, text=True, env=ENV,
                           cwd=REPO, timeout=60)
     assert head.returncode == 0 and head.stdout.count("\n") == 1

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import main as cli_main
-from cli.main import DISTRIBUTION, main
+from recovery.cli import main as cli_main
+from recovery.cli.main import DISTRIBUTION, main
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """The age a row's TTL counts down from is measured on one host (issue 31, item 6;
-``cql/batch_age.py``): the driver process reads its wall clock once per batch, when it first takes
+``recovery/cql/batch_age.py``): the driver process reads its wall clock once per batch, when it first takes
 the batch in hand, and counts on on its monotonic clock; a process on another machine counts
 on from when it received that measure. What each writer does with it: the row writer contract
 (``tests/unit/test_row_writer_contract.py``, ``ttl_writer``).
@@ -11,9 +11,9 @@ import pickle
 
 import pytest
 
-from cql import batch_age
-from cql.batch_age import BatchAge
-from cql.errors import FlushFailed
+from recovery.cql import batch_age
+from recovery.cql.batch_age import BatchAge
+from recovery.cql.errors import FlushFailed
 from recovery.replay import Acknowledged, Replayer
 from tests.helpers.skewed_clock import skewed_clock
 from tests.helpers.walfactory import WalFactory

@@ -10,10 +10,10 @@ import ssl
 
 import pytest
 
-from cql.config import TLS_PROTOCOLS, ConnectionConfig
-from cql.connection import _ssl_context, cluster_kwargs, connect
-from cql.errors import REDACTED, ConnectionFailed, OptionError
-from cql.table import TableSchema
+from recovery.cql.config import TLS_PROTOCOLS, ConnectionConfig
+from recovery.cql.connection import _ssl_context, cluster_kwargs, connect
+from recovery.cql.errors import REDACTED, ConnectionFailed, OptionError
+from recovery.cql.table import TableSchema
 from recovery.target import Target
 from sinks.worker.options import OPTION_SPECS, parse_options
 

@@ -17,9 +17,9 @@ from cassandra import cqltypes
 from cassandra.query import UNSET_VALUE
 from cassandra.util import Date, OrderedMapSerializedKey, SortedSet, Time
 
-from cql.convert import row_converter
-from cql.errors import InvalidValueError, SchemaError
-from cql.table import CqlType, TableSchema, parse_cql_type
+from recovery.cql.convert import row_converter
+from recovery.cql.errors import InvalidValueError, SchemaError
+from recovery.cql.table import CqlType, TableSchema, parse_cql_type
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The credential channel (cql/credentials.py): option-level credentials reach the driver's
+"""The credential channel (recovery/cql/credentials.py): option-level credentials reach the driver's
 flusher in memory only, from another process, and never show up anywhere else."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cql import credentials
-from cql.credentials import (
+from recovery.cql import credentials
+from recovery.cql.credentials import (
     ENV_KEYSTORE_PASSWORD,
     ENV_PASSWORD,
     ENV_USERNAME,
@@ -24,7 +24,7 @@ from cql.credentials import (
     CredentialServer,
     CredentialStore,
 )
-from cql.table import TableSchema
+from recovery.cql.table import TableSchema
 from recovery.flusher import load_target
 from recovery.output import CassandraOutput
 from recovery.target import Target
@@ -67,7 +67,7 @@ def process_server(monkeypatch):
 def _send_from_other_process(address: str, wal_root: str, **creds) -> subprocess.CompletedProcess:
     code = textwrap.dedent(f"""
         import json, sys
-        from cql import credentials
+        from recovery.cql import credentials
         try:
             credentials.send({address!r}, {wal_root!r}, json.loads(sys.argv[1]))
         except credentials.CredentialChannelError as exc:
@@ -261,7 +261,7 @@ def test_flusher_output_picks_up_credentials_handed_over_after_it_was_made(
         seen.append((conn.username, conn.password))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr("cql.connection.connect", fake_connect)
+    monkeypatch.setattr("recovery.cql.connection.connect", fake_connect)
     output = CassandraOutput(load_target(wal), wal.root)
     with pytest.raises(RuntimeError):
         output.upserter()

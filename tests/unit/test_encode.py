@@ -1,4 +1,4 @@
-"""cql.encode: every vectorised column encoder gives the driver's own bytes.
+"""recovery.cql.encode: every vectorised column encoder gives the driver's own bytes.
 
 The reference is what ``PreparedStatement.bind`` sends: the converter's per-value conversion,
 then the driver CQL type's ``serialize``. A difference would break idempotent replay (a cell
@@ -16,10 +16,10 @@ import pytest
 from cassandra import cqltypes
 from cassandra.query import UNSET_VALUE
 
-from cql.convert import row_converter
-from cql.encode import CellEncoder, fast_encoder
-from cql.errors import InvalidValueError
-from cql.table import TableSchema, parse_cql_type
+from recovery.cql.convert import row_converter
+from recovery.cql.encode import CellEncoder, fast_encoder
+from recovery.cql.errors import InvalidValueError
+from recovery.cql.table import TableSchema, parse_cql_type
 
 pytestmark = pytest.mark.unit
 

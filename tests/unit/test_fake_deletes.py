@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 from cassandra import cqltypes
 
-from cql.config import WriteConfig
-from cql.table import TableSchema
-from cql.upsert import Upserter
+from recovery.cql.config import WriteConfig
+from recovery.cql.table import TableSchema
+from recovery.cql.upsert import Upserter
 from tests.helpers.fake_cassandra import (
     PARTITION_DELETE,
     ROW_DELETE,

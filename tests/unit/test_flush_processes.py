@@ -236,8 +236,8 @@ def test_replay_wal_hands_its_batches_to_worker_processes_and_closes_them(tmp_pa
 def test_recover_command_takes_its_worker_processes_from_the_option_or_the_recorded_mode():
     from types import SimpleNamespace
 
-    from cli import UsageError
-    from cli.recover_cmd import _processes
+    from recovery.cli import UsageError
+    from recovery.cli.recover_cmd import _processes
     from tests.helpers.flush_fakes import target_flushed_by
 
     assert _processes(target_flushed_by("processes"), SimpleNamespace(processes=None)) == 2

@@ -314,7 +314,7 @@ def failing_flusher(error):
 
 def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
         registry, monkeypatch, tmp_path):
-    from cql.errors import SinkError
+    from recovery.cql.errors import SinkError
     from sinks.worker.plan import check_not_blocked
     from wal.layout import WalDir
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from pyspark.sql import types as T
 
-import cql.connection
-from cql.errors import ConnectionFailed, SinkError
+import recovery.cql.connection
+from recovery.cql.errors import ConnectionFailed, SinkError
 from sinks.worker import foreach_batch, plan
 from wal.entries import read_entry
 from wal.layout import WalDir
@@ -42,7 +42,7 @@ def test_the_entry_is_recorded_before_the_table_is_looked_up(tmp_path, monkeypat
     def down(connection):
         raise ConnectionFailed(["h"], "refused")
 
-    monkeypatch.setattr(cql.connection, "connect", down)
+    monkeypatch.setattr(recovery.cql.connection, "connect", down)
     call = foreach_batch.WriterCall(3, "run-1", "ks.t")
     schema = T.StructType([T.StructField("id", T.IntegerType())])
     options = {"keyspace": "ks", "table": "t", "checkpointLocation": str(cp)}
@@ -86,7 +86,7 @@ def _call_writer(cp, table: str, call, monkeypatch, **options):
     def down(connection):
         raise ConnectionFailed(["h"], "refused")
 
-    monkeypatch.setattr(cql.connection, "connect", down)
+    monkeypatch.setattr(recovery.cql.connection, "connect", down)
     schema = T.StructType([T.StructField("id", T.IntegerType())])
     with pytest.raises((ConnectionFailed, SinkError)):
         plan.prepare_write(dict(options, keyspace="ks", table=table, checkpointLocation=str(cp)),

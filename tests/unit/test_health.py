@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cassandra.cluster import NoHostAvailable
 
-from cli.main import main
+from recovery.cli.main import main
 from recovery import events
 from recovery.errors import FlushFailed
 from recovery.flusher import QueryFlusher
@@ -333,7 +333,7 @@ def test_inspect_watch_shows_what_the_running_sink_did_between_two_redraws(capsy
 def test_sinks_status_stays_the_function_once_its_module_is_loaded():
     """A module ``sinks/status.py`` would replace the function with itself on first call."""
     import sinks
-    from cql.errors import SinkError
+    from recovery.cql.errors import SinkError
 
     unknown = type("Query", (), {"id": "q-unknown", "runId": "r"})()
     for _ in range(2):

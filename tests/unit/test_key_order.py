@@ -1,7 +1,7 @@
 """One key, one task (issue 35): a change stream in sealed order whose key has changes in two
 tasks of a batch is refused at the commit, before its seal, naming the key and the remedies
 (:mod:`sinks.worker.key_order`); its keys as Cassandra tells them apart
-(:mod:`cql.key_identity`). Through real Spark: ``tests/integration/test_change_streams.py``."""
+(:mod:`recovery.cql.key_identity`). Through real Spark: ``tests/integration/test_change_streams.py``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cql.config import WriteConfig
-from cql.convert import row_converter
-from cql.key_identity import key_hashes
-from cql.table import TableSchema
 from recovery.config import SinkConfig
+from recovery.cql.config import WriteConfig
+from recovery.cql.convert import row_converter
+from recovery.cql.key_identity import key_hashes
+from recovery.cql.table import TableSchema
 from recovery.target import Target
 from sinks.worker.key_order import KeyInTwoTasksError, TaskKeys
 from sinks.worker.plan import WritePlan, commit_batch, stage_partition
@@ -120,8 +120,8 @@ def test_keys_are_told_apart_as_cassandra_stores_them():
 
 def test_a_key_hashes_alike_in_every_process():
     """Tasks run in other processes (Python's own string hash differs between them)."""
-    code = ("import pyarrow as pa; from cql.convert import row_converter; "
-            "from cql.key_identity import key_hashes; from cql.table import TableSchema; "
+    code = ("import pyarrow as pa; from recovery.cql.convert import row_converter; "
+            "from recovery.cql.key_identity import key_hashes; from recovery.cql.table import TableSchema; "
             "t = TableSchema('ks', 't', (('k', 'text'), ('c', 'int')), ('k',), ('c',)); "
             "b = pa.record_batch({'k': pa.array(['é', 'b']), 'c': pa.array([1, 2], pa.int32())}); "
             "print(' '.join(str(int(h)) for h in key_hashes(b, ('k', 'c'), "
@@ -143,7 +143,7 @@ def test_task_keys_travel_as_bytes():
 def test_text_hashes_are_the_bytes_polynomial_wherever_arrow_keeps_the_value():
     """The vectorised text hash against its definition, value by value: empty values between
     others, nulls, a slice of an array (offsets not from 0), large strings, non-ASCII."""
-    from cql.key_identity import _BASE, _GOLDEN, _bytes_hashes, _mix
+    from recovery.cql.key_identity import _BASE, _GOLDEN, _bytes_hashes, _mix
 
     def reference(value: bytes) -> int:
         total = 0

@@ -22,13 +22,13 @@ import pytest
 from cassandra import OperationTimedOut
 from pyspark.sql import types as T
 
-import cql.connection
-import cql.table
-from cql.config import WriteConfig
-from cql.errors import OptionError, SchemaError
-from cql.table import TableSchema
+import recovery.cql.connection
+import recovery.cql.table
 from recovery import output
 from recovery.config import SinkConfig
+from recovery.cql.config import WriteConfig
+from recovery.cql.errors import OptionError, SchemaError
+from recovery.cql.table import TableSchema
 from recovery.flusher import QueryFlusher
 from recovery.recover import replay_wal
 from recovery.target import RecordedTarget, Target
@@ -169,8 +169,8 @@ def test_a_query_upgraded_with_a_list_column_is_refused_at_its_next_batch(tmp_pa
 
     looked_up = []
     cluster = FakeCluster(Metadata(cluster_name="Test Cluster"))
-    monkeypatch.setattr(cql.connection, "connect", lambda connection: (cluster, None))
-    monkeypatch.setattr(cql.table, "fetch_table_schema",
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda connection: (cluster, None))
+    monkeypatch.setattr(recovery.cql.table, "fetch_table_schema",
                         lambda c, ks, t: looked_up.append(t) or TABLE)
     with pytest.raises(SchemaError) as info:
         plan.prepare_write(options, {}, df("l"), streaming=True)
@@ -248,7 +248,7 @@ def earlier_wal(tmp_path, record: dict | None) -> Target:
 
 def fake_node(monkeypatch, fail_at=None) -> Node:
     node = Node(fail_at)
-    monkeypatch.setattr(cql.connection, "connect", lambda connection: (
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda connection: (
         FakeCluster(), SimpleNamespace(execute=lambda cql, parameters=None: [])))
     monkeypatch.setattr(output, "Upserter", node.upserter)
     return node

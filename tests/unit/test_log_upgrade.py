@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from recovery.cli.main import main
 from recovery.replay import Replayer
 from wal import format as fmt
 from wal.layout import WalDir

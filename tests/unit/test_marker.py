@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from cql import marker_table
-from cql.config import WriteConfig
-from cql.errors import OptionError, SinkError
-from cql.table import TableSchema
 from recovery.config import SinkConfig, WalConfig
+from recovery.cql import marker_table
+from recovery.cql.config import WriteConfig
+from recovery.cql.errors import OptionError, SinkError
+from recovery.cql.table import TableSchema
 from recovery.marker import Completeness, MarkerWriter
 from recovery.target import Target
 from tests.helpers.walfactory import WalFactory

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cql.errors import REDACTED, OptionError
+from recovery.cql.errors import REDACTED, OptionError
 from sinks.worker.options import (
     OPTION_SPECS,
     ConnectionConfig,

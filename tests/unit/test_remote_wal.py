@@ -370,7 +370,7 @@ def test_a_working_copy_of_a_wal_deleted_on_the_store_is_rebuilt_not_trusted(tmp
 def test_a_commit_after_spark_committed_its_batch_is_refused(tmp_path):
     """Sim D (seed 992): a cut-off driver's commit of batch 0 published its seal after the
     re-run's was committed, and the newest version (its) was written."""
-    from cql.errors import SinkError
+    from recovery.cql.errors import SinkError
     from sinks.worker.plan import check_not_committed
 
     s = Stream(tmp_path)
@@ -456,8 +456,8 @@ def test_recover_on_a_store_writes_what_spark_committed_and_discards_nothing_wit
     """Issue 31, item 4: recover's lock is this host's working copy; a query live on another
     host has sealed batch 1 and Spark is about to commit it. recover took it for uncommitted
     and deleted its seal and segments on the store: Spark committed it, its rows were lost."""
-    import cli.recover_cmd as recover_cmd
-    from cli.main import main
+    import recovery.cli.recover_cmd as recover_cmd
+    from recovery.cli.main import main
 
     s = Stream(tmp_path)
     s.wal.write_target({"fingerprint": "f", "target": _target_fields(s.checkpoint)})
@@ -590,10 +590,10 @@ def test_recover_on_a_local_wal_beside_a_run_it_cannot_see_discards_nothing_with
     (its first batch still staging) holds none. recover took the run's batch in flight for one
     Spark never commits and discarded it, segments and all (the simulation's operators, seed
     154). Now it leaves what Spark has not committed, as on a store; --force discards it."""
-    from cli.main import main
+    from recovery.cli.main import main
     from tests.helpers.walfactory import WalFactory
 
-    monkeypatch.setattr("cli.recover_cmd.replay_wal", _replaying(monkeypatch))
+    monkeypatch.setattr("recovery.cli.recover_cmd.replay_wal", _replaying(monkeypatch))
     cp = tmp_path / "cp"
     with WalFactory(tmp_path / "wal", checkpoint=cp,
                     target={"fingerprint": "f", "target": _target_fields(str(cp))}) as f:
@@ -771,7 +771,7 @@ def test_verify_and_dump_of_a_scale_out_working_copy_read_its_segments_from_the_
     3). They read the store's objects for it now, without writing to the working copy."""
     import json as json_
 
-    from cli.main import main
+    from recovery.cli.main import main
     from tests.helpers.flush_fakes import FAIL_IDS
 
     s = Stream(tmp_path)

@@ -1,4 +1,4 @@
-"""``cassandra-wal repair`` (``wal/repair.py``, ``cli/repair_cmd.py``; issue 31, item 5): make
+"""``cassandra-wal repair`` (``wal/repair.py``, ``recovery/cli/repair_cmd.py``; issue 31, item 5): make
 Spark run batch K and every later one again, and make the WAL ready for it.
 
 The runbook's old manual step 4 (delete ``commits/K..`` and the damaged batch's files) left two
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from recovery.cli.main import main
 from recovery.errors import is_transient
 from tests.helpers.walfactory import WalFactory
 from wal import catalog

@@ -20,10 +20,10 @@ import time
 
 import pytest
 
-from cql.config import WriteConfig
-from cql.errors import FlushFailed
-from cql.table import TableSchema
-from cql.upsert import Upserter
+from recovery.cql.config import WriteConfig
+from recovery.cql.errors import FlushFailed
+from recovery.cql.table import TableSchema
+from recovery.cql.upsert import Upserter
 from recovery.errors import is_transient
 from recovery.executors import ExecutorsWriter
 from recovery.processes import ProcessPool

@@ -8,7 +8,7 @@
   the ``ttl`` column is sent unset, so the table's ``default_time_to_live`` applies (it was
   sent as 0: no expiry at all).
 * Issue 31, item 6: the batch's age is the driver's measure, counted on on a monotonic clock
-  (``cql.batch_age``); a row whose TTL ran out while it was pending is written as the tombstones
+  (``recovery.cql.batch_age``); a row whose TTL ran out while it was pending is written as the tombstones
   its expired cells would be, at its sealed timestamp (it was skipped: an older cell of another
   writer stayed visible).
 
@@ -26,11 +26,11 @@ import pytest
 
 from cassandra.query import UNSET_VALUE, BoundStatement
 
-import cql.connection
-from cql.batch_age import BatchAge
+import recovery.cql.connection
+from recovery.cql.batch_age import BatchAge
 from recovery.target import SEALED_WRITE_OPTIONS, Target
-from cql.upsert import Upserter
-from cql.config import WriteConfig
+from recovery.cql.upsert import Upserter
+from recovery.cql.config import WriteConfig
 from recovery import output as driver
 from recovery.config import SinkConfig
 from wal.seal import Seal
@@ -77,7 +77,7 @@ def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatc
     then = target()
     seal = sealed(then)
     session = flights_session()
-    monkeypatch.setattr(cql.connection, "connect", lambda connection: (FakeCluster(), session))
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda connection: (FakeCluster(), session))
     output = driver.CassandraOutput(target(**now))        # the restarted query's options
     as_sealed = output.upserter(seal)
     assert as_sealed.columns == COLUMN_NAMES
@@ -92,7 +92,7 @@ def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatc
 
 
 def test_a_seal_that_recorded_nothing_is_written_with_the_current_options(monkeypatch):
-    monkeypatch.setattr(cql.connection, "connect", lambda connection: (FakeCluster(), flights_session()))
+    monkeypatch.setattr(recovery.cql.connection, "connect", lambda connection: (FakeCluster(), flights_session()))
     output = driver.CassandraOutput(target(ttl_seconds=60))
     old = dataclasses.replace(sealed(target()), write=None)
     assert output.upserter(old).write.ttl_seconds == 60
@@ -250,7 +250,7 @@ def test_write_chunks_counts_the_drivers_measure_on_its_monotonic_clock_not_its_
 # -- issue 31, item 1: a batch is written to the table and cluster it was sealed for -----------
 
 def _other_table(t: Target, name: str, cluster: str | None, hosts=("10.0.0.9",)) -> Target:
-    from cql.config import ConnectionConfig
+    from recovery.cql.config import ConnectionConfig
 
     table = dataclasses.replace(TABLE, table=name,
                                 columns=TABLE.columns + (("extra", "text"),))

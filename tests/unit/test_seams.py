@@ -3,7 +3,7 @@
 The protocol simulation (``tests/sim/patches.py``) runs the real sink on a clock, a Cassandra
 and crash points of its own by replacing a handful of names where they are defined: the
 clocks in ``wal/clock.py``, the crash points' hook in ``wal/crashpoints.py``, the session
-factory ``cql.connection.connect`` and the table lookup ``cql.table.fetch_table_schema``. A
+factory ``recovery.cql.connection.connect`` and the table lookup ``recovery.cql.table.fetch_table_schema``. A
 module that reads ``time`` itself, sleeps on its own, waits with tenacity's
 ``stop_after_delay``, or binds the session factory or the table lookup to a name of its own
 would escape them (the simulation would run it on the machine's clock or a real Cassandra) and
@@ -20,14 +20,14 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("wal", "cql", "recovery", "sinks", "cli")
+PACKAGES = ("wal", "recovery", "sinks")
 
 #: ``time`` functions that read a clock or wait: only wal/clock.py calls them.
 CLOCK_READS = {"time", "time_ns", "monotonic", "monotonic_ns", "sleep", "perf_counter",
                "perf_counter_ns"}
 #: Names bound only where they are defined, and always called through their module.
-SEAMS = {("cql.connection", "connect"): "cql/connection.py",
-         ("cql.table", "fetch_table_schema"): "cql/table.py",
+SEAMS = {("recovery.cql.connection", "connect"): "recovery/cql/connection.py",
+         ("recovery.cql.table", "fetch_table_schema"): "recovery/cql/table.py",
          ("tenacity", "stop_after_delay"): "wal/clock.py"}
 
 
@@ -69,8 +69,8 @@ def test_every_clock_reading_wait_and_session_goes_through_its_seam():
 
 @pytest.mark.parametrize("module, planted, caught", [
     ("sinks/driver/wait.py", "import time\n_T = time.monotonic()", "time.monotonic"),
-    ("recovery/output.py", "from cql.connection import connect", "from cql.connection import connect"),
-    ("cql/upsert.py", "from .table import fetch_table_schema", "import fetch_table_schema"),
+    ("recovery/output.py", "from recovery.cql.connection import connect", "from recovery.cql.connection import connect"),
+    ("recovery/cql/upsert.py", "from .table import fetch_table_schema", "import fetch_table_schema"),
     ("recovery/recover.py", "from tenacity import stop_after_delay", "import stop_after_delay"),
     ("wal/layout.py", "from time import sleep", "from time import sleep"),
 ])
@@ -97,6 +97,6 @@ def test_the_simulation_replaces_the_world_in_ten_modules_only():
                    for owner, _name, _value in patches._undo}
     finally:
         patches.undo()
-    assert patched == {"wal.clock", "wal.crashpoints", "cql.connection", "cql.table",
+    assert patched == {"wal.clock", "wal.crashpoints", "recovery.cql.connection", "recovery.cql.table",
                        "sinks.worker.source", "wal.seal", "wal.stores", "wal.files", "wal.segment",
                        "wal.log"}

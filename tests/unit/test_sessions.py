@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-import cql.connection
-from cql.config import WriteConfig
+import recovery.cql.connection
 from recovery import sessions
 from recovery.config import SinkConfig
+from recovery.cql.config import WriteConfig
 from recovery.executors import SegmentJob, SegmentTask, write_segments
 from recovery.target import Target
 from tests.helpers.fake_cassandra import FakeCluster
@@ -25,7 +25,7 @@ def target(**write) -> Target:
 
 
 class Connections:
-    """``cql.connection.connect`` counting the clusters it made and which were shut down."""
+    """``recovery.cql.connection.connect`` counting the clusters it made and which were shut down."""
 
     def __init__(self, fail: bool = False):
         self.made: list[FakeCluster] = []
@@ -45,7 +45,7 @@ class Connections:
 def connections(monkeypatch):
     sessions.close_kept()
     made = Connections()
-    monkeypatch.setattr(cql.connection, "connect", made)
+    monkeypatch.setattr(recovery.cql.connection, "connect", made)
     yield made
     sessions.close_kept()
 
@@ -71,12 +71,12 @@ def test_a_process_keeps_its_newest_targets_and_shuts_the_older_down(connections
 def test_a_session_that_cannot_connect_is_not_kept(monkeypatch):
     sessions.close_kept()
     down = Connections(fail=True)
-    monkeypatch.setattr(cql.connection, "connect", down)
+    monkeypatch.setattr(recovery.cql.connection, "connect", down)
     with pytest.raises(OSError):
         with sessions.kept_upserter(target()):
             pass
     up = Connections()
-    monkeypatch.setattr(cql.connection, "connect", up)
+    monkeypatch.setattr(recovery.cql.connection, "connect", up)
     with sessions.kept_upserter(target()):
         pass
     assert len(up.made) == 1

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cql.errors import OptionError, SinkError
+from recovery.cql.errors import OptionError, SinkError
 from sinks.driver import connect, registry
 from sinks.worker import connect_source
 from tests.helpers.spark_fakes import FakeFlusher

@@ -22,7 +22,7 @@ from recovery.errors import (FlushFailed, FlushTaskError, RecoveryBlocked, is_tr
                              portable_error)
 from recovery.executors import ExecutorsWriter
 from recovery.flusher import QueryFlusher
-from cql.errors import ConnectionFailed, OptionError
+from recovery.cql.errors import ConnectionFailed, OptionError
 from recovery.processes import ProcessPool
 from tests.helpers.flush_fakes import LocalJob
 from tests.helpers.outage import FakeUpserter, Outage, driver_side_up, fake_cassandra, flusher_on
@@ -281,7 +281,7 @@ def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, cap
     # The runbook's way out of a block: fix the cause, run `cassandra-wal recover`; the
     # query's next commit must then go on (it failed on blocked.json before).
     import recovery.recover as driver_module
-    from cli.main import main
+    from recovery.cli.main import main
 
     class Output:
         def __init__(self, target, wal_root=None):
@@ -337,7 +337,7 @@ def test_a_server_error_or_a_table_a_node_does_not_know_yet_is_transient(answer)
     from cassandra import InvalidRequest
     from cassandra.protocol import ServerError
 
-    from cql.errors import is_transient_answer
+    from recovery.cql.errors import is_transient_answer
 
     error = {"server error": ServerError(0x0000, "java.lang.RuntimeException: oops", {}),
              "unconfigured table": InvalidRequest("unconfigured table events"),
@@ -450,7 +450,7 @@ def test_a_request_the_drivers_shut_pool_refused_is_retried_not_refused():
     """What the end-to-end test met: the flusher was in the Upserter's back-off when the script
     exited; the next attempt's answer was the RuntimeError of the driver's shut pool, taken
     for Cassandra refusing the rows (a permanent FlushFailed, then blocked.json)."""
-    from cql.upsert import Upserter, _Transient
+    from recovery.cql.upsert import Upserter, _Transient
 
     from recovery.errors import is_shutdown_error
 
@@ -473,7 +473,7 @@ def test_recovery_at_query_start_retries_a_request_twice_at_most(tmp_path, monke
         made = []
         names = type(flusher.output).upserter.__globals__
         session = type("S", (), {"execute": lambda self, cql, parameters=None: []})()
-        monkeypatch.setattr("cql.connection.connect", lambda conn: (
+        monkeypatch.setattr("recovery.cql.connection.connect", lambda conn: (
             type("C", (), {"shutdown": lambda self: None})(), session))
 
         def upserter(session, table, columns, write, consistency_level=None, **_):

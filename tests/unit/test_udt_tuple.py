@@ -1,8 +1,8 @@
 """Spark structs to Cassandra user-defined types (fields by name) and tuples (by position).
 
-What the table records (:class:`cql.table.TableSchema`: the UDTs its columns use, nested ones
-too), how a struct's values become what the driver binds (:mod:`cql.convert`) and the
-driver's bytes (:mod:`cql.encode`), and every refusal of
+What the table records (:class:`recovery.cql.table.TableSchema`: the UDTs its columns use, nested ones
+too), how a struct's values become what the driver binds (:mod:`recovery.cql.convert`) and the
+driver's bytes (:mod:`recovery.cql.encode`), and every refusal of
 :func:`sinks.worker.validation.validate_schema` and of the whole-column checks, each naming the column and the field's path.
 """
 
@@ -18,11 +18,11 @@ from cassandra import cqltypes
 from cassandra.query import UNSET_VALUE
 from pyspark.sql import types as T
 
-from cql.config import WriteConfig
-from cql.convert import FieldMismatch, UdtValue, row_converter, struct_sources
-from cql.encode import CellEncoder
-from cql.errors import InvalidValueError, SchemaError
-from cql.table import CqlType, TableSchema, parse_cql_type
+from recovery.cql.config import WriteConfig
+from recovery.cql.convert import FieldMismatch, UdtValue, row_converter, struct_sources
+from recovery.cql.encode import CellEncoder
+from recovery.cql.errors import InvalidValueError, SchemaError
+from recovery.cql.table import CqlType, TableSchema, parse_cql_type
 from sinks.worker.validation import validate_schema
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""cql.upsert.Upserter builds, from an Arrow chunk, exactly the requests ``bind`` would.
+"""recovery.cql.upsert.Upserter builds, from an Arrow chunk, exactly the requests ``bind`` would.
 
 No Cassandra: a session whose ``prepare`` returns a real driver ``PreparedStatement`` for the
 ``INSERT ... USING TIMESTAMP ? [AND TTL ?]`` with the driver's CQL types. Each row the Upserter
@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from cassandra.query import UNSET_VALUE, BatchStatement, BoundStatement, PreparedStatement
 
-from cql.upsert import Upserter, size_model
-from cql.convert import row_converter
+from recovery.cql.upsert import Upserter, size_model
+from recovery.cql.convert import row_converter
 from sinks.worker.options import WriteConfig
-from cql.table import TableSchema
+from recovery.cql.table import TableSchema
 from tests.helpers.fake_cassandra import Metadata
 from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session
 

@@ -1,4 +1,4 @@
-"""cql.upsert.Upserter.write_chunks: chunks pipelined, acknowledged in order, retried.
+"""recovery.cql.upsert.Upserter.write_chunks: chunks pipelined, acknowledged in order, retried.
 
 No Cassandra: the Upserter runs on the driver's real ``execute_concurrent_async`` over a
 session whose ``execute_async`` returns futures the test answers itself (at once, or when it
@@ -25,7 +25,7 @@ import pytest
 from cassandra import InvalidRequest, WriteTimeout
 
 from recovery.errors import FlushFailed
-from cql.upsert import Upserter
+from recovery.cql.upsert import Upserter
 from sinks.worker.options import WriteConfig
 from wal.errors import WalCorrupted
 
@@ -274,7 +274,7 @@ def test_a_group_built_before_the_one_in_flight_was_retried_is_sent_with_the_ttl
     from cassandra.query import BatchStatement
     import struct
 
-    from cql.batch_age import BatchAge
+    from recovery.cql.batch_age import BatchAge
 
     now = [1_800_000_000_000_000]
     sealed_at = now[0]
@@ -292,7 +292,7 @@ def test_a_group_built_before_the_one_in_flight_was_retried_is_sent_with_the_ttl
 
     session = flights_session(script=first_send_times_out)
     # The back-offs move the monotonic clock the driver's measure of the batch's age is
-    # counted on (cql.batch_age): measured at the seal, here.
+    # counted on (recovery.cql.batch_age): measured at the seal, here.
     upserter = Upserter(session, TABLE, [n for n, _ in COLUMNS],
                         WriteConfig(group_rows=1, ttl_column="ttl"), sleep=sleep,
                         monotonic_ns=lambda: now[0] * 1000)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from cql.errors import (
+from recovery.cql.errors import (
     ConnectionFailed,
     CounterTableError,
     InvalidValueError,
@@ -20,7 +20,7 @@ from cql.errors import (
     UnknownTableError,
 )
 from sinks.worker.options import WriteConfig
-from cql.table import TableSchema, fetch_table_schema
+from recovery.cql.table import TableSchema, fetch_table_schema
 from sinks.worker.validation import (
     check_primary_key_not_null,
     check_ttl_and_writetime,

@@ -19,7 +19,7 @@ import sinks
 import sinks.driver.registry as registry_module
 import sinks.driver.wait as driver
 from recovery.errors import NotFlushedYet, WalBlocked
-from cql.errors import SinkError
+from recovery.cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import target_flushed_by
 from tests.helpers.outage import Outage, fake_cassandra

@@ -7,6 +7,13 @@ Each keeps the thing at fault as attributes (``option``, ``column``, ``keyspace`
 callers and tests can react to it without parsing text, and renders a one-line message that
 names it.
 
+Why here, at the bottom of :mod:`recovery` though :mod:`recovery` and :mod:`sinks` raise them
+too: the Cassandra floor raises them first (a value it cannot convert, a connection refused),
+it may import nothing above itself, and one family needs one owner. So the floors above import
+them from here, and users catch them as :mod:`sinks` exports them (``sinks.OptionError``): the
+public names, which stay wherever this module lives. The WAL below has its own family
+(:mod:`wal.errors`), as it knows nothing of Cassandra.
+
 Why the pickling care: these exceptions are raised inside Spark's Python workers and travel
 back to the driver pickled. ``Exception`` pickles as ``cls(*self.args)``; because our
 constructors take the context fields rather than the message, each class lists its fields in

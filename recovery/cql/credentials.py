@@ -87,7 +87,7 @@ def in_conf(conf: Mapping[str, object] | None) -> dict[str, str | None]:
 
 
 def of_connection(connection) -> dict[str, str | None]:
-    """The credential fields of a :class:`~cql.config.ConnectionConfig`."""
+    """The credential fields of a :class:`~recovery.cql.config.ConnectionConfig`."""
     return {f: getattr(connection, f) for f in FIELDS}
 
 
@@ -352,7 +352,7 @@ def send(address: str, wal_root: str, creds: Mapping[str, str | None],
 
 
 def hand_over(address: str | None, wal_root: str, connection) -> bool:
-    """Make ``connection``'s credentials (a :class:`~cql.config.ConnectionConfig`) known to
+    """Make ``connection``'s credentials (a :class:`~recovery.cql.config.ConnectionConfig`) known to
     the flusher of ``wal_root``. In the process that runs the server (``foreachBatch``), they
     go to the store directly; elsewhere over the socket at ``address``. Returns False when
     there is no channel at all (no ``sinks.register`` anywhere we can see)."""

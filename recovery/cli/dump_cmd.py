@@ -24,9 +24,14 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from cli import EXIT_OK, CliError, guarded, log_errors, note
-from cli.location import WAL_DIR_HELP, read_only_wal, removed_while_reading, segment_to_read
-from cli.render import column_values, field_schema
+from recovery.cli import EXIT_OK, CliError, guarded, log_errors, note
+from recovery.cli.location import (
+    WAL_DIR_HELP,
+    read_only_wal,
+    removed_while_reading,
+    segment_to_read,
+)
+from recovery.cli.render import column_values, field_schema
 from wal.errors import SegmentMissing, WalCorrupted
 from wal.layout import WalDir
 from wal.log import WalLog

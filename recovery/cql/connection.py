@@ -1,4 +1,4 @@
-"""Opening a cassandra-driver session from a :class:`~cql.config.ConnectionConfig`.
+"""Opening a cassandra-driver session from a :class:`~recovery.cql.config.ConnectionConfig`.
 
 One place builds clusters, so the sink's validation, the flusher, recovery and the tools all
 connect the same way: token-aware routing (the driver's default), the configured local DC,

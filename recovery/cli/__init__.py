@@ -1,5 +1,5 @@
-"""Top floor, beside :mod:`sinks`: ``cassandra-wal``, the offline tool for a WAL directory,
-without Spark.
+"""Top floor, beside :mod:`sinks`, at the top of :mod:`recovery` (which the sink never
+imports it from): ``cassandra-wal``, the offline tool for a WAL directory, without Spark.
 
 One module per subcommand (``inspect_cmd``, ``status_cmd``, ``dump_cmd``, ``verify_cmd``, ``recover_cmd``,
 ``repair_cmd``, ``amend_cmd``),

@@ -18,7 +18,7 @@ import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as installed_version
 
-from cli import (
+from recovery.cli import (
     EXIT_CORRUPT,
     EXIT_ERROR,
     EXIT_OK,
@@ -35,7 +35,7 @@ from cli import (
     status_cmd,
     verify_cmd,
 )
-from cql.errors import FlushFailed, SinkError
+from recovery.cql.errors import FlushFailed, SinkError
 from recovery.errors import RecoveryBlocked, RecoveryError
 from wal.errors import NotAWal, UnsupportedFormat, WalCorrupted, WalError
 

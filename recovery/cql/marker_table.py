@@ -64,7 +64,7 @@ def check_schema(schema: TableSchema, given: str) -> None:
 def prepare_table(cluster: Any, session: Any, name: str, keyspace: str, create: bool) -> None:
     """Before anything is staged: the marker's table exists with its schema, created first
     when ``create`` (``marker.create``). Raises OptionError naming the option, or what
-    :func:`cql.table.fetch_table_schema` raises (called through its module: the tests'
+    :func:`recovery.cql.table.fetch_table_schema` raises (called through its module: the tests'
     seam)."""
     ks, table = split_name(name, keyspace)
     if create:

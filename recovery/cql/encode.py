@@ -20,7 +20,7 @@ date                        date32             days since the epoch + 2**31, uns
 ==========================  =================  =========================================
 
 Every other pairing (uuid from strings, decimals, collections, UDTs and tuples, a text column
-fed by a non-string, ...) goes through :class:`~cql.convert.RowConverter`'s per-value conversion and
+fed by a non-string, ...) goes through :class:`~recovery.cql.convert.RowConverter`'s per-value conversion and
 then the driver's own ``serialize``, value by value, exactly as ``bind`` does. Either way the
 bytes are the driver's: ``tests/unit/test_encode.py`` checks each fast path against the driver
 for edge values and nulls. A null is ``None`` (a null cell, a tombstone), or ``UNSET_VALUE``
@@ -38,9 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from cassandra.query import UNSET_VALUE
 
-from cql.convert import RowConverter, check_column
-from cql.errors import InvalidValueError
-from cql.table import CqlType
+from recovery.cql.convert import RowConverter, check_column
+from recovery.cql.errors import InvalidValueError
+from recovery.cql.table import CqlType
 
 Cells = list  # one column's serialized values: bytes, None (null) or UNSET_VALUE
 

@@ -9,9 +9,9 @@ import argparse
 import json
 import textwrap
 
-from cli import CliError, UsageError, note, warn
-from cli.location import shown
-from cli.render import table, yes_no
+from recovery.cli import CliError, UsageError, note, warn
+from recovery.cli.location import shown
+from recovery.cli.render import table, yes_no
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
 from wal.errors import RepairRefused, WalLocked

@@ -1,12 +1,12 @@
 """A change stream's operations: which rows are upserts and which are deletes.
 
-With ``op.column`` set (:class:`~cql.config.WriteConfig`: ``op_column`` and the values of each
+With ``op.column`` set (:class:`~recovery.cql.config.WriteConfig`: ``op_column`` and the values of each
 operation), every row carries its operation in that column, which is never written as a cell.
 A row delete is ``DELETE FROM <table> USING TIMESTAMP ? WHERE <primary key>`` and a partition
 delete the same over the partition key only, each at the row's sealed write timestamp, as an
 upsert is: a replay writes the same tombstone again, and at equal timestamps Cassandra lets the
 tombstone win. A partition delete is only ever asked for by a value of its own, never inferred
-from null clustering columns (:mod:`cql.upsert` writes them; the sink refuses a row whose
+from null clustering columns (:mod:`recovery.cql.upsert` writes them; the sink refuses a row whose
 operation is none of the values, or whose delete lacks its key, before it is staged).
 """
 

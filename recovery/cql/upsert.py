@@ -4,12 +4,12 @@ Every row is bound to one prepared ``INSERT ... USING TIMESTAMP ?`` (and ``TTL ?
 with the timestamp fixed in the batch's seal, so writing a chunk twice leaves the very same
 cells: Cassandra keeps one cell per column and timestamp, and a newer write by anyone else
 still wins. A TTL counts from the seal, on the driver's measure of the batch's age
-(:mod:`cql.batch_age`); a row whose TTL ran out while it was pending is written as what its
+(:mod:`recovery.cql.batch_age`); a row whose TTL ran out while it was pending is written as what its
 expired cells would have left, a tombstone per written column at its sealed timestamp
-(``DELETE <columns> ... USING TIMESTAMP ?``). In a change stream (:mod:`cql.changes`) a row
+(``DELETE <columns> ... USING TIMESTAMP ?``). In a change stream (:mod:`recovery.cql.changes`) a row
 marked a delete is a ``DELETE`` of its row or partition at its sealed timestamp.
 
-Building requests: values are serialized a whole column at a time (:mod:`cql.encode`, the
+Building requests: values are serialized a whole column at a time (:mod:`recovery.cql.encode`, the
 driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
 the rows of up to 10 partitions owned by the same replica set (``replica_set``, the default),
 or one partition's rows (``partition``). A replica-set batch is still applied by its replicas
@@ -62,7 +62,7 @@ ROW_OVERHEAD, CELL_OVERHEAD, MULTI_CELL_WEIGHT = 48, 24, 11
 #: The TTL of a row whose TTL ran out while it was pending: it is written as tombstones
 #: (:meth:`Upserter._tombstone`), not as cells.
 EXPIRED = type("Expired", (), {"__repr__": lambda self: "EXPIRED"})()
-#: What ends the bound values of a change stream's row that is a delete (:mod:`cql.changes`):
+#: What ends the bound values of a change stream's row that is a delete (:mod:`recovery.cql.changes`):
 #: it is written as a DELETE of its row, or of its partition (:meth:`Upserter._key_delete`).
 ROW_DELETED = type("RowDeleted", (), {"__repr__": lambda self: "ROW_DELETED"})()
 PARTITION_DELETED = type("PartitionDeleted", (), {"__repr__": lambda self: "PARTITION_DELETED"})()
@@ -156,14 +156,14 @@ class Upserter:
         self._max_partitions = self.limits.partitions
         self._metadata = session.cluster.metadata if self._by_replicas else None
         # clock_us: the wall clock of group_requests called without the second to build in
-        # (tests); write_chunks counts on the driver's measure (cql.batch_age), never on it.
+        # (tests); write_chunks counts on the driver's measure (recovery.cql.batch_age), never on it.
         self._sleep, self._clock_us, self._monotonic_ns = sleep, clock_us, monotonic_ns
         self._limiter = RateLimiter(write.throughput_mb_per_s, sleep=sleep)
         # Rows whose TTL ran out while pending: a DELETE of the columns they write (the
         # regular ones; with ignoreNulls, those set), prepared on first use.
         self._regular = [i for i, c in enumerate(self.table_columns) if c not in table.primary_key]
         self._deletes: dict[tuple[int, ...], tuple] = {}      # columns -> (prepared, key cells)
-        # A change stream's deletes (:mod:`cql.changes`): mark -> (prepared, key cells).
+        # A change stream's deletes (:mod:`recovery.cql.changes`): mark -> (prepared, key cells).
         self._key_deletes: dict[object, tuple] = {}
         self._prepared = {self.statement.query_id: self.statement}
         self._bind = self._bind_marked if self._ttl or write.op_column else self.bound
@@ -171,7 +171,7 @@ class Upserter:
     # -- building statements -------------------------------------------------------------
     def parameters(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
         """Every row of ``batch`` as serialized bind values: the data columns (column-wise,
-        :class:`~cql.encode.CellEncoder`), the write timestamp, the TTL."""
+        :class:`~recovery.cql.encode.CellEncoder`), the write timestamp, the TTL."""
         return self._encoded(batch, first_ts)[0]
 
     def requests(self, batch: pa.RecordBatch, first_ts: int) -> list[tuple]:
@@ -271,7 +271,7 @@ class Upserter:
         A row's TTL (its ``ttl`` column, else the ``ttl`` option) counts from when its batch was
         sealed: Cassandra expires a cell at the second it applies the write plus the TTL sent,
         so every write sends the TTL less the whole seconds between the seal's second and
-        ``now_s`` (the second it is on the driver's measure, :mod:`cql.batch_age`), and every write
+        ``now_s`` (the second it is on the driver's measure, :mod:`recovery.cql.batch_age`), and every write
         of a row, the first and any replay, expires it at the same second (up to the one a
         write may take to arrive): a replay after a long outage neither extends its life nor
         revives it. A row whose TTL has run out by now is written as the tombstones its expired
@@ -309,7 +309,7 @@ class Upserter:
         return self.bound(values)
 
     def _key_delete(self, values: tuple, mark: object) -> BoundStatement:
-        """A change stream's delete (:mod:`cql.changes`): ``DELETE FROM ... USING TIMESTAMP ?
+        """A change stream's delete (:mod:`recovery.cql.changes`): ``DELETE FROM ... USING TIMESTAMP ?
         WHERE <primary key>`` (:data:`ROW_DELETED`) or ``WHERE <partition key>``
         (:data:`PARTITION_DELETED`), at the row's sealed timestamp: the same tombstone at
         every write."""
@@ -474,7 +474,7 @@ class Upserter:
         """Write ``(chunk, first write timestamp, tag)`` in order and yield each ``tag`` once
         Cassandra acknowledged every row of its chunk.
 
-        ``age``: how old the batch is, as the driver measured it (:mod:`cql.batch_age`), which its
+        ``age``: how old the batch is, as the driver measured it (:mod:`recovery.cql.batch_age`), which its
         rows' TTLs count from; counted on on this process's monotonic clock, never on its wall
         clock (None: TTLs count from the first time a row is built, and on from there).
 

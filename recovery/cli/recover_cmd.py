@@ -10,12 +10,12 @@ import json
 import os
 import sys
 
-from cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, CliError, UsageError
-from cli.location import WAL_DIR_HELP, working_wal
-from cli.render import table
-from cql import credentials
-from cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
-from cql.errors import ConnectionFailed, FlushFailed, is_transient_answer
+from recovery.cli import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, CliError, UsageError
+from recovery.cli.location import WAL_DIR_HELP, working_wal
+from recovery.cli.render import table
+from recovery.cql import credentials
+from recovery.cql.credentials import ENV_KEYSTORE_PASSWORD, ENV_PASSWORD, ENV_USERNAME
+from recovery.cql.errors import ConnectionFailed, FlushFailed, is_transient_answer
 from recovery.errors import RecoveryBlocked
 from recovery.recover import replay_wal
 from recovery.replay import Progress

@@ -5,7 +5,7 @@ Python values once (``to_pylist``) and a per-type function runs only for the CQL
 Python value differs from what Arrow gives (uuid from Spark strings, sets, maps, ...); then
 the columns are zipped into rows. Checks that need the whole column (range of narrowed ints,
 nulls inside collections) run on the Arrow arrays, before anything is sent, so one bad value
-fails the batch with an :class:`~cql.errors.InvalidValueError` naming the column instead of
+fails the batch with an :class:`~recovery.cql.errors.InvalidValueError` naming the column instead of
 leaving it half written.
 
 What the driver binds, per CQL type: text/varchar/ascii/inet as ``str``; uuid/timeuuid as
@@ -19,7 +19,7 @@ hashable: a frozen list key becomes a tuple); a tuple as ``tuple``; a user-defin
 
 Spark structs feed UDTs and tuples (Arrow gives each struct value as a ``dict``). A UDT's fields
 are matched by name, as DataFrame columns are matched to table columns (exactly, else ignoring
-case: :func:`cql.table.name_matches`), and every field of the type needs a struct field; a
+case: :func:`recovery.cql.table.name_matches`), and every field of the type needs a struct field; a
 tuple's components are matched by position, the struct's field names ignored
 (:func:`struct_sources`). ``sinks.worker.validation`` checks the same against the DataFrame's schema
 before anything is staged; the checks here are the safety net of a replay.
@@ -35,8 +35,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cql.errors import InvalidValueError, SchemaError
-from cql.table import CqlType, TableSchema, name_matches
+from recovery.cql.errors import InvalidValueError, SchemaError
+from recovery.cql.table import CqlType, TableSchema, name_matches
 
 # ---------------------------------------------------------------- per-value functions
 

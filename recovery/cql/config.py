@@ -23,7 +23,7 @@ MAX_TTL_SECONDS = 630_720_000  # Cassandra's limit: 20 years.
 #: name is the *highest* version offered: ``TLSv1.3`` still talks to a node that speaks only
 #: 1.2, ``TLSv1.2`` never offers 1.3. The floor is 1.2 throughout: Java disables 1.0 and 1.1 by
 #: default (RFC 8996), and so does Python's ssl. Names are kept as strings so that this module
-#: does not import ssl (:mod:`cql.connection` does, on first use).
+#: does not import ssl (:mod:`recovery.cql.connection` does, on first use).
 TLS_PROTOCOLS: dict[str, tuple[str, str]] = {
     "TLS": ("TLSv1_2", "MAXIMUM_SUPPORTED"),
     "TLSv1.2": ("TLSv1_2", "TLSv1_2"),
@@ -150,9 +150,9 @@ class WriteConfig:
     retry_count: int = 10
     group_rows: int = 30000
     #: Non-frozen list columns written at least once (``wal.lists.atLeastOnce``): a replay
-    #: of a row appends its elements again (:attr:`cql.table.CqlType.is_non_frozen_list`).
+    #: of a row appends its elements again (:attr:`recovery.cql.table.CqlType.is_non_frozen_list`).
     lists_at_least_once: tuple[str, ...] = ()
-    #: A change stream (``op.*``, :mod:`cql.changes`): the DataFrame column holding each row's
+    #: A change stream (``op.*``, :mod:`recovery.cql.changes`): the DataFrame column holding each row's
     #: operation (never written as a cell; None: every row is an upsert) and the values that
     #: make a row an upsert, a row delete or a partition delete.
     op_column: str | None = None

@@ -17,7 +17,7 @@ row is lost) or ``info`` (garbage that recovery or retention removes: losing tas
 
 Beside a running sink, files go while they are read: a segment missing is first judged against
 the ``flushed_through`` marker and the seal files as they are *then*
-(``cli.location.removed_while_reading``), so a batch flushed or discarded meanwhile is a note.
+(``recovery.cli.location.removed_while_reading``), so a batch flushed or discarded meanwhile is a note.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
-from cli.location import (WAL_DIR_HELP, read_only_wal, removed_while_reading,
+from recovery.cli import EXIT_CORRUPT, EXIT_OK, PROG, clean, guarded, log_errors
+from recovery.cli.location import (WAL_DIR_HELP, read_only_wal, removed_while_reading,
                           segment_to_read, shown)
-from cli.render import human_bytes, table
+from recovery.cli.render import human_bytes, table
 from recovery.target import RecordedTarget
 from wal import clock
 from wal import format as fmt

@@ -13,10 +13,10 @@ import argparse
 import json
 import sys
 
-from cli import UsageError, log_errors
-from cli.inspect_cmd import resolve_checkpoint
-from cli.location import WAL_DIR_HELP, read_only_wal
-from cli.render import human_age, human_bytes
+from recovery.cli import UsageError, log_errors
+from recovery.cli.inspect_cmd import resolve_checkpoint
+from recovery.cli.location import WAL_DIR_HELP, read_only_wal
+from recovery.cli.render import human_age, human_bytes
 from recovery.health import BLOCKED, HEALTHY, LAG_AFTER_S, LAGGING, Health, read_health
 
 NAME = "status"

@@ -52,7 +52,7 @@ class BatchAge:
 
     def now_s(self, mono_ns: int) -> int:
         """The second it is then on the clock that sealed the batch (the seal's second plus
-        the whole seconds since, as :meth:`cql.upsert.Upserter._expiring` counts them)."""
+        the whole seconds since, as :meth:`recovery.cql.upsert.Upserter._expiring` counts them)."""
         return (self.sealed_at_us + self.age_at(mono_ns)) // 1_000_000
 
     def rebased(self, mono_ns: int) -> "BatchAge":

@@ -6,7 +6,7 @@ timestamps a microsecond apart are one key), a ``uuid`` given as text is one key
 of its letters. So each key column is hashed from the value Cassandra gets:
 
 - integers, booleans and dates, from their integer value; a ``timestamp`` from its
-  milliseconds, floored (as :mod:`cql.encode` sends it);
+  milliseconds, floored (as :mod:`recovery.cql.encode` sends it);
 - text and blobs, from their bytes and length: a polynomial over the bytes modulo 2**64,
   computed for the whole column at once on Arrow's buffers (:func:`_bytes_hashes`; Python's
   ``hash`` of a string differs from one process to the next, and a digest per value costs
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from cql.convert import RowConverter
+from recovery.cql.convert import RowConverter
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)          # odd: every byte's weight is a unit modulo 2**64
@@ -114,7 +114,7 @@ def _column(batch: pa.RecordBatch, name: str, converter: RowConverter) -> np.nda
 def key_hashes(batch: pa.RecordBatch, columns: Sequence[str], converter: RowConverter,
                start: np.ndarray | None = None) -> np.ndarray:
     """Each row's hash of its ``columns`` (a key, in the table's order), as uint64.
-    ``converter`` converts at least those columns (:func:`cql.convert.row_converter`).
+    ``converter`` converts at least those columns (:func:`recovery.cql.convert.row_converter`).
     ``start``: the rows' hashes of the key's first columns, to go on from (the partition
     key's, for the primary key's): the same as hashing all the columns at once."""
     hashed = np.full(batch.num_rows, _GOLDEN, dtype=np.uint64) if start is None else start

@@ -22,7 +22,7 @@ from typing import Any
 
 from cassandra import DriverException
 
-from cql.errors import (
+from recovery.cql.errors import (
     ConnectionFailed,
     SchemaError,
     UnknownKeyspaceError,

@@ -11,12 +11,12 @@ import json
 import os
 import sys
 
-from cli import EXIT_OK, CliError, UsageError
-from cli.location import WAL_DIR_HELP, shown, working_wal
-from cli.render import table
-from cql import credentials
-from cql.credentials import ENV_PASSWORD, ENV_USERNAME
-from cql.errors import ConnectionFailed, is_transient_answer
+from recovery.cli import EXIT_OK, CliError, UsageError
+from recovery.cli.location import WAL_DIR_HELP, shown, working_wal
+from recovery.cli.render import table
+from recovery.cql import credentials
+from recovery.cql.credentials import ENV_PASSWORD, ENV_USERNAME
+from recovery.cql.errors import ConnectionFailed, is_transient_answer
 from recovery.output import CassandraOutput, segment_rows
 from recovery.target import RecordedTarget, Target
 from wal import catalog

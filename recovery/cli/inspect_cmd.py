@@ -17,9 +17,9 @@ import argparse
 import json
 import sys
 
-from cli import EXIT_OK, UsageError, log_errors, warn
-from cli.location import WAL_DIR_HELP, read_only_wal, shown
-from cli.render import human_age, human_bytes, human_time, progress, table, yes_no
+from recovery.cli import EXIT_OK, UsageError, log_errors, warn
+from recovery.cli.location import WAL_DIR_HELP, read_only_wal, shown
+from recovery.cli.render import human_age, human_bytes, human_time, progress, table, yes_no
 from recovery.health import Health, read_health
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
