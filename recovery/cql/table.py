@@ -186,8 +186,9 @@ NATIVE_TYPES = frozenset({"ascii", "bigint", "blob", "boolean", "counter", "date
 
 @dataclass(frozen=True)
 class TableSchema:
-    """Columns in table order as ``(name, cql_type)``, plus the primary key's parts, and
-    ``user_types``: each UDT the columns use as ``(name, ((field, cql_type), ...))``."""
+    """Columns in table order as ``(name, cql_type)``, plus the primary key's parts,
+    ``user_types``: each UDT the columns use as ``(name, ((field, cql_type), ...))``, and
+    ``static_columns``: those that hold one value a partition (``STATIC``)."""
 
     keyspace: str
     table: str
@@ -195,6 +196,7 @@ class TableSchema:
     partition_key: tuple[str, ...]
     clustering_key: tuple[str, ...] = ()
     user_types: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    static_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         names = {name for name, _ in self.columns}
@@ -260,6 +262,8 @@ class TableSchema:
             partition_key=tuple(col.name for col in table_metadata.partition_key),
             clustering_key=tuple(col.name for col in table_metadata.clustering_key),
             user_types=_used_types([t for _, t in columns], user_types or {}),
+            static_columns=tuple(name for name, col in table_metadata.columns.items()
+                                 if getattr(col, "is_static", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,6 +276,8 @@ class TableSchema:
             "clustering_key": list(self.clustering_key),
             "is_counter": self.is_counter,
             "user_types": [[name, [[f, t] for f, t in fields]] for name, fields in self.user_types],
+            # Only when there are some: the record of a table without stays as it was.
+            **({"static_columns": list(self.static_columns)} if self.static_columns else {}),
         }
 
     @classmethod
@@ -284,6 +290,7 @@ class TableSchema:
             clustering_key=tuple(data.get("clustering_key", ())),
             user_types=tuple((str(name), tuple((str(f), str(t)) for f, t in fields))
                              for name, fields in data.get("user_types", ())),
+            static_columns=tuple(data.get("static_columns", ())),
         )
 
 

@@ -9,19 +9,25 @@ an upsert beating the delete that came after it. Nothing at flush time can tell.
 The check, for such streams only:
 
 1. each task reports the keys it staged, in its commit message (:class:`TaskKeys`, 64-bit
-   hashes of :mod:`recovery.cql.key_identity`, about 8 bytes a distinct key): the primary keys of its
-   upserts and row deletes; with ``op.partitionDeleteValues``, also the partition keys of all
-   its rows and of its partition deletes (a partition delete touches every row of its
-   partition);
-2. the commit (:func:`check_one_task_per_key`), before the seal, refuses the batch when a key
-   is in two tasks' segments, or a partition deleted in one task is written in another,
-   naming the key (read back from the segment) and the two remedies. Nothing is sealed, so
-   Spark never commits the batch; it runs it again after a restart, and is refused again
-   until the stream keeps each key in one partition or gives a source order.
+   hashes of :mod:`recovery.cql.key_identity`, about 8 bytes a distinct key): the primary
+   keys of its upserts and row deletes; with ``op.partitionDeleteValues``, also the partition
+   keys of all its rows and of its partition deletes (a partition delete touches every row of
+   its partition); when the sink writes a static column, the partition keys of its upserts
+   (each writes the partition's one static cell);
+2. the commit (:func:`check_one_task_per_key`), before the seal, looks for a hash in two
+   tasks' reports, reads the rows with that hash back from both tasks' segments and compares
+   their keys' canonical values (a hash is a candidate only: two keys may share one, by chance
+   or on purpose). The same key in two tasks, or a partition deleted in one task and written
+   in another, or its static cell written by two, refuses the batch, naming the key and the
+   remedies. Nothing is sealed, so Spark never commits the batch; it runs it again after a
+   restart, and it is refused again until the stream keeps each key in one partition or
+   gives a source order. A segment that cannot be read back refuses the batch too (the
+   restart tries again): the check never lets a batch through on a guess.
 
 A stream with a ``writetime`` column needs no check (the column decides, whatever the task),
 and a stream that is no change stream is an upsert stream, whose documented rule is "the last
-in sealed order wins".
+in sealed order wins". Duplicates that could not change the result (the same delete in two
+tasks) are refused too: the check compares keys, not what the changes do.
 """
 
 from __future__ import annotations
@@ -37,12 +43,14 @@ from recovery.cql import changes
 from recovery.cql.config import WriteConfig
 from recovery.cql.convert import RowConverter, row_converter
 from recovery.cql.errors import SinkError
-from recovery.cql.key_identity import key_hashes
+from recovery.cql.key_identity import key_hashes, key_values
 from recovery.target import Target
 from wal.layout import WalDir
 from wal.segment import SegmentReader, SegmentRef
 
 _EMPTY = np.zeros(0, dtype=np.uint64)
+#: The names of :class:`TaskKeys`'s arrays, in their order on the wire.
+_KINDS = ("rows", "partitions", "deleted", "statics")
 
 
 def keys_checked(write: WriteConfig) -> bool:
@@ -52,33 +60,45 @@ def keys_checked(write: WriteConfig) -> bool:
 
 class KeyInTwoTasksError(SinkError):
     """A key's changes are in two tasks' segments of one batch of a change stream in sealed
-    order: refused at the commit, before the seal."""
+    order: refused at the commit, before the seal. ``kind``: ``key`` (a primary key),
+    ``partition-delete`` (a partition deleted in one task, written in another), ``static``
+    (a partition's static cell written by two tasks), ``unread`` (a task's keys could not be
+    told apart: its report is missing, or its segment could not be read back)."""
 
-    _fields: ClassVar[tuple[str, ...]] = ("batch_id", "key", "partitions", "partition_delete")
+    _fields: ClassVar[tuple[str, ...]] = ("batch_id", "key", "partitions", "kind", "detail")
 
-    def __init__(self, batch_id: int, key: str, partitions: tuple[int, int],
-                 partition_delete: bool = False) -> None:
+    def __init__(self, batch_id: int, key: str, partitions: tuple[int, ...], kind: str = "key",
+                 detail: str = "") -> None:
         self.batch_id, self.key, self.partitions = batch_id, key, tuple(partitions)
-        self.partition_delete = partition_delete
-        what = ("partition " + key + " is deleted in one task and written in another"
-                if partition_delete else "key " + key + " has changes in two tasks")
+        self.kind, self.detail = kind, detail
+        where = " and ".join(str(p) for p in self.partitions)
+        what = {
+            "key": f"key {key} has changes in two tasks",
+            "partition-delete": f"partition {key} is deleted in one task and written in another",
+            "static": f"the static columns of partition {key} are written by two tasks",
+            "unread": f"the keys of a task could not be compared ({detail})",
+        }[kind]
         super().__init__(
-            f"batch {batch_id}: {what} (Spark partitions {partitions[0]} and "
-            f"{partitions[1]}). The sink writes a batch's changes in Spark's partition order, "
-            f"which across tasks is not the source's, so an earlier change could win; nothing "
-            f"was sealed, and the batch is refused again until either each key's changes are "
-            f"in one partition, in source order (a source partitioned by key, such as a Kafka "
-            f"topic keyed by the row's key, read without a shuffle before the sink), or "
-            f"`writetime` names a column in source order (docs/user-guide.md, 'Change streams')")
+            f"batch {batch_id}: {what} (Spark partitions {where}). The sink writes a batch's "
+            f"changes in Spark's partition order, which across tasks is not the source's, so "
+            f"an earlier change could win; nothing was sealed, and the batch is refused again "
+            f"until either each key's changes are in one partition, in source order (a source "
+            f"partitioned by key, such as a Kafka topic keyed by the row's key, read without a "
+            f"shuffle before the sink: a repartition by key after reading does not restore the "
+            f"source's order), or `writetime` names a column in source order (once the WAL "
+            f"has sealed a batch, on a new checkpoint and table: a change stream may not "
+            f"switch its source of timestamps) (docs/user-guide.md, 'Change streams')")
 
 
 @dataclass(frozen=True)
 class KeyColumns:
-    """The key columns of a target, as the DataFrame names them, and their converter."""
+    """The key columns of a target, as the DataFrame names them, their converter, and
+    whether the target writes a static column."""
 
     partition: tuple[str, ...]
     clustering: tuple[str, ...]
     converter: RowConverter
+    writes_statics: bool = False
 
     @property
     def primary(self) -> tuple[str, ...]:
@@ -90,28 +110,31 @@ class KeyColumns:
         key = [c for c in target.columns if table.resolve_column(c) in table.primary_key]
         partition = tuple(c for c in key if table.resolve_column(c) in table.partition_key)
         clustering = tuple(c for c in key if c not in partition)
-        return cls(partition, clustering, row_converter(table, key))
+        statics = any(table.resolve_column(c) in table.static_columns for c in target.columns)
+        return cls(partition, clustering, row_converter(table, key), statics)
 
 
 @dataclass(frozen=True, eq=False)
 class TaskKeys:
     """The distinct key hashes one task staged, sorted: ``rows`` (the primary keys of its
     upserts and row deletes); with partition deletes possible, ``partitions`` (the partition
-    keys of all its rows) and ``deleted`` (those of its partition deletes)."""
+    keys of all its rows) and ``deleted`` (those of its partition deletes); when the target
+    writes a static column, ``statics`` (the partition keys of its upserts)."""
 
     rows: np.ndarray
     partitions: np.ndarray
     deleted: np.ndarray
+    statics: np.ndarray
 
     def to_bytes(self) -> bytes:
-        counts = np.array([len(self.rows), len(self.partitions), len(self.deleted)], "<u8")
-        return b"".join(a.astype("<u8").tobytes()
-                        for a in (counts, self.rows, self.partitions, self.deleted))
+        arrays = [getattr(self, kind) for kind in _KINDS]
+        counts = np.array([len(a) for a in arrays], "<u8")
+        return b"".join(a.astype("<u8").tobytes() for a in (counts, *arrays))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "TaskKeys":
-        counts = np.frombuffer(data, "<u8", 3)
-        arrays, start = [], 24
+        counts = np.frombuffer(data, "<u8", len(_KINDS))
+        arrays, start = [], 8 * len(_KINDS)
         for count in counts.tolist():
             arrays.append(np.frombuffer(data, "<u8", count, start).astype(np.uint64))
             start += 8 * count
@@ -123,9 +146,7 @@ class KeyCollector:
 
     def __init__(self, keys: KeyColumns, write: WriteConfig) -> None:
         self.keys, self.write = keys, write
-        self._rows: list[np.ndarray] = []
-        self._partitions: list[np.ndarray] = []
-        self._deleted: list[np.ndarray] = []
+        self._parts: dict[str, list[np.ndarray]] = {kind: [] for kind in _KINDS}
 
     def add(self, batch: pa.RecordBatch) -> None:
         kinds = changes.operations(batch.column(self.write.op_column), self.write)
@@ -133,16 +154,17 @@ class KeyCollector:
         converter = self.keys.converter
         partitions = key_hashes(batch, self.keys.partition, converter)
         rows = key_hashes(batch, self.keys.clustering, converter, start=partitions)
-        self._rows.append(rows[~whole])
+        self._parts["rows"].append(rows[~whole])
         if self.write.partition_delete_values:
-            self._partitions.append(partitions)
-            self._deleted.append(partitions[whole])
+            self._parts["partitions"].append(partitions)
+            self._parts["deleted"].append(partitions[whole])
+        if self.keys.writes_statics:
+            self._parts["statics"].append(partitions[kinds == changes.UPSERT])
 
     def finish(self) -> bytes:
         def union(parts: list[np.ndarray]) -> np.ndarray:
             return _distinct(np.concatenate(parts)) if parts else _EMPTY
-        return TaskKeys(union(self._rows), union(self._partitions),
-                        union(self._deleted)).to_bytes()
+        return TaskKeys(*(union(self._parts[kind]) for kind in _KINDS)).to_bytes()
 
 
 def _distinct(hashes: np.ndarray) -> np.ndarray:
@@ -161,69 +183,111 @@ def _shared(numbered: Sequence[tuple[int, np.ndarray]]) -> np.ndarray:
     return _distinct(ordered[:-1][ordered[1:] == ordered[:-1]])
 
 
-def _holders(numbered: Sequence[tuple[int, np.ndarray]], hashed: np.uint64) -> list[int]:
-    return [p for p, h in numbered if np.isin(hashed, h)]
+@dataclass(frozen=True)
+class _Candidate:
+    """A hash two tasks share: which tasks (by Spark partition), and what it must be to refuse
+    (``kind`` of :class:`KeyInTwoTasksError`) over which columns."""
+
+    hashed: int
+    partitions: tuple[int, ...]
+    kind: str
+    columns: tuple[str, ...]
 
 
-def _row_in_two(numbered: Sequence[tuple[int, TaskKeys]]) -> tuple[int, int, int] | None:
+def _candidates(numbered: Sequence[tuple[int, TaskKeys]], keys: KeyColumns) -> list[_Candidate]:
+    found = []
     rows = [(p, k.rows) for p, k in numbered]
-    shared = _shared(rows)
-    if not len(shared):
-        return None
-    first, second = _holders(rows, shared[0])[:2]
-    return int(shared[0]), first, second
-
-
-def _deleted_elsewhere(numbered: Sequence[tuple[int, TaskKeys]]) -> tuple[int, int, int] | None:
-    """A partition deleted in one task (first) and written in another (second)."""
-    if not any(len(k.deleted) for _, k in numbered):
-        return None
+    for hashed in _shared(rows).tolist():
+        found.append(_Candidate(hashed, tuple(p for p, h in rows if np.isin(hashed, h)),
+                                "key", keys.primary))
     partitions = [(p, k.partitions) for p, k in numbered]
     shared = _shared(partitions)
     for p, k in numbered:
-        hit = np.intersect1d(k.deleted, shared)
-        if len(hit):
-            other = next(q for q in _holders(partitions, hit[0]) if q != p)
-            return int(hit[0]), p, other
-    return None
+        for hashed in np.intersect1d(k.deleted, shared).tolist():
+            others = tuple(q for q, h in partitions if q != p and np.isin(hashed, h))
+            found.append(_Candidate(hashed, (p, *others), "partition-delete", keys.partition))
+    statics = [(p, k.statics) for p, k in numbered]
+    for hashed in _shared(statics).tolist():
+        found.append(_Candidate(hashed, tuple(p for p, h in statics if np.isin(hashed, h)),
+                                "static", keys.partition))
+    return found
 
 
-def _key_text(wal: WalDir, ref: SegmentRef, hashed: int, columns: Sequence[str],
-              converter: RowConverter) -> str:
-    """The key with hash ``hashed`` as the segment of ``ref`` holds it (``(a=1, b='x')``); its
-    hash in hex when the segment cannot be read (the error names the key either way)."""
-    try:
-        if wal.remote:
-            wal.remote.fetch_segments(wal.root, [ref.name])
-        for chunk in SegmentReader(wal.segment_path(ref.name)).chunks():
+class _SegmentKeys:
+    """Reads the keys behind candidate hashes back from the tasks' segments, each segment
+    once per set of columns: hash -> {canonical key: the key as the segment holds it}."""
+
+    def __init__(self, wal: WalDir, refs: dict[int, SegmentRef], converter: RowConverter,
+                 wanted: dict[tuple[str, ...], set[int]]) -> None:
+        self.wal, self.refs, self.converter, self.wanted = wal, refs, converter, wanted
+        self._read: dict[tuple[int, tuple[str, ...]], dict[int, dict[tuple, str]]] = {}
+
+    def of(self, partition: int, columns: tuple[str, ...]) -> dict[int, dict[tuple, str]]:
+        key = (partition, columns)
+        if key not in self._read:
+            self._read[key] = self._keys(self.refs[partition], columns)
+        return self._read[key]
+
+    def _keys(self, ref: SegmentRef, columns: tuple[str, ...]) -> dict[int, dict[tuple, str]]:
+        wanted = np.array(sorted(self.wanted[columns]), dtype=np.uint64)
+        if self.wal.remote:
+            self.wal.remote.fetch_segments(self.wal.root, [ref.name])
+        found: dict[int, dict[tuple, str]] = {}
+        for chunk in SegmentReader(self.wal.segment_path(ref.name)).chunks():
             batch = chunk.record_batch()
-            found = np.flatnonzero(key_hashes(batch, columns, converter) == np.uint64(hashed))
-            if len(found):
-                row = batch.slice(int(found[0]), 1).select(list(columns)).to_pylist()[0]
-                return "(" + ", ".join(f"{c}={v!r}" for c, v in row.items()) + ")"
-    except Exception:       # noqa: BLE001 - naming the key is a courtesy; the refusal stands
-        pass
-    return f"with hash {hashed:#018x}"
+            hashed = key_hashes(batch, columns, self.converter)
+            rows = np.flatnonzero(np.isin(hashed, wanted)).tolist()
+            if not rows:
+                continue
+            shown = batch.take(pa.array(rows, pa.int64())).select(list(columns)).to_pylist()
+            values = key_values(batch, columns, self.converter, rows)
+            for row, value, plain in zip(rows, values, shown):
+                text = "(" + ", ".join(f"{c}={v!r}" for c, v in plain.items()) + ")"
+                found.setdefault(int(hashed[row]), {}).setdefault(value, text)
+        return found
 
 
 def check_one_task_per_key(wal: WalDir, keys: KeyColumns, batch_id: int,
                            reports: Sequence[tuple[SegmentRef, bytes | None]]) -> None:
     """Refuse batch ``batch_id`` (:class:`KeyInTwoTasksError`) when a key is in two of its
-    tasks' segments; ``reports``: each segment with its task's :meth:`TaskKeys.to_bytes`
-    (None from a task that staged no rows). Runs in the commit, before the seal."""
-    staged = [(ref, TaskKeys.from_bytes(data)) for ref, data in reports if data is not None]
-    by_partition = {ref.partition: ref for ref, _ in staged}
-    numbered = [(ref.partition, k) for ref, k in staged]
-    found = _row_in_two(numbered)
-    columns, partition_delete = keys.primary, False
-    if found is None:
-        found = _deleted_elsewhere(numbered)
-        columns, partition_delete = keys.partition, True
-    if found is None:
+    tasks' segments; ``reports``: each segment with its task's :meth:`TaskKeys.to_bytes`.
+    Runs in the commit, before the seal."""
+    missing = [ref.partition for ref, data in reports if data is None]
+    if missing:
+        raise KeyInTwoTasksError(batch_id, "", tuple(missing), "unread",
+                                 "its commit message holds no keys: a task of another release?")
+    numbered = [(ref.partition, TaskKeys.from_bytes(data)) for ref, data in reports]
+    candidates = _candidates(numbered, keys)
+    if not candidates:
         return
-    hashed, first, second = found
-    key = _key_text(wal, by_partition[first], hashed, columns, keys.converter)
-    raise KeyInTwoTasksError(batch_id, key, (first, second), partition_delete)
+    wanted: dict[tuple[str, ...], set[int]] = {}
+    for candidate in candidates:
+        wanted.setdefault(candidate.columns, set()).add(candidate.hashed)
+    segments = _SegmentKeys(wal, {ref.partition: ref for ref, _ in reports}, keys.converter,
+                            wanted)
+    for candidate in candidates:
+        try:
+            held = [(p, segments.of(p, candidate.columns).get(candidate.hashed, {}))
+                    for p in candidate.partitions]
+        except Exception as exc:   # noqa: BLE001 - a segment that cannot be read: refuse, loudly
+            raise KeyInTwoTasksError(batch_id, "", candidate.partitions, "unread",
+                                     f"a segment could not be read back to compare keys with "
+                                     f"hash {candidate.hashed:#018x}: {exc}") from exc
+        _refuse_if_same(batch_id, candidate, held)
+
+
+def _refuse_if_same(batch_id: int, candidate: _Candidate,
+                    held: list[tuple[int, dict[tuple, str]]]) -> None:
+    """Refuse when the first task's (the deleting one's, for a partition delete) key is one
+    another task holds, or, for a row key or a static cell, when any two tasks hold one key.
+    Different keys with one hash are left alone."""
+    pairs = ([(held[0], other) for other in held[1:]] if candidate.kind == "partition-delete"
+             else [(a, b) for i, a in enumerate(held) for b in held[i + 1:]])
+    for (p, mine), (q, theirs) in pairs:
+        same = mine.keys() & theirs.keys()
+        if same:
+            value = min(same, key=repr)
+            raise KeyInTwoTasksError(batch_id, mine[value], (p, q), candidate.kind)
 
 
 __all__ = ["keys_checked", "KeyColumns", "KeyCollector", "TaskKeys", "KeyInTwoTasksError",

@@ -103,8 +103,14 @@ class StageMessage(WriterCommitMessage):
     keys: bytes | None = None
 
 
+#: Raised when what a target records of its table grows (2: its static columns), so that a
+#: query's first batch after an upgrade reads its table again instead of the older record.
+_TARGET_RECORD_REVISION = 2
+
+
 def _fingerprint(config: SinkConfig, schema_json: str) -> str:
-    body = json.dumps([config.public_dict(), schema_json], sort_keys=True, default=str)
+    body = json.dumps([config.public_dict(), schema_json, _TARGET_RECORD_REVISION],
+                      sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
 
 

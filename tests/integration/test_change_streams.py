@@ -192,23 +192,30 @@ def test_a_change_stream_ends_equal_to_its_source(spark, cassandra_node, cql, ke
     assert seal.write["op_column"] == "op" and seal.write["partition_delete_values"] == ["P"]
 
 
+@pytest.mark.parametrize("writer", ["data-source", "foreachBatch"])
 def test_a_change_stream_in_sealed_order_with_a_key_in_two_tasks_is_refused_at_its_commit(
-        spark, cassandra_node, cql, keyspace, tmp_path):
+        spark, cassandra_node, cql, keyspace, tmp_path, writer):
     """Shuffled over 3 partitions without a source order: the first batch creates distinct
     keys and lands; the second changes keys in several tasks, and its commit refuses it before
     its seal, naming a key, so nothing of it is written (before the check, it landed out of
-    the source's order)."""
+    the source's order). A ``foreachBatch`` writer's tasks report their keys too."""
     sinks.register(spark)
-    create_table(cql, keyspace, "cdc_split (k int, c int, v text, PRIMARY KEY (k, c))")
+    table = f"cdc_split_{writer.replace('-', '_').lower()}"
+    create_table(cql, keyspace, f"{table} (k int, c int, v text, PRIMARY KEY (k, c))")
     src, cp = tmp_path / "src", tmp_path / "cp"
     files = _source_files()
     write_json_files(src, files[:2])
     stream = (spark.readStream.schema(CHANGE_SCHEMA).option("maxFilesPerTrigger", 1)
               .json(str(src)).drop("lsn").repartition(3, F.rand(seed=35)))
-    options = sink_options(cassandra_node, keyspace, "cdc_split", cp)
+    options = sink_options(cassandra_node, keyspace, table, cp)
     options.update({"op.column": "op", "op.partitionDeleteValues": "P"})
-    query = (stream.writeStream.format("cassandra_wal").options(**options)
-             .trigger(availableNow=True).start())
+    if writer == "data-source":
+        started = stream.writeStream.format("cassandra_wal").options(**options)
+    else:
+        del options["keyspace"], options["table"], options["checkpointLocation"]
+        write = sinks.CassandraWalWriter(keyspace, table, str(cp), options=options)
+        started = stream.writeStream.foreachBatch(write).option("checkpointLocation", str(cp))
+    query = started.trigger(availableNow=True).start()
     with running(query):
         with pytest.raises(Exception) as info:
             query.awaitTermination(180)
@@ -216,9 +223,10 @@ def test_a_change_stream_in_sealed_order_with_a_key_in_two_tasks_is_refused_at_i
     assert "batch 1:" in message and "Spark partitions" in message, message
     assert ("has changes in two tasks" in message
             or "is deleted in one task and written in another" in message), message
-    assert wait_all_flushed(cp, at_least=0) == 0             # batch 0 committed and written
-    assert stream_wal(cp).sealed_batch_ids() in ([0], [])    # batch 1 never sealed
-    assert _table(cql, keyspace, "cdc_split") == _applied(files[:1])
+    wal = stream_wal(cp, f"{keyspace}.{table}" if writer == "foreachBatch" else None)
+    assert wait_all_flushed(cp, wal, at_least=0) == 0          # batch 0 committed and written
+    assert wal.sealed_batch_ids() in ([0], [])                  # batch 1 never sealed
+    assert _table(cql, keyspace, table) == _applied(files[:1])
 
 
 # -- the completeness marker -------------------------------------------------------------------

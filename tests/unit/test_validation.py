@@ -67,6 +67,14 @@ def test_from_driver_metadata():
     assert TableSchema.from_driver_metadata(fake_table_metadata()) == EVENTS
 
 
+def test_static_columns_come_from_the_driver_metadata():
+    """A change stream's key check needs them (issue 35: sinks.worker.key_order); the real
+    node's metadata sets ``is_static`` the same way."""
+    metadata = fake_table_metadata()
+    metadata.columns["payload"].is_static = True
+    assert TableSchema.from_driver_metadata(metadata).static_columns == ("payload",)
+
+
 def test_to_dict_from_dict_round_trip_through_json():
     data = json.loads(json.dumps(EVENTS.to_dict()))
     assert data["is_counter"] is False
