@@ -194,23 +194,43 @@ class _Candidate:
     columns: tuple[str, ...]
 
 
-def _candidates(numbered: Sequence[tuple[int, TaskKeys]], keys: KeyColumns) -> list[_Candidate]:
-    found = []
+#: Candidates compared at once: a shuffled stream shares most of its keys, and the first that
+#: is the same key refuses the batch; more are read only while candidates prove collisions.
+_CANDIDATES_AT_ONCE = 64
+
+
+def _holders(numbered: Sequence[tuple[int, np.ndarray]], hashed: int) -> tuple[int, ...]:
+    return tuple(p for p, h in numbered
+                 if (i := np.searchsorted(h, np.uint64(hashed))) < len(h) and h[i] == hashed)
+
+
+def _candidates(numbered: Sequence[tuple[int, TaskKeys]], keys: KeyColumns):
+    """The candidates, a few at a time (:data:`_CANDIDATES_AT_ONCE`): row keys in two tasks,
+    partitions deleted in one task and held by another, static cells written by two."""
     rows = [(p, k.rows) for p, k in numbered]
-    for hashed in _shared(rows).tolist():
-        found.append(_Candidate(hashed, tuple(p for p, h in rows if np.isin(hashed, h)),
-                                "key", keys.primary))
     partitions = [(p, k.partitions) for p, k in numbered]
-    shared = _shared(partitions)
-    for p, k in numbered:
-        for hashed in np.intersect1d(k.deleted, shared).tolist():
-            others = tuple(q for q, h in partitions if q != p and np.isin(hashed, h))
-            found.append(_Candidate(hashed, (p, *others), "partition-delete", keys.partition))
     statics = [(p, k.statics) for p, k in numbered]
-    for hashed in _shared(statics).tolist():
-        found.append(_Candidate(hashed, tuple(p for p, h in statics if np.isin(hashed, h)),
-                                "static", keys.partition))
-    return found
+    shared_partitions = _shared(partitions)
+
+    def deleted():
+        for p, k in numbered:
+            for hashed in np.intersect1d(k.deleted, shared_partitions).tolist():
+                others = tuple(q for q in _holders(partitions, hashed) if q != p)
+                yield _Candidate(hashed, (p, *others), "partition-delete", keys.partition)
+
+    found = [(_Candidate(h, _holders(rows, h), "key", keys.primary)
+              for h in _shared(rows).tolist()),
+             deleted(),
+             (_Candidate(h, _holders(statics, h), "static", keys.partition)
+              for h in _shared(statics).tolist())]
+    batch: list[_Candidate] = []
+    for candidate in (c for kind in found for c in kind):
+        batch.append(candidate)
+        if len(batch) == _CANDIDATES_AT_ONCE:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 class _SegmentKeys:
@@ -257,23 +277,21 @@ def check_one_task_per_key(wal: WalDir, keys: KeyColumns, batch_id: int,
         raise KeyInTwoTasksError(batch_id, "", tuple(missing), "unread",
                                  "its commit message holds no keys: a task of another release?")
     numbered = [(ref.partition, TaskKeys.from_bytes(data)) for ref, data in reports]
-    candidates = _candidates(numbered, keys)
-    if not candidates:
-        return
-    wanted: dict[tuple[str, ...], set[int]] = {}
-    for candidate in candidates:
-        wanted.setdefault(candidate.columns, set()).add(candidate.hashed)
-    segments = _SegmentKeys(wal, {ref.partition: ref for ref, _ in reports}, keys.converter,
-                            wanted)
-    for candidate in candidates:
-        try:
-            held = [(p, segments.of(p, candidate.columns).get(candidate.hashed, {}))
-                    for p in candidate.partitions]
-        except Exception as exc:   # noqa: BLE001 - a segment that cannot be read: refuse, loudly
-            raise KeyInTwoTasksError(batch_id, "", candidate.partitions, "unread",
-                                     f"a segment could not be read back to compare keys with "
-                                     f"hash {candidate.hashed:#018x}: {exc}") from exc
-        _refuse_if_same(batch_id, candidate, held)
+    refs = {ref.partition: ref for ref, _ in reports}
+    for candidates in _candidates(numbered, keys):
+        wanted: dict[tuple[str, ...], set[int]] = {}
+        for candidate in candidates:
+            wanted.setdefault(candidate.columns, set()).add(candidate.hashed)
+        segments = _SegmentKeys(wal, refs, keys.converter, wanted)
+        for candidate in candidates:
+            try:
+                held = [(p, segments.of(p, candidate.columns).get(candidate.hashed, {}))
+                        for p in candidate.partitions]
+            except Exception as exc:  # noqa: BLE001 - a segment that cannot be read: refuse
+                raise KeyInTwoTasksError(batch_id, "", candidate.partitions, "unread",
+                                         f"a segment could not be read back to compare keys "
+                                         f"with hash {candidate.hashed:#018x}: {exc}") from exc
+            _refuse_if_same(batch_id, candidate, held)
 
 
 def _refuse_if_same(batch_id: int, candidate: _Candidate,

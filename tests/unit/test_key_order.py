@@ -293,3 +293,23 @@ def test_the_refusal_travels_pickled():
     error = KeyInTwoTasksError(3, "(k='a')", (1, 2), "partition-delete")
     back = pickle.loads(pickle.dumps(error))
     assert str(back) == str(error) and back.partitions == (1, 2)
+
+
+def test_a_real_key_after_collisions_is_still_found(tmp_path, monkeypatch):
+    """Candidates are compared a few at a time: a collision's does not end the search."""
+    from sinks.worker import key_order
+    monkeypatch.setattr(key_order, "_CANDIDATES_AT_ONCE", 1)
+    plan = one_key_plan(tmp_path, "text")
+    one, other = thue_morse(1024, "ab"), thue_morse(1024, "ba")
+    with pytest.raises(KeyInTwoTasksError) as info:
+        run_batch(plan, one_key([one, "same"]), one_key([other, "same"], ops=["c", "d"]))
+    assert "key (k='same')" in str(info.value)
+
+
+def test_a_batch_sharing_every_key_is_refused_after_reading_a_few(tmp_path):
+    """A shuffled stream shares most keys between tasks: the commit compares the first few,
+    not every one (each segment read once)."""
+    plan = plan_for(tmp_path, STREAM)
+    keys = [(f"k{i}", 1, "x", "c") for i in range(20_000)]
+    with pytest.raises(KeyInTwoTasksError):
+        run_batch(plan, rows(*keys), rows(*[(k, c, v, "u") for k, c, v, _ in keys]))
