@@ -31,6 +31,14 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "250"})
 
 
+def probe_output(code: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter on this tree (stripped); it must exit 0."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_the_import_contracts_are_kept():
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -141,10 +149,7 @@ def test_sinks_loads_only_the_driver_sides_public_functions_on_first_use():
              "listed = set(sinks.DRIVER_SIDE) <= set(dir(sinks)) & set(sinks.__all__)\n"
              "try:\n    sinks.no_such_name\nexcept AttributeError as e:\n    missing = str(e)\n"
              "print(before, sinks.DRIVER_SIDE, same, listed, missing)")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ("[] ('register', 'wait_flushed', 'status', 'recover') "
+    assert probe_output(probe) == ("[] ('register', 'wait_flushed', 'status', 'recover') "
                                   "[True, True, True, True] True "
                                   "module 'sinks' has no attribute 'no_such_name'")
 
@@ -183,10 +188,7 @@ def test_the_flush_task_loads_nothing_of_the_driver_side():
     Spark Connect side, ``sinks.driver.connect``, into every executor.)"""
     probe = ("import sys, sinks.worker.flush_task\n"
              "print([m for m in sys.modules if m.startswith(('sinks.driver', 'recovery.flusher'))])")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert probe_output(probe) == "[]"
 
 
 def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
@@ -200,10 +202,7 @@ def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
              "wal.s3", "wal.webhdfs", "boto3", "botocore", "urllib.request"]
     probe = ("import sys, sinks, sinks.worker.source, sinks.worker.plan\n"
              f"print([m for m in {heavy!r} if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert probe_output(probe) == "[]"
 
 
 def _spark_facing_methods():
@@ -247,10 +246,7 @@ def test_the_read_only_tools_load_no_cassandra_cluster_module():
     probe = ("import sys, recovery.cli.main\n"
              "print([m for m in ('cassandra.cluster', 'cassandra.connection', 'pyspark')"
              " if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert probe_output(probe) == "[]"
 
 
 def test_the_drivers_exit_hooks_are_registered_before_the_flushers():
@@ -261,10 +257,7 @@ def test_the_drivers_exit_hooks_are_registered_before_the_flushers():
     driver's cluster module was loaded on first use only, a script that stopped its query and
     exited hung: tests/integration/test_outage.py.)"""
     probe = "import sys, sinks.driver.registry\nprint('cassandra.cluster' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+    assert probe_output(probe) == "True"
 
 
 def test_the_cassandra_floor_loads_without_the_rest_of_recovery():
@@ -273,7 +266,4 @@ def test_the_cassandra_floor_loads_without_the_rest_of_recovery():
     probe = ("import sys, recovery.cql.table, recovery.cql.upsert\n"
              "print(sorted(m for m in sys.modules if m.startswith('recovery')"
              " and not m.startswith('recovery.cql') and m != 'recovery'))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert probe_output(probe) == "[]"
