@@ -15,7 +15,8 @@ from recovery.cql.config import ConnectionConfig, WriteConfig, public_fields
 
 @dataclass(frozen=True)
 class WalConfig:
-    """Our write-ahead-log options (prefix ``wal.``)."""
+    """Our write-ahead-log options (prefix ``wal.``). Each field's default is its option's
+    (the option table reads it from here: :func:`sinks.worker.options.config_default`)."""
 
     path: str | None = None
     retention_batches: int = 10

@@ -4,6 +4,10 @@ configs, frozen and picklable (they travel to executors and flush worker process
 Built from the user's options by :func:`sinks.worker.options.parse_options`; recorded in the WAL's
 ``target.json`` by :meth:`public_dict`, which leaves every secret out (secrets are
 ``field(repr=False)``: they still pickle, since executors need them to connect).
+
+The field defaults here are the options' defaults, written nowhere else: the option table
+(:data:`sinks.worker.options.OPTION_SPECS`, a floor above) reads them, and shows them in
+``docs/options.md`` as a user would type them.
 """
 
 from __future__ import annotations
@@ -95,7 +99,8 @@ def format_contact_point(host: str, port: int | None) -> str:
 
 @dataclass(frozen=True)
 class ConnectionConfig:
-    """How to reach the cluster. Secrets are kept out of repr and :meth:`public_dict`."""
+    """How to reach the cluster. Secrets are kept out of repr and :meth:`public_dict`. Each
+    field's default is its option's (:func:`sinks.worker.options.config_default`)."""
 
     hosts: tuple[str, ...] = ("localhost",)
     port: int = 9042
@@ -135,7 +140,8 @@ class ConnectionConfig:
 
 @dataclass(frozen=True)
 class WriteConfig:
-    """How rows are written. Defaults equal :data:`OPTION_SPECS` defaults (tested)."""
+    """How rows are written. Each field's default is its option's (the option table reads it
+    from here: :func:`sinks.worker.options.config_default`)."""
 
     concurrent_writes: int = 32
     batch_size_rows: int | None = None

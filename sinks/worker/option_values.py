@@ -2,6 +2,10 @@
 raw string a user gave and returns the value, or raises ``ValueError(reason)``, which
 :func:`sinks.worker.options.parse_options` turns into an :class:`~recovery.cql.errors.OptionError` naming the
 option (its value redacted for secrets).
+
+And their inverses for a default (:func:`shown` and the ``shown_*`` below): a default is written
+once, as the config dataclass's field default, and the option table shows it as the text a
+user would type (a unit test parses each shown default back to the field's).
 """
 
 from __future__ import annotations
@@ -35,6 +39,41 @@ class PerRow:
 
     constant: int | None = None
     column: str | None = None
+
+
+def shown(value: object) -> str | None:
+    """A config value as the text a user would type for it (None: unset, no text)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value) or None
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def shown_auto(value: int | None) -> str | None:
+    """Inverse of :func:`auto_or_positive`: None is ``auto``."""
+    return "auto" if value is None else shown(value)
+
+
+def shown_ttl(value: int | None) -> str | None:
+    """Inverse of :func:`ttl_seconds`: None (no TTL) is ``0``."""
+    return "0" if value is None else shown(value)
+
+
+def shown_millis(seconds: float) -> str | None:
+    """Inverse of :func:`millis_as_seconds`."""
+    return shown(round(seconds * 1000))
+
+
+def shown_size(size: int) -> str | None:
+    """Inverse of :func:`byte_size`: the largest unit that divides the size (``10g``)."""
+    suffix, unit = max(((s, u) for s, u in _SIZE_UNITS.items() if size % u == 0),
+                       key=lambda item: item[1])
+    return f"{size // unit}{suffix}"
 
 
 def text(raw: str) -> str:

@@ -3,9 +3,14 @@
 Why one table: a user moving from the Spark Cassandra Connector (SCC) changes only the format
 name and keeps their options, so we must accept SCC's names, refuse the few that would break
 "exactly once in effect" with a reason, and say which are accepted but have no effect.
-:data:`OPTION_SPECS` is the single source of truth for names, defaults, parsing and docs;
+:data:`OPTION_SPECS` is the single source of truth for names, parsing and docs;
 ``docs/options.md`` is rendered from it by :mod:`sinks.worker.options_doc` (a unit test keeps them
 equal).
+
+Defaults: written once, as the config dataclasses' field defaults (:class:`SinkConfig` and
+its parts, in :mod:`recovery`, which cannot read this table: it sits below). An option's
+``default`` is that field's default as a user would type it (``OptionSpec.shown``), and an
+option not given leaves the field at its default.
 
 Matching: Spark lower-cases the keys of a Python data source's options
 (``checkpointLocation`` arrives as ``checkpointlocation``), so names match case-insensitively;
@@ -26,6 +31,7 @@ executors need them to connect.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,13 +55,13 @@ SCC_PREFIX = "spark.cassandra."
 class OptionSpec:
     """One accepted option.
 
-    ``default`` is the raw string a user would type (None: unset). ``target`` is
-    ``"section.field"`` in :class:`SinkConfig` (None for ignored/refused options).
-    ``old_names``: spellings SCC deprecated but still accepts for this option.
+    ``target`` is ``"section.field"`` in :class:`SinkConfig` (None for ignored/refused
+    options). ``old_names``: spellings SCC deprecated but still accepts for this option.
+    ``default`` is not given but read: the target field's default as the raw string a user
+    would type (None: unset), which ``shown`` (the parser's inverse) spells.
     """
 
     name: str
-    default: str | None
     parser: Callable[[str], Any]
     doc: str
     section: str = "Write"
@@ -64,14 +70,43 @@ class OptionSpec:
     secret: bool = False
     required: bool = False
     old_names: tuple[str, ...] = ()
+    shown: Callable[[Any], str | None] = values.shown
+    default: str | None = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        default = None if self.target is None else self.shown(config_default(self.target))
+        object.__setattr__(self, "default", default)
 
 
-def _spec(name: str, default: str | None, parser: Callable[[str], Any], doc: str, **kw: Any) -> OptionSpec:
+def _spec(name: str, parser: Callable[[str], Any], doc: str, **kw: Any) -> OptionSpec:
     old = kw.get("old_names", ())
     if old:
         doc += (f" SCC's old spelling {', '.join(f'`{n}`' for n in old)} is accepted too, with a "
                 "warning.")
-    return OptionSpec(name, default, parser, doc, **kw)
+    return OptionSpec(name, parser, doc, **kw)
+
+
+#: The config dataclass of each section of an option's ``target``.
+CONFIGS: dict[str, type] = {"sink": SinkConfig, "connection": ConnectionConfig,
+                            "write": WriteConfig, "wal": WalConfig}
+#: The targets of the options of a constant or a column (``ttl``, ``writetime``): each sets
+#: two :class:`WriteConfig` fields, the constant's and the column's.
+PER_ROW_TARGETS = {"ttl_per_row": ("ttl_seconds", "ttl_column"),
+                   "writetime_per_row": ("writetime_micros", "writetime_column")}
+
+
+def config_default(target: str) -> Any:
+    """The default of the config field an option's ``target`` names (None for a required
+    field, which has none): the one place a default is written. A per-row option's is its
+    constant's."""
+    section, name = target.split(".")
+    name = PER_ROW_TARGETS.get(name, (name,))[0] if section == "write" else name
+    found = {f.name: f for f in dataclasses.fields(CONFIGS[section])}[name]
+    if found.default is not dataclasses.MISSING:
+        return found.default
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    return None
 
 
 _LWT_REASON = (
@@ -108,33 +143,33 @@ _T, _C, _A, _W, _L, _I, _R = (
 
 OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
-        "keyspace", None, values.nonempty,
+        "keyspace", values.nonempty,
         "Keyspace of the target table.",
         section=_T, target="sink.keyspace", required=True,
     ),
     _spec(
-        "table", None, values.nonempty,
+        "table", values.nonempty,
         "Target table. It must exist; counter tables are refused.",
         section=_T, target="sink.table", required=True,
     ),
     _spec(
-        "checkpointLocation", None, values.nonempty,
+        "checkpointLocation", values.nonempty,
         "Streaming checkpoint directory; the WAL lives under it unless `wal.path` is set.",
         section=_T, target="sink.checkpoint_location",
     ),
     _spec(
-        "path", None, values.ignored,
+        "path", values.ignored,
         "Set by Spark from `save(path)` / `start(path)`; not used: name the target with "
         "`keyspace` and `table`.",
         section=_T, status="ignored",
     ),
     _spec(
-        "queryName", None, values.ignored,
+        "queryName", values.ignored,
         "Set by Spark from `writeStream.queryName(name)`; not used.",
         section=_T, status="ignored",
     ),
     _spec(
-        "ttl", None, values.per_row(values.ttl_seconds),
+        "ttl", values.per_row(values.ttl_seconds),
         "Per-write TTL: a whole number of seconds (constant, overrides "
         "`spark.cassandra.output.ttl`) or the name of an integer DataFrame column holding "
         "each row's TTL (that column is not written; a null there means the table's "
@@ -143,7 +178,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_T, target="write.ttl_per_row",
     ),
     _spec(
-        "writetime", None, values.per_row(values.writetime_constant),
+        "writetime", values.per_row(values.writetime_constant),
         "Write timestamp: a constant in microseconds since the epoch, or the name of a "
         "DataFrame column (long microseconds, or timestamp) holding each row's (that column "
         "is not written). Unset: timestamps are derived from the batch, so a replay rewrites "
@@ -151,7 +186,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_T, target="write.writetime_per_row",
     ),
     _spec(
-        "op.column", None, values.nonempty,
+        "op.column", values.nonempty,
         "A change stream: the name of a string (or boolean) DataFrame column holding each "
         "row's operation, one of the values below (that column is not written). A delete is "
         "written as a tombstone at the row's sealed timestamp, as an upsert is, so a replay "
@@ -162,20 +197,20 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_T, target="write.op_column",
     ),
     _spec(
-        "op.upsertValues", "c,u,r", values.operation_values,
+        "op.upsertValues", values.operation_values,
         "With `op.column`: the values that make a row an insert or update, comma-separated "
         "(Debezium's create, update and snapshot read by default).",
         section=_T, target="write.upsert_values",
     ),
     _spec(
-        "op.deleteValues", "d", values.operation_values,
+        "op.deleteValues", values.operation_values,
         "With `op.column`: the values that make a row a delete of its row; it needs the whole "
         "primary key (its other columns are not written, though checked as an upsert's). A "
         "boolean `op.column` takes `true` and `false`.",
         section=_T, target="write.delete_values",
     ),
     _spec(
-        "op.partitionDeleteValues", None, values.operation_values,
+        "op.partitionDeleteValues", values.operation_values,
         "With `op.column`: the values that make a row a delete of its whole partition (every "
         "row of its partition key, whatever its clustering columns). None by default: a "
         "partition is only ever deleted by a value named here, never because clustering "
@@ -183,39 +218,39 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_T, target="write.partition_delete_values",
     ),
     _spec(
-        "spark.cassandra.connection.host", "localhost", values.hosts,
+        "spark.cassandra.connection.host", values.hosts,
         "Comma-separated contact points, each `host` or `host:port` (a port of its own, as in "
         "SCC; otherwise `spark.cassandra.connection.port`). IPv6: `[::1]:9042`, or `::1` "
         "without a port (a port after an IPv6 address needs the brackets).",
         section=_C, target="connection.hosts",
     ),
     _spec(
-        "spark.cassandra.connection.port", "9042", values.int_in(1, 65535),
+        "spark.cassandra.connection.port", values.int_in(1, 65535),
         "Native protocol port of the contact points that do not name their own.",
         section=_C, target="connection.port",
     ),
     _spec(
-        "spark.cassandra.connection.localDC", None, values.nonempty,
+        "spark.cassandra.connection.localDC", values.nonempty,
         "Local data center for DC-aware load balancing.",
         section=_C, target="connection.local_dc",
         old_names=("spark.cassandra.connection.local_dc",),
     ),
     _spec(
-        "spark.cassandra.connection.timeoutMS", "5000", values.millis_as_seconds,
+        "spark.cassandra.connection.timeoutMS", values.millis_as_seconds,
         "Connect timeout in milliseconds.",
-        section=_C, target="connection.connect_timeout_s",
+        section=_C, target="connection.connect_timeout_s", shown=values.shown_millis,
         old_names=("spark.cassandra.connection.timeout_ms",),
     ),
     _spec(
-        "spark.cassandra.read.timeoutMS", "30000", values.millis_as_seconds,
+        "spark.cassandra.read.timeoutMS", values.millis_as_seconds,
         "Per-request timeout in milliseconds. SCC's 120000 suits long reads; a write that has"
         " not answered in 30 s is better failed and retried (writes are idempotent here) than"
         " waited on.",
-        section=_C, target="connection.request_timeout_s",
+        section=_C, target="connection.request_timeout_s", shown=values.shown_millis,
         old_names=("spark.cassandra.read.timeout_ms",),
     ),
     _spec(
-        "spark.cassandra.connection.config.cloud.path", None, values.cloud_bundle,
+        "spark.cassandra.connection.config.cloud.path", values.cloud_bundle,
         "Secure connect bundle (a zip) of a cloud database, handed to the Python driver "
         "(`Cluster(cloud={'secure_connect_bundle': path})`): the bundle names the nodes and "
         "brings its own TLS, so `connection.host`, `connection.port` and the `ssl.*` options "
@@ -226,42 +261,42 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_C, target="connection.cloud_bundle_path",
     ),
     _spec(
-        "spark.cassandra.query.retry.count", "10", values.int_in(0),
+        "spark.cassandra.query.retry.count", values.int_in(0),
         "Retries of a failed write before the flush fails (it is then retried from the WAL).",
         section=_C, target="write.retry_count",
     ),
     _spec(
-        "spark.cassandra.auth.username", None, values.text,
+        "spark.cassandra.auth.username", values.text,
         "User name for password authentication.",
         section=_A, target="connection.username",
     ),
     _spec(
-        "spark.cassandra.auth.password", None, values.text,
+        "spark.cassandra.auth.password", values.text,
         "Password for password authentication.",
         section=_A, target="connection.password", secret=True,
     ),
     _spec(
-        "spark.cassandra.connection.ssl.enabled", "false", values.boolean,
+        "spark.cassandra.connection.ssl.enabled", values.boolean,
         "Use TLS.",
         section=_A, target="connection.ssl_enabled",
     ),
     _spec(
-        "spark.cassandra.connection.ssl.trustStore.path", None, values.nonempty,
+        "spark.cassandra.connection.ssl.trustStore.path", values.nonempty,
         "CA certificates as a PEM file (not a JKS trust store: this is Python's ssl).",
         section=_A, target="connection.ssl_truststore_path",
     ),
     _spec(
-        "spark.cassandra.connection.ssl.keyStore.path", None, values.nonempty,
+        "spark.cassandra.connection.ssl.keyStore.path", values.nonempty,
         "Client certificate and key as a PEM file, for client authentication.",
         section=_A, target="connection.ssl_keystore_path",
     ),
     _spec(
-        "spark.cassandra.connection.ssl.keyStore.password", None, values.text,
+        "spark.cassandra.connection.ssl.keyStore.password", values.text,
         "Password of the client key.",
         section=_A, target="connection.ssl_keystore_password", secret=True,
     ),
     _spec(
-        "spark.cassandra.connection.ssl.protocol", "TLS", values.ssl_protocol,
+        "spark.cassandra.connection.ssl.protocol", values.ssl_protocol,
         "Highest TLS version offered, as in SCC (Java's protocol names): `TLS` (any, at least "
         "1.2), `TLSv1.3` (1.2 or 1.3), `TLSv1.2` (1.2 only). 1.2 is the floor throughout, as "
         "in current JDKs: `TLSv1`, `TLSv1.1` and `SSL*` are refused (deprecated by RFC 8996), "
@@ -269,7 +304,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_A, target="connection.ssl_protocol",
     ),
     _spec(
-        "spark.cassandra.output.consistency.level", "LOCAL_QUORUM", values.consistency,
+        "spark.cassandra.output.consistency.level", values.consistency,
         "Write consistency level: any `cassandra.ConsistencyLevel` name but SERIAL and "
         "LOCAL_SERIAL (for lightweight transactions only) and ANY (a write acknowledged as a "
         "hint may not be stored, yet its batch would be marked flushed and deleted from the "
@@ -277,19 +312,19 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         target="connection.consistency",
     ),
     _spec(
-        "spark.cassandra.output.concurrent.writes", "32", values.int_in(1),
+        "spark.cassandra.output.concurrent.writes", values.int_in(1),
         "Requests in flight per flusher. SCC's 5 suits its JVM thread pool; this sink is a "
         "single-threaded async Python client, which needs more requests in flight to keep the"
         " cluster busy.",
         target="write.concurrent_writes",
     ),
     _spec(
-        "spark.cassandra.output.batch.size.rows", "auto", values.auto_or_positive,
+        "spark.cassandra.output.batch.size.rows", values.auto_or_positive,
         "Rows per unlogged batch: `auto` (let the writer decide) or a positive number.",
-        target="write.batch_size_rows",
+        target="write.batch_size_rows", shown=values.shown_auto,
     ),
     _spec(
-        "spark.cassandra.output.batch.size.bytes", "auto", values.auto_or_positive,
+        "spark.cassandra.output.batch.size.bytes", values.auto_or_positive,
         "Largest batch holding several partitions, in bytes as Cassandra counts them against "
         "`batch_size_warn_threshold` (estimated from above: the values, plus 24 bytes a "
         "regular column and 48 a row; a non-frozen collection's bytes count 11 times). `auto`: "
@@ -297,10 +332,10 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "capped by `batch_size_fail_threshold`), or Cassandra's default 5120 where the node "
         "cannot say. Cassandra does not size-check single-partition batches, nor does this "
         "sink.",
-        target="write.batch_size_bytes",
+        target="write.batch_size_bytes", shown=values.shown_auto,
     ),
     _spec(
-        "spark.cassandra.output.batch.grouping.key", "replica_set",
+        "spark.cassandra.output.batch.grouping.key",
         values.choice("replica_set", "partition", "none"),
         "How rows are grouped into UNLOGGED batches. `replica_set` (the default): rows whose "
         "partitions are owned by the same replicas, up to the node's "
@@ -310,24 +345,24 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         target="write.batch_grouping_key",
     ),
     _spec(
-        "spark.cassandra.output.ttl", "0", values.ttl_seconds,
+        "spark.cassandra.output.ttl", values.ttl_seconds,
         "TTL in seconds for every written cell, counted from the batch's seal; 0 means none "
         "(then the table's `default_time_to_live` applies, as Cassandra counts it).",
-        target="write.ttl_seconds",
+        target="write.ttl_seconds", shown=values.shown_ttl,
     ),
     _spec(
-        "spark.cassandra.output.ignoreNulls", "false", values.boolean,
+        "spark.cassandra.output.ignoreNulls", values.boolean,
         "Leave columns unset instead of writing nulls (no tombstones).",
         target="write.ignore_nulls",
     ),
     _spec(
-        "spark.cassandra.output.throughputMBPerSec", None, values.positive_float,
+        "spark.cassandra.output.throughputMBPerSec", values.positive_float,
         "Cap on the bytes written per second by the flusher, in MB (unset: no cap).",
         target="write.throughput_mb_per_s",
         old_names=("spark.cassandra.output.throughput_mb_per_sec",),
     ),
     _spec(
-        "wal.path", None, values.nonempty,
+        "wal.path", values.nonempty,
         "WAL directory. Unset: `<checkpointLocation>/cassandra_wal` for streams (a `foreachBatch` "
         "writer's: `<checkpointLocation>/cassandra_wal.<keyspace>.<table>`, one WAL a table), "
         "`~/.cassandra_wal/<keyspace>.<table>` for batch writes. In a cluster: a path every node "
@@ -336,40 +371,40 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.path",
     ),
     _spec(
-        "wal.retention.batches", "10", values.int_in(0),
+        "wal.retention.batches", values.int_in(0),
         "Newest flushed batches kept (rows in the log, for `cassandra-wal dump`; in the scale-out flush modes their records and seals only, the rows were never copied) before retention removes them.",
         section=_L, target="wal.retention_batches",
     ),
     _spec(
-        "wal.retention.seconds", None, values.positive_float,
+        "wal.retention.seconds", values.positive_float,
         "Also keep flushed batches younger than this many seconds, even beyond the count (unset: by count only).",
         section=_L, target="wal.retention_seconds",
     ),
     _spec(
-        "wal.maxBytes", "10g", values.byte_size,
+        "wal.maxBytes", values.byte_size,
         "Cap on the backlog before a batch's commit: segment bytes of earlier batches sealed but "
         "not yet flushed to Cassandra (the batch being committed is not counted, so a batch "
         "larger than the cap still commits once the backlog has drained). Bytes, or with a "
         "k/m/g/t suffix (powers of 1024), e.g. 512m. Over it, the commit applies `wal.backpressure`.",
-        section=_L, target="wal.max_bytes",
+        section=_L, target="wal.max_bytes", shown=values.shown_size,
     ),
     _spec(
-        "wal.backpressure", "block", values.choice("block", "fail"),
+        "wal.backpressure", values.choice("block", "fail"),
         "When the WAL is full: `block` the batch until flushes make room, or `fail` it.",
         section=_L, target="wal.backpressure",
     ),
     _spec(
-        "wal.backpressure.timeoutSeconds", "600", values.positive_float,
+        "wal.backpressure.timeoutSeconds", values.positive_float,
         "How long `block` waits before failing the batch.",
         section=_L, target="wal.backpressure_timeout_s",
     ),
     _spec(
-        "wal.flush", "true", values.boolean,
+        "wal.flush", values.boolean,
         "`false` stages batches without writing them to Cassandra (benchmarks only).",
         section=_L, target="wal.flush",
     ),
     _spec(
-        "wal.flush.mode", "auto", values.choice("auto", "driver", "processes", "executors"),
+        "wal.flush.mode", values.choice("auto", "driver", "processes", "executors"),
         "Who writes a committed batch's rows to Cassandra. `auto` (the default): `executors` "
         "when Spark runs executors apart from the driver (a cluster manager's master or "
         "`local-cluster`; through Spark Connect, the server's) or the WAL is on HDFS or S3, "
@@ -391,13 +426,13 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.flush_mode",
     ),
     _spec(
-        "wal.flush.processes", "2", values.int_in(1, 64),
+        "wal.flush.processes", values.int_in(1, 64),
         "With `wal.flush.mode=processes`: how many worker processes write a batch's segments "
         "(a batch has one segment per Spark task, so more processes than tasks add nothing).",
         section=_L, target="wal.flush_processes",
     ),
     _spec(
-        "wal.flush.groupRows", "30000", values.int_in(1, 1_000_000),
+        "wal.flush.groupRows", values.int_in(1, 1_000_000),
         "Rows the flusher groups together into requests: a batch's consecutive chunks "
         "(Spark's Arrow batches, 10,000 rows by default) are gathered up to this many rows, so "
         "that a partition's rows from several chunks share one request. Higher: fewer, fuller "
@@ -407,7 +442,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="write.group_rows",
     ),
     _spec(
-        LISTS_AT_LEAST_ONCE, None, values.column_names,
+        LISTS_AT_LEAST_ONCE, values.column_names,
         "Non-frozen `list<...>` columns you accept to be written **at least once**, "
         "comma-separated (unset: none). Cassandra stores each element of a non-frozen list "
         "under a new cell id it picks at every write, so a row written again (the driver's "
@@ -422,7 +457,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="write.lists_at_least_once",
     ),
     _spec(
-        "wal.metrics.port", None, values.metrics_port,
+        "wal.metrics.port", values.metrics_port,
         "Serve the sink's figures for Prometheus on this TCP port of the driver "
         "(`http://<driver host>:<port>/metrics`); unset: no endpoint. It starts with the "
         "query's flusher (at its first batch; a restart that adds the option: at its second) "
@@ -433,7 +468,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.metrics_port",
     ),
     _spec(
-        "marker.table", None, values.nonempty,
+        "marker.table", values.nonempty,
         "A stream's completeness marker: a table (`table`, in the target's keyspace, or "
         "`keyspace.table`) where the flusher records, per query and target table, the newest "
         "batch whose every row Cassandra acknowledged, once it is marked written, at the "
@@ -443,69 +478,69 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_L, target="wal.marker_table",
     ),
     _spec(
-        "marker.create", "false", values.boolean,
+        "marker.create", values.boolean,
         "`true`: create the `marker.table` if it does not exist (`CREATE TABLE IF NOT "
         "EXISTS`, at the query's first batch); `false`: it must exist with its schema.",
         section=_L, target="wal.marker_create",
     ),
     _spec(
-        "spark.cassandra.output.batch.grouping.buffer.size", None, values.ignored,
+        "spark.cassandra.output.batch.grouping.buffer.size", values.ignored,
         "Rows are grouped over `wal.flush.groupRows` rows of a batch instead.",
         section=_I, status="ignored",
     ),
     _spec(
-        "spark.cassandra.output.metrics", None, values.ignored,
+        "spark.cassandra.output.metrics", values.ignored,
         "SCC's JVM task metrics do not exist for a Python data source; see `wal.metrics.port` "
         "and `sinks.status(query)` instead.",
         section=_I, status="ignored",
     ),
     _spec(
-        "spark.cassandra.connection.keepAliveMS", None, values.ignored,
+        "spark.cassandra.connection.keepAliveMS", values.ignored,
         "The driver's idle heartbeat keeps connections alive.",
         section=_I, status="ignored",
         old_names=("spark.cassandra.connection.keep_alive_ms",),
     ),
     _spec(
-        "spark.cassandra.connection.compression", None, values.ignored,
+        "spark.cassandra.connection.compression", values.ignored,
         "The Python driver negotiates compression itself.",
         section=_I, status="ignored",
     ),
     _spec(
-        "spark.cassandra.connection.reconnectionDelayMS.min", None, values.ignored,
+        "spark.cassandra.connection.reconnectionDelayMS.min", values.ignored,
         "The driver's reconnection policy applies.",
         section=_I, status="ignored",
         old_names=("spark.cassandra.connection.reconnection_delay_ms.min",),
     ),
     _spec(
-        "spark.cassandra.connection.reconnectionDelayMS.max", None, values.ignored,
+        "spark.cassandra.connection.reconnectionDelayMS.max", values.ignored,
         "The driver's reconnection policy applies.",
         section=_I, status="ignored",
         old_names=("spark.cassandra.connection.reconnection_delay_ms.max",),
     ),
     _spec(
-        "spark.cassandra.output.ifNotExists", None, values.refused(_LWT_REASON, "false"),
+        "spark.cassandra.output.ifNotExists", values.refused(_LWT_REASON, "false"),
         "`false` only. IF NOT EXISTS is a lightweight transaction: not idempotent under "
         "retry, and incompatible with the fixed write timestamps that make replays safe.",
         section=_R, status="refused",
     ),
     _spec(
-        "spark.cassandra.output.timestamp", None, values.refused(_TIMESTAMP_REASON, "0"),
+        "spark.cassandra.output.timestamp", values.refused(_TIMESTAMP_REASON, "0"),
         "`0` only. Use the `writetime` option.",
         section=_R, status="refused",
     ),
     _spec(
-        "cluster", None, values.refused(_CLUSTER_REASON, "default"),
+        "cluster", values.refused(_CLUSTER_REASON, "default"),
         "`default` only.",
         section=_R, status="refused",
     ),
     _spec(
-        "confirm.truncate", None, values.refused("this sink never truncates a table; it only appends", "false"),
+        "confirm.truncate", values.refused("this sink never truncates a table; it only appends", "false"),
         "`false` only.",
         section=_R, status="refused",
     ),
 ) + tuple(
     _spec(
-        name, None, values.refused(values.JKS_REASON, *harmless), f"{detail} Convert Java key stores to PEM "
+        name, values.refused(values.JKS_REASON, *harmless), f"{detail} Convert Java key stores to PEM "
         "(see the user guide, Security) and use the `.path` options.",
         section=_R, status="refused", secret="password" in name,
     )
@@ -541,32 +576,32 @@ def parse_options(options: Mapping[str, str], session_conf: Mapping[str, str] | 
         elif spec.required:
             raise OptionError(spec.name, None, f"required: {spec.doc}")
         else:
-            value = None if spec.default is None else _parse_one(spec, spec.default)
+            continue          # the config field keeps its default (which spec.default shows)
         if spec.target is not None:
             section, name = spec.target.split(".")
             sections[section][name] = value
     _check_cloud(raw, sections["connection"])
     write = sections["write"]
-    ttl, writetime = write.pop("ttl_per_row"), write.pop("writetime_per_row")
-    if ttl is not None:
-        write["ttl_seconds"], write["ttl_column"] = ttl.constant, ttl.column
-    if writetime is not None:
-        write["writetime_micros"], write["writetime_column"] = writetime.constant, writetime.column
-    _check_operations(write, raw)
+    for per_row, (constant, column) in PER_ROW_TARGETS.items():
+        given = write.pop(per_row, None)
+        if given is not None:
+            write[constant], write[column] = given.constant, given.column
+    write_config = WriteConfig(**write)
+    _check_operations(write_config, raw)
     return SinkConfig(
         **sections["sink"],
         connection=ConnectionConfig(**sections["connection"]),
-        write=WriteConfig(**write),
+        write=write_config,
         wal=WalConfig(**sections["wal"]),
     )
 
 
-def _check_operations(write: dict[str, Any], raw: Mapping[str, str]) -> None:
+def _check_operations(write: WriteConfig, raw: Mapping[str, str]) -> None:
     """A change stream's options agree: no value of an operation without ``op.column``, each
     value names one operation, an upsert and a row delete can be told, and the write
     timestamps are not one constant (every delete and upsert of a key would tie, and the
     tombstone win)."""
-    if write["op_column"] is None:
+    if write.op_column is None:
         for option, _field in OPERATION_VALUES:
             if option in raw:
                 raise OptionError(option, raw[option], "names the values of a change stream's "
@@ -575,17 +610,17 @@ def _check_operations(write: dict[str, Any], raw: Mapping[str, str]) -> None:
         return
     seen: dict[str, str] = {}
     for option, field in OPERATION_VALUES:
-        for value in write[field] or ():
+        for value in getattr(write, field):
             if value in seen:
-                raise OptionError(option, ",".join(write[field]),
+                raise OptionError(option, ",".join(getattr(write, field)),
                                   f"{value!r} is also one of {seen[value]}: each value names "
                                   "one operation")
             seen[value] = option
     for option, field in OPERATION_VALUES[:2]:      # an upsert and a row delete, at least
-        if not write[field]:
+        if not getattr(write, field):
             raise OptionError(option, "", "a change stream (op.column) needs at least one value")
-    if write.get("writetime_micros") is not None:
-        raise OptionError("writetime", str(write["writetime_micros"]),
+    if write.writetime_micros is not None:
+        raise OptionError("writetime", str(write.writetime_micros),
                           "a constant write timestamp with op.column gives every upsert and "
                           "delete of a key the same timestamp, where the delete always wins: "
                           "leave writetime unset (sealed timestamps, in batch order) or name a "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import json
 import logging
@@ -12,12 +13,15 @@ from pathlib import Path
 import pytest
 
 from recovery.cql.errors import REDACTED, OptionError
+from sinks.worker import options as options_module
 from sinks.worker.options import (
     OPTION_SPECS,
     ConnectionConfig,
+    OptionSpec,
     SinkConfig,
     WalConfig,
     WriteConfig,
+    config_default,
     parse_options,
 )
 from sinks.worker.options_doc import options_markdown
@@ -27,6 +31,9 @@ pytestmark = pytest.mark.unit
 BASE = {"keyspace": "ks", "table": "events"}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "options.md"
 SECRET = "s3cr3t-Pa55"
+
+
+OPTION_BY_NAME = {spec.name: spec for spec in OPTION_SPECS}
 
 
 def parse(**extra: str) -> SinkConfig:
@@ -89,6 +96,32 @@ def test_dataclass_defaults_equal_table_defaults():
 @pytest.mark.parametrize("spec", [s for s in OPTION_SPECS if s.default is not None], ids=lambda s: s.name)
 def test_every_table_default_parses(spec):
     spec.parser(spec.default)
+
+
+@pytest.mark.parametrize("spec", [s for s in OPTION_SPECS if s.default is not None], ids=lambda s: s.name)
+def test_a_shown_default_given_as_the_option_changes_nothing(spec):
+    """The table shows each config field's default as a user would type it (its ``shown``,
+    the parser's inverse): typed in, it gives the default config again."""
+    context = {"op.column": "op"} if spec.name.startswith("op.") else {}   # values need it
+    assert parse(**context, **{spec.name: spec.default}) == parse(**context)
+
+
+def test_an_option_default_is_written_once_in_the_config_dataclasses():
+    """The config dataclasses' field defaults are the one place a default is written: the
+    option table cannot be given one (a second copy would creep back through it), and every
+    option setting a field shows that field's default."""
+    assert "default" not in inspect.signature(OptionSpec).parameters
+    assert "default" not in inspect.signature(options_module._spec).parameters
+    for spec in OPTION_SPECS:
+        if spec.target is not None:
+            assert spec.default == spec.shown(config_default(spec.target)), spec.name
+        else:
+            assert spec.default is None, spec.name
+    assert OPTION_BY_NAME["wal.maxBytes"].default == "10g"          # shown as a user types it
+    assert OPTION_BY_NAME["spark.cassandra.connection.timeoutMS"].default == "5000"
+    assert OPTION_BY_NAME["spark.cassandra.output.ttl"].default == "0"
+    assert OPTION_BY_NAME["spark.cassandra.output.batch.size.rows"].default == "auto"
+    assert OPTION_BY_NAME["op.upsertValues"].default == "c,u,r"
 
 
 def test_option_names_are_unique_ignoring_case():
