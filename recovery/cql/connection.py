@@ -13,6 +13,7 @@ import os.path
 from cassandra import AuthenticationFailed, DriverException
 
 from .config import TLS_PROTOCOLS, ConnectionConfig, tls_protocol
+from .credentials import OPTION_OF
 from .errors import ConnectionFailed, OptionError
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,8 @@ def _redact(text: str, conn: ConnectionConfig) -> str:
 
 
 _CLOUD_OPTION = "spark.cassandra.connection.config.cloud.path"
-_AUTH_HINT = ("authentication failed: check spark.cassandra.auth.username and "
-              "spark.cassandra.auth.password")
+_AUTH_HINT = (f"authentication failed: check {OPTION_OF['username']} and "
+              f"{OPTION_OF['password']}")
 _TRUST_HINT = ("TLS: the node's certificate is not trusted: "
                "spark.cassandra.connection.ssl.trustStore.path must be a PEM file holding the "
                "CA that signed it")

@@ -42,23 +42,41 @@ import struct
 import tempfile
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from .errors import SinkError
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class Credential:
+    """One credential: the :class:`~recovery.cql.config.ConnectionConfig` field it sets, the
+    option (and session conf key) that gives it, in its canonical spelling, and the
+    environment variable that gives it at the lowest precedence (:func:`layered`; with its
+    arguments, the one source ``cassandra-wal recover`` has)."""
+
+    field: str
+    option: str
+    env: str
+
+
+#: Every credential, and the one place its option is named: the option table
+#: (:data:`sinks.worker.options.OPTION_SPECS`, a floor above) takes these names from here, and
+#: the flusher, which never parses options, reads the session conf by them (:func:`in_conf`).
+CREDENTIALS = (
+    Credential("username", "spark.cassandra.auth.username", "CASSANDRA_WAL_USERNAME"),
+    Credential("password", "spark.cassandra.auth.password", "CASSANDRA_WAL_PASSWORD"),
+    Credential("ssl_keystore_password", "spark.cassandra.connection.ssl.keyStore.password",
+               "CASSANDRA_WAL_KEYSTORE_PASSWORD"),
+)
+#: Each credential field's option, as the option table spells it.
+OPTION_OF = {c.field: c.option for c in CREDENTIALS}
 #: Option names (lower-cased, as Spark hands them over) whose presence in a write's options
 #: triggers a hand-over, and the ConnectionConfig field each one sets.
-CREDENTIAL_OPTIONS = {
-    "spark.cassandra.auth.username": "username",
-    "spark.cassandra.auth.password": "password",
-    "spark.cassandra.connection.ssl.keystore.password": "ssl_keystore_password",
-}
-FIELDS = ("username", "password", "ssl_keystore_password")
-#: Environment variables holding credentials: the lowest precedence (:func:`layered`), and
-#: with its arguments the one source ``cassandra-wal recover`` has.
-ENV_VARIABLES = {"username": "CASSANDRA_WAL_USERNAME", "password": "CASSANDRA_WAL_PASSWORD",
-                 "ssl_keystore_password": "CASSANDRA_WAL_KEYSTORE_PASSWORD"}
+CREDENTIAL_OPTIONS = {c.option.lower(): c.field for c in CREDENTIALS}
+FIELDS = tuple(c.field for c in CREDENTIALS)
+ENV_VARIABLES = {c.field: c.env for c in CREDENTIALS}
 ENV_USERNAME, ENV_PASSWORD, ENV_KEYSTORE_PASSWORD = ENV_VARIABLES.values()
 MAX_MESSAGE = 64 * 1024
 TIMEOUT_S = 10.0
@@ -369,4 +387,5 @@ def hand_over(address: str | None, wal_root: str, connection) -> bool:
 
 __all__ = ["CredentialServer", "CredentialStore", "CredentialChannelError", "ensure_server",
            "hand_over", "lookup", "forget", "given_in", "send", "layered", "in_conf",
-           "of_connection", "of_stream", "CREDENTIAL_OPTIONS", "ENV_VARIABLES"]
+           "of_connection", "of_stream", "Credential", "CREDENTIALS", "CREDENTIAL_OPTIONS",
+           "OPTION_OF", "ENV_VARIABLES"]

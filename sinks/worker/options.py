@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recovery.config import SinkConfig, WalConfig
+from recovery.cql import credentials
 from recovery.cql.config import ConnectionConfig, WriteConfig
 from recovery.cql.errors import OptionError
 
@@ -84,6 +85,14 @@ def _spec(name: str, parser: Callable[[str], Any], doc: str, **kw: Any) -> Optio
         doc += (f" SCC's old spelling {', '.join(f'`{n}`' for n in old)} is accepted too, with a "
                 "warning.")
     return OptionSpec(name, parser, doc, **kw)
+
+
+def _credential(field: str, parser: Callable[[str], Any], doc: str, **kw: Any) -> OptionSpec:
+    """The option giving a credential: named by the credential table
+    (:data:`recovery.cql.credentials.CREDENTIALS`), which the driver's flusher reads the session
+    conf with, so that the name is written once."""
+    return _spec(credentials.OPTION_OF[field], parser, doc, section=_A,
+                 target=f"connection.{field}", **kw)
 
 
 #: The config dataclass of each section of an option's ``target``.
@@ -265,16 +274,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "Retries of a failed write before the flush fails (it is then retried from the WAL).",
         section=_C, target="write.retry_count",
     ),
-    _spec(
-        "spark.cassandra.auth.username", values.text,
-        "User name for password authentication.",
-        section=_A, target="connection.username",
-    ),
-    _spec(
-        "spark.cassandra.auth.password", values.text,
-        "Password for password authentication.",
-        section=_A, target="connection.password", secret=True,
-    ),
+    _credential("username", values.text, "User name for password authentication."),
+    _credential("password", values.text, "Password for password authentication.", secret=True),
     _spec(
         "spark.cassandra.connection.ssl.enabled", values.boolean,
         "Use TLS.",
@@ -290,11 +291,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "Client certificate and key as a PEM file, for client authentication.",
         section=_A, target="connection.ssl_keystore_path",
     ),
-    _spec(
-        "spark.cassandra.connection.ssl.keyStore.password", values.text,
-        "Password of the client key.",
-        section=_A, target="connection.ssl_keystore_password", secret=True,
-    ),
+    _credential("ssl_keystore_password", values.text, "Password of the client key.", secret=True),
     _spec(
         "spark.cassandra.connection.ssl.protocol", values.ssl_protocol,
         "Highest TLS version offered, as in SCC (Java's protocol names): `TLS` (any, at least "
@@ -661,7 +658,7 @@ _CLOUD_DECIDES = {
     "spark.cassandra.connection.ssl.enabled": "the bundle brings its own TLS",
     "spark.cassandra.connection.ssl.trustStore.path": "the bundle brings its own CA",
     "spark.cassandra.connection.ssl.keyStore.path": "the bundle brings its own client key",
-    "spark.cassandra.connection.ssl.keyStore.password": "the bundle brings its own client key",
+    credentials.OPTION_OF["ssl_keystore_password"]: "the bundle brings its own client key",
     "spark.cassandra.connection.ssl.protocol": "the bundle brings its own TLS",
 }
 _HARMLESS_BESIDE_CLOUD = {"spark.cassandra.connection.ssl.enabled": "false",

@@ -3,6 +3,7 @@ flusher in memory only, from another process, and never show up anywhere else.""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import socket
@@ -28,7 +29,7 @@ from recovery.cql.table import TableSchema
 from recovery.flusher import load_target
 from recovery.output import CassandraOutput
 from recovery.target import Target
-from sinks.worker.options import parse_options
+from sinks.worker.options import OPTION_SPECS, parse_options
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.unit
@@ -271,3 +272,27 @@ def test_flusher_output_picks_up_credentials_handed_over_after_it_was_made(
     with pytest.raises(RuntimeError):
         output.upserter()
     assert seen == [("recorded-user", None), ("etl", SECRET)]   # the user name is recorded
+
+
+def test_each_credential_option_is_named_in_the_credential_table_only():
+    """The credential table (:data:`credentials.CREDENTIALS`) is the one place a credential's
+    option is named and tied to its field: the option table takes each name and target from
+    it, and no other module of the packages spells one as a literal (a second map from
+    option to field, a key of its own, would creep back there)."""
+    by_target = {spec.target: spec for spec in OPTION_SPECS if spec.target}
+    for credential in credentials.CREDENTIALS:
+        assert by_target[f"connection.{credential.field}"].name == credential.option
+    assert credentials.CREDENTIAL_OPTIONS == {
+        c.option.lower(): c.field for c in credentials.CREDENTIALS}
+    names = {c.option.lower() for c in credentials.CREDENTIALS}
+    owner = Path(credentials.__file__).resolve()
+    spelt = []
+    for package in ("wal", "recovery", "sinks"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            if path.resolve() == owner:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                        and node.value.strip().lower() in names):
+                    spelt.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+    assert not spelt, "a credential option named outside recovery/cql/credentials.py"
