@@ -132,8 +132,7 @@ class Target:
 
     def has_secrets(self) -> bool:
         """Whether connecting takes a secret (a password, a key store's password)."""
-        conn = self.config.connection
-        return any(getattr(conn, name) for name in conn.SECRET_FIELDS)
+        return bool(self.config.connection.secrets())
 
     def with_credentials(self, creds: Mapping[str, str]) -> "Target":
         """A copy connecting with ``creds`` (what :func:`recovery.cql.credentials.layered` chose)."""

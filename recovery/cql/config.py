@@ -2,8 +2,9 @@
 configs, frozen and picklable (they travel to executors and flush worker processes).
 
 Built from the user's options by :func:`sinks.worker.options.parse_options`; recorded in the WAL's
-``target.json`` by :meth:`public_dict`, which leaves every secret out (secrets are
-``field(repr=False)``: they still pickle, since executors need them to connect).
+``target.json`` by :meth:`public_dict`, which leaves every secret out (a field
+:func:`~recovery.cql.errors.is_secret` names, left out of the repr too: secrets still pickle,
+since executors need them to connect).
 
 The field defaults here are the options' defaults, written nowhere else: the option table
 (:data:`sinks.worker.options.OPTION_SPECS`, a floor above) reads them, and shows them in
@@ -15,10 +16,12 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cassandra import ConsistencyLevel
+
+from .errors import is_secret
 
 MAX_TTL_SECONDS = 630_720_000  # Cassandra's limit: 20 years.
 
@@ -106,18 +109,16 @@ class ConnectionConfig:
     port: int = 9042
     local_dc: str | None = None
     username: str | None = None
-    password: str | None = field(default=None, repr=False)
+    password: str | None = None
     consistency: str = "LOCAL_QUORUM"
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
     ssl_enabled: bool = False
     ssl_truststore_path: str | None = None
     ssl_keystore_path: str | None = None
-    ssl_keystore_password: str | None = field(default=None, repr=False)
+    ssl_keystore_password: str | None = None
     ssl_protocol: str = "TLS"
     cloud_bundle_path: str | None = None  # a secure connect bundle; then hosts and TLS come from it
-
-    SECRET_FIELDS = ("password", "ssl_keystore_password")
 
     @property
     def consistency_level(self) -> int:
@@ -133,9 +134,18 @@ class ConnectionConfig:
 
     def public_dict(self) -> dict[str, Any]:
         """The config as JSON-ready data without any secret (safe to record in the WAL)."""
-        out = public_fields(self, exclude=self.SECRET_FIELDS)
+        out = public_fields(self)
         out["hosts"] = list(self.hosts)
         return out
+
+    def secrets(self) -> tuple[str, ...]:
+        """The secrets set (what connecting takes, and no message may show)."""
+        return tuple(value for f in dataclasses.fields(self)
+                     if is_secret(f.name) and (value := getattr(self, f.name)))
+
+    def __repr__(self) -> str:      # the dataclass's, without the secrets
+        shown = ", ".join(f"{name}={value!r}" for name, value in public_fields(self).items())
+        return f"{type(self).__qualname__}({shown})"
 
 
 @dataclass(frozen=True)
@@ -185,5 +195,7 @@ _TUPLE_FIELDS = ("lists_at_least_once", "upsert_values", "delete_values",
 
 
 def public_fields(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A config dataclass's fields as JSON-ready data, without those in ``exclude``."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name not in exclude}
+    """A config dataclass's fields as JSON-ready data, without its secrets
+    (:func:`~recovery.cql.errors.is_secret`) or those in ``exclude``."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+            if f.name not in exclude and not is_secret(f.name)}

@@ -14,15 +14,14 @@ from cassandra import AuthenticationFailed, DriverException
 
 from .config import TLS_PROTOCOLS, ConnectionConfig, tls_protocol
 from .credentials import OPTION_OF
-from .errors import ConnectionFailed, OptionError
+from .errors import REDACTED, ConnectionFailed, OptionError
 
 log = logging.getLogger(__name__)
 
 
 def _redact(text: str, conn: ConnectionConfig) -> str:
-    for secret in (conn.password, conn.ssl_keystore_password):
-        if secret:
-            text = text.replace(secret, "<redacted>")
+    for secret in conn.secrets():
+        text = text.replace(secret, REDACTED)
     return text
 
 

@@ -19,9 +19,13 @@ back to the driver pickled. ``Exception`` pickles as ``cls(*self.args)``; becaus
 constructors take the context fields rather than the message, each class lists its fields in
 ``_fields`` and :meth:`SinkError.__reduce__` rebuilds it from them.
 
-Secrets: no message ever contains a password. :class:`OptionError` redacts the value of any
-option whose name mentions a password or secret, and :class:`ConnectionFailed` carries hosts
-and a reason only (callers pass the driver's reason, which never holds the password).
+Secrets: no message ever contains a password. :func:`is_secret` is the one rule of what is
+secret, for option names and config fields alike: :class:`OptionError` redacts the value of
+such an option, the configs leave such fields out of their repr and of ``target.json``
+(:mod:`recovery.cql.config`), a connection's errors have their values replaced
+(:mod:`recovery.cql.connection`) and ``docs/options.md`` marks such options.
+:class:`ConnectionFailed` carries hosts and a reason only (callers pass the driver's reason,
+which never holds the password).
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ REDACTED = "<redacted>"
 _SECRET_MARKERS = ("password", "secret")
 
 
-def is_secret_option(name: str) -> bool:
-    """True when an option's value must never be shown (passwords, secrets)."""
+def is_secret(name: str) -> bool:
+    """True when the value of an option, or of a config field, of this name must never be
+    shown (passwords, secrets): the one place that says which are. By name, so that an option
+    the sink refuses or a field added later is covered without being listed."""
     lowered = name.lower()
     return any(marker in lowered for marker in _SECRET_MARKERS)
 
@@ -74,7 +80,7 @@ class OptionError(SinkError):
     _fields = ("option", "value", "reason")
 
     def __init__(self, option: str, value: str | None, reason: str) -> None:
-        if value is not None and is_secret_option(option):
+        if value is not None and is_secret(option):
             value = REDACTED
         self.option = option
         self.value = value

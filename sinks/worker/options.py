@@ -24,9 +24,10 @@ Old spellings: SCC still accepts the names it deprecated (``throughput_mb_per_se
 (``OptionSpec.old_names``, taken from SCC's ``DeprecatedConfigParameter`` list). One source
 giving both spellings different values is an error (SCC would let the old one win silently).
 
-Secrets (passwords) are ``field(repr=False)``, redacted in errors and left out of
-``public_dict()``, which is what gets recorded in the write-ahead log. They still pickle:
-executors need them to connect.
+Secrets (passwords): which options and config fields are secret is one rule,
+:func:`recovery.cql.errors.is_secret`; their values are redacted in errors, left out of the
+configs' repr and of ``public_dict()``, which is what gets recorded in the write-ahead log.
+They still pickle: executors need them to connect.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 from recovery.config import SinkConfig, WalConfig
 from recovery.cql import credentials
 from recovery.cql.config import ConnectionConfig, WriteConfig
-from recovery.cql.errors import OptionError
+from recovery.cql.errors import OptionError, is_secret
 
 from . import option_values as values
 
@@ -68,7 +69,6 @@ class OptionSpec:
     section: str = "Write"
     target: str | None = None
     status: str = "supported"  # supported | ignored | refused
-    secret: bool = False
     required: bool = False
     old_names: tuple[str, ...] = ()
     shown: Callable[[Any], str | None] = values.shown
@@ -77,6 +77,11 @@ class OptionSpec:
     def __post_init__(self) -> None:
         default = None if self.target is None else self.shown(config_default(self.target))
         object.__setattr__(self, "default", default)
+
+    @property
+    def secret(self) -> bool:
+        """Whether the value is never shown or recorded (:func:`is_secret`, the one rule)."""
+        return is_secret(self.name)
 
 
 def _spec(name: str, parser: Callable[[str], Any], doc: str, **kw: Any) -> OptionSpec:
@@ -275,7 +280,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         section=_C, target="write.retry_count",
     ),
     _credential("username", values.text, "User name for password authentication."),
-    _credential("password", values.text, "Password for password authentication.", secret=True),
+    _credential("password", values.text, "Password for password authentication."),
     _spec(
         "spark.cassandra.connection.ssl.enabled", values.boolean,
         "Use TLS.",
@@ -291,7 +296,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "Client certificate and key as a PEM file, for client authentication.",
         section=_A, target="connection.ssl_keystore_path",
     ),
-    _credential("ssl_keystore_password", values.text, "Password of the client key.", secret=True),
+    _credential("ssl_keystore_password", values.text, "Password of the client key."),
     _spec(
         "spark.cassandra.connection.ssl.protocol", values.ssl_protocol,
         "Highest TLS version offered, as in SCC (Java's protocol names): `TLS` (any, at least "
@@ -539,7 +544,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
         name, values.refused(values.JKS_REASON, *harmless), f"{detail} Convert Java key stores to PEM "
         "(see the user guide, Security) and use the `.path` options.",
-        section=_R, status="refused", secret="password" in name,
+        section=_R, status="refused",
     )
     for name, harmless, detail in (
         ("spark.cassandra.connection.ssl.trustStore.password", (), "Not needed for PEM files."),

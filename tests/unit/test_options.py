@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import importlib.util
 import inspect
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.cql.errors import REDACTED, OptionError
+from recovery.cql.connection import _redact as redact_connection_error
+from recovery.cql.errors import REDACTED, OptionError, is_secret
 from sinks.worker import options as options_module
 from sinks.worker.options import (
     OPTION_SPECS,
@@ -29,7 +32,8 @@ from sinks.worker.options_doc import options_markdown
 pytestmark = pytest.mark.unit
 
 BASE = {"keyspace": "ks", "table": "events"}
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "options.md"
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs" / "options.md"
 SECRET = "s3cr3t-Pa55"
 
 
@@ -497,6 +501,47 @@ def test_password_never_in_error_messages():
     with pytest.raises(OptionError) as info:
         parse_options({**BASE, "spark.cassandra.auth.password": SECRET, "spark.cassandra.connection.port": "x"})
     assert SECRET not in str(info.value)
+
+
+def test_which_values_are_secret_is_said_in_one_place():
+    """:func:`is_secret` is the one rule of what is secret: the options it names are those
+    ``docs/options.md`` marks and :class:`OptionError` redacts; the config fields it names are
+    left out of the repr, of ``public_dict`` (``target.json``) and replaced in a connection's
+    errors. No second list may creep back: no field(repr=False), no SECRET_* list in the
+    packages, no OptionSpec(secret=...)."""
+    assert {s.name for s in OPTION_SPECS if s.secret} == {
+        "spark.cassandra.auth.password", "spark.cassandra.connection.ssl.keyStore.password",
+        "spark.cassandra.connection.ssl.trustStore.password"}
+    for spec in OPTION_SPECS:
+        assert (OptionError(spec.name, SECRET, "bad").value == REDACTED) == spec.secret
+        assert spec.secret == ("Secret: never shown" in options_markdown().split(
+            f"| `{spec.name}` |")[1].split("\n")[0])
+    secret_fields = [f.name for f in dataclasses.fields(ConnectionConfig) if is_secret(f.name)]
+    assert secret_fields == ["password", "ssl_keystore_password"]
+    for config in (WriteConfig, WalConfig, SinkConfig):
+        assert not [f.name for f in dataclasses.fields(config) if is_secret(f.name)]
+    conn = ConnectionConfig(**{name: f"{SECRET}-{name}" for name in secret_fields})
+    shown = (repr(conn), str(SinkConfig("ks", "t", connection=conn)),
+             json.dumps(SinkConfig("ks", "t", connection=conn).public_dict()),
+             redact_connection_error(f"refused {conn.password} {conn.ssl_keystore_password}", conn))
+    for text in shown:
+        assert SECRET not in text, text
+    assert set(conn.secrets()) == {f"{SECRET}-{name}" for name in secret_fields}
+
+    assert "secret" not in inspect.signature(OptionSpec).parameters
+    second = []
+    for package in ("recovery", "sinks"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.keyword) and node.arg == "repr"
+                        and isinstance(node.value, ast.Constant) and node.value.value is False):
+                    second.append(f"{path.relative_to(REPO)}: field(repr=False)")
+                if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+                        and "SECRET" in node.id and path.name != "errors.py"):
+                    second.append(f"{path.relative_to(REPO)}: {node.id}")
+                if isinstance(node, ast.keyword) and node.arg == "secret":
+                    second.append(f"{path.relative_to(REPO)}: secret=")
+    assert not second, "a second declaration of what is secret (is_secret is the one)"
 
 
 def test_config_pickles_with_secrets_for_executors():
