@@ -49,6 +49,7 @@ from wal.entries import entries_since, record_run
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import RetentionPolicy
+from wal.schemes import is_local
 from wal.seal import Seal
 from wal.states import BatchState
 
@@ -193,7 +194,7 @@ class QueryFlusher:
         self._hand_over = threading.Event()    # a new run wants the WAL: stop retrying
         # Where Spark's commits of this query are, when one stat tells (a local checkpoint).
         self._commits_dir = (os.path.join(ckpt.local_path(checkpoint), "commits")
-                             if checkpoint and ckpt.is_local(checkpoint) else None)
+                             if checkpoint and is_local(checkpoint) else None)
         self._seen_committed: int | None = None   # the last commits/N the watch woke for
 
     # -- runs ----------------------------------------------------------------------------

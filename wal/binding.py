@@ -20,6 +20,7 @@ from . import format as fmt
 from .errors import WalBoundElsewhere, WalCorrupted
 from .files import atomic_write
 from .layout import WalDir
+from .schemes import is_local
 from .seal import read_seal
 
 
@@ -51,7 +52,7 @@ def _same_query(bound: Binding, now: Binding) -> bool:
         # The id follows the query where its checkpoint folder goes (a moved checkpoint keeps
         # its id); a new checkpoint, even at the same path, gets a new one.
         return bound.query_id == now.query_id
-    if ckpt.is_local(bound.checkpoint) and ckpt.is_local(now.checkpoint):
+    if is_local(bound.checkpoint) and is_local(now.checkpoint):
         return os.path.realpath(bound.checkpoint) == os.path.realpath(now.checkpoint)
     return bound.checkpoint == now.checkpoint
 

@@ -18,17 +18,14 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import re
 from dataclasses import dataclass, field
 
+from .schemes import LOCAL_SCHEME, is_local, is_local_scheme, split
 from .store import LocalStore, Store
 from .stores import StoreAccess, open_store
 
-LOCAL_SCHEME = "file"
 COMMITS, OFFSETS, METADATA = "commits", "offsets", "metadata"   # in a checkpoint
-LOCAL_DEFAULT_FS = "file:///"        # Hadoop's fs.defaultFS when nothing sets it
-# Hadoop's Path: a scheme is what comes before the first ':' when no '/' comes earlier.
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+LOCAL_DEFAULT_FS = f"{LOCAL_SCHEME}:///"   # Hadoop's fs.defaultFS when nothing sets it
 
 
 class NotLocal(ValueError):
@@ -50,18 +47,6 @@ class Location:
 
     uri: str
     local: str | None
-
-
-def _split(uri: str) -> tuple[str | None, str, str]:
-    """(scheme or None, authority, path) as Hadoop's Path parses a string."""
-    match = _SCHEME.match(uri)
-    if match is None or len(match.group(1)) == 1:    # no scheme (or a Windows drive letter)
-        return None, "", uri
-    rest = uri[match.end():]
-    if rest.startswith("//"):
-        authority, slash, path = rest[2:].partition("/")
-        return match.group(1).lower(), authority, slash + path
-    return match.group(1).lower(), "", rest
 
 
 @dataclass(frozen=True)
@@ -86,12 +71,12 @@ class Filesystems:
 
     def resolve(self, location: str) -> Location:
         """``location`` qualified as Spark qualifies it, and its local path if it has one."""
-        scheme, authority, path = _split(location.strip())
-        if scheme is None or (scheme == _split(self.default_fs)[0] and not authority):
-            default_scheme, default_authority, _ = _split(self.default_fs)
+        scheme, authority, path = split(location.strip())
+        if scheme is None or (scheme == split(self.default_fs)[0] and not authority):
+            default_scheme, default_authority, _ = split(self.default_fs)
             scheme = scheme or default_scheme or LOCAL_SCHEME
             authority = default_authority
-        if scheme == LOCAL_SCHEME:
+        if is_local_scheme(scheme):
             if not path.startswith("/"):
                 path = os.path.join(self.working_dir or os.getcwd(), path)
             path = os.path.normpath(path)
@@ -118,13 +103,6 @@ def local_path(location: str) -> str:
     :class:`NotLocal` for other schemes. ``location`` is a URI Spark resolved (the listener's
     ``resolvedCheckpointRoot``) or one an operator typed: local unless it names a scheme."""
     return LOCAL.local_path(location)
-
-
-def is_local(location: str) -> bool:
-    """``location`` names no scheme but ``file:`` (a path an operator typed, or Spark's
-    resolved ``file:/...``)."""
-    scheme = _split(location.strip())[0]
-    return scheme is None or scheme == LOCAL_SCHEME
 
 
 def normal_location(location: str) -> str:

@@ -12,7 +12,8 @@ from . import clock
 from . import format as fmt
 from .errors import NotAWal, UnsupportedFormat, WalCorrupted
 from .files import atomic_write, fsync_dir, make_private_dirs
-from .remote import RemoteWal, is_remote, make_working_copy, read_remote_uri, working_copy_of
+from .remote import RemoteWal, make_working_copy, read_remote_uri, working_copy_of
+from .schemes import is_remote
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import re
 from . import checkpoint as ckpt
 from .files import atomic_write
 from .format import POINTER_FILE, POINTERS_DIR
+from .schemes import is_local
 
 
 def table_slug(keyspace: str, table: str) -> str:
@@ -58,7 +59,7 @@ def write_pointer(cp: str, wal_location: str, table: tuple[str, str] | None = No
     A WAL moved (``wal.path`` changed) is followed (:mod:`wal.move`) before this."""
     name = pointer_name(table)
     body = json.dumps({"wal_path": wal_location}).encode()
-    if not ckpt.is_local(cp):
+    if not is_local(cp):
         store = ckpt.open_checkpoint(cp).store
         if store.read(name) != body:
             store.delete(name)      # a moved wal.path: a reader in between sees none

@@ -56,12 +56,6 @@ FLUSHED_MARKERS = "flushed"            # flushed/<batch>
 VERSION_DIGITS = 8
 
 
-def is_remote(location: str) -> bool:
-    """``location`` names a store (``scheme://``) other than the local filesystem."""
-    head, sep, _ = location.partition("://")
-    return bool(sep) and head.lower() not in ("file", "") and "/" not in head
-
-
 def working_copy_of(uri: str) -> str:
     """The local folder where this host keeps its working copy of the WAL at ``uri``."""
     parent = os.environ.get(ENV_WORKING_DIR) or os.path.join(

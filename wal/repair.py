@@ -66,7 +66,7 @@ from .files import atomic_write, fsync_dir, make_private_dirs
 from .layout import WalDir
 from .log import WalLog
 from .pointer import pointed_wals
-from .remote import is_remote
+from .schemes import is_local, is_remote
 from .seal import last_written_ts_us, now_us
 
 KEPT_WAL = "wal"                     # the kept copy's folder of the WAL's files
@@ -262,7 +262,7 @@ def checkpoint_wals(wal: WalDir, checkpoint: str) -> list[WalDir]:
     here = os.path.realpath(wal.root)
     others: dict[str, WalDir] = {}
     for location in pointed_wals(checkpoint):
-        if not ckpt.is_local(location) or is_remote(location):
+        if not is_local(location) or is_remote(location):
             raise _on_a_store(location)
         path = os.path.realpath(ckpt.local_path(location))
         if path != here and os.path.isdir(path):
@@ -385,7 +385,7 @@ def _on_a_store(where: str) -> RepairRefused:
 def _check_where(wal: WalDir, checkpoint: str) -> None:
     if wal.remote is not None:
         raise _on_a_store(wal.location)
-    if not ckpt.is_local(checkpoint):
+    if not is_local(checkpoint):
         raise _on_a_store(checkpoint)
     if not os.path.isdir(checkpoint) or not ckpt.written_by_spark(checkpoint):
         raise RepairRefused(f"{checkpoint} is not a Spark checkpoint (no metadata, offsets/ or "
@@ -469,7 +469,7 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
     :class:`RepairRefused` changes nothing. A repair that began and did not
     finish (a log is fenced) is finished, with the kept copy it began."""
     checkpoint = os.path.abspath(checkpoint)
-    wals = checkpoint_wals(wal, checkpoint) if ckpt.is_local(checkpoint) else [wal]
+    wals = checkpoint_wals(wal, checkpoint) if is_local(checkpoint) else [wal]
     logs: list[WalLog] = []
     try:
         for each in wals:

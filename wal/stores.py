@@ -1,5 +1,6 @@
-"""A :class:`~wal.store.Store` by URI: the one place that maps a location's scheme to a store,
-and how this process reaches each store (:class:`StoreAccess`)."""
+"""A :class:`~wal.store.Store` by URI: the store a location's scheme names (the schemes and
+what each names: :mod:`wal.schemes`), and how this process reaches each store
+(:class:`StoreAccess`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import urllib.parse
 from dataclasses import dataclass, field, replace
 
+from . import schemes
 from .store import LocalStore, Store
 
 #: Where HDFS answers WebHDFS when neither the session's Hadoop configuration
@@ -41,7 +43,8 @@ class StoreAccess:
         webhdfs = ()
         http = get("dfs.namenode.http-address")
         if http:
-            hdfs_default = bool(default_fs) and default_fs.lower().startswith("hdfs://")
+            hdfs_default = bool(default_fs) and \
+                schemes.kind_of(schemes.uri_scheme(default_fs)) == schemes.HDFS
             authority = urllib.parse.urlsplit(default_fs).netloc if hdfs_default else ANY
             webhdfs = ((authority, "http://" + http.replace("0.0.0.0", "127.0.0.1")),)
         endpoint = get("fs.s3a.endpoint")
@@ -57,10 +60,10 @@ class StoreAccess:
     def for_uri(self, uri: str) -> "StoreAccess":
         """Only what reaching ``uri`` takes (an HDFS location carries no S3 keys), for
         handing to another process."""
-        scheme = urllib.parse.urlsplit(uri).scheme.lower()
-        if scheme in ("hdfs", "webhdfs"):
+        kind = schemes.kind_of(urllib.parse.urlsplit(uri).scheme)
+        if kind in (schemes.HDFS, schemes.WEBHDFS):
             return StoreAccess(webhdfs=self.webhdfs)
-        if scheme in ("s3", "s3a"):
+        if kind == schemes.S3:
             return replace(self, webhdfs=())
         return StoreAccess()
 
@@ -98,15 +101,6 @@ def current_access() -> StoreAccess:
     return _access
 
 
-#: The schemes of the stores :func:`open_store` reaches: the one list of them (the sink refuses
-#: a location of any other scheme but a local path before anything is staged, sinks/worker/plan.py).
-STORE_SCHEMES = ("hdfs", "webhdfs", "s3", "s3a")
-
-
-def is_store_scheme(scheme: str) -> bool:
-    return scheme.lower() in STORE_SCHEMES
-
-
 def open_store(uri: str, *, s3_client=None) -> Store:
     """The store at ``uri``: a path or ``file:`` (:class:`LocalStore`); ``webhdfs://host:port``
     or ``hdfs://namenode`` (:class:`WebHdfsStore`, see :data:`ENV_WEBHDFS`); ``s3://`` or
@@ -114,9 +108,9 @@ def open_store(uri: str, *, s3_client=None) -> Store:
     Remote stores are made once per process, URI and access (a client costs ~0.1 s)."""
     parsed = urllib.parse.urlsplit(uri)
     scheme = parsed.scheme.lower()
-    if scheme in ("", "file"):
+    if schemes.is_local_scheme(scheme):
         return LocalStore(parsed.path if scheme else uri)
-    if scheme in STORE_SCHEMES and s3_client is None:
+    if schemes.is_store_scheme(scheme) and s3_client is None:
         return _remote_store(uri, _access)
     return _open_remote(uri, _access, s3_client)
 
@@ -128,18 +122,19 @@ def _remote_store(uri: str, access: StoreAccess) -> Store:
 
 def _open_remote(uri: str, access: StoreAccess, s3_client) -> Store:
     parsed = urllib.parse.urlsplit(uri)
-    scheme = parsed.scheme.lower()
+    kind = schemes.kind_of(parsed.scheme)
     # Each remote store's module is imported when a location names it: Spark's one-shot workers
     # of a local WAL load neither boto3 nor an HTTP client (tests/unit/test_architecture.py).
-    if scheme == "webhdfs":
+    if kind == schemes.WEBHDFS:
         from .webhdfs import WebHdfsStore
         return WebHdfsStore(f"http://{parsed.netloc}", parsed.path or "/")
-    if scheme == "hdfs":
+    if kind == schemes.HDFS:
         from .webhdfs import WebHdfsStore
         return WebHdfsStore(access.webhdfs_base(parsed.netloc, parsed.hostname),
                             parsed.path or "/")
-    if scheme in ("s3", "s3a"):
+    if kind == schemes.S3:
         from .s3 import S3Store
         return S3Store(parsed.netloc, parsed.path, client=s3_client or access.s3_client())
-    raise ValueError(f"{uri}: no store for the scheme {scheme!r} (supported: a local path, "
-                     f"file:, hdfs:, webhdfs:, s3:, s3a:)")
+    supported = ", ".join(f"{scheme}:" for scheme in schemes.SCHEMES)
+    raise ValueError(f"{uri}: no store for the scheme {parsed.scheme.lower()!r} (supported: a "
+                     f"local path, {supported})")

@@ -30,6 +30,7 @@ from wal.format import FORMAT_VERSION
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import wal_size
+from wal.schemes import is_local
 
 NAME = "inspect"
 
@@ -98,7 +99,7 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
             raise UsageError(str(exc), "pass the query's checkpointLocation: a local folder, "
                              "hdfs:// or s3a://") from None
         if not found:
-            what = "no such directory" if ckpt.is_local(given) else "no Spark checkpoint there"
+            what = "no such directory" if is_local(given) else "no Spark checkpoint there"
             raise UsageError(f"--checkpoint {given}: {what}", "pass the query's checkpointLocation")
         return ckpt.normal_location(given), "option"
     try:

@@ -18,7 +18,8 @@ import shutil
 import tempfile
 
 from wal.layout import WalDir
-from wal.remote import is_remote, make_working_copy
+from wal.remote import make_working_copy
+from wal.schemes import is_remote
 
 WAL_DIR_HELP = "the WAL directory, or the WAL's URI on a store (hdfs://..., s3a://...)"
 

@@ -17,7 +17,6 @@ from wal import checkpoint as ckpt
 from wal.errors import RepairRefused, WalLocked
 from wal.layout import WalDir
 from wal.log import WalLog
-from wal.remote import is_remote
 from wal.repair import (
     REWRITE_MEANS,
     RepairPlan,
@@ -27,6 +26,7 @@ from wal.repair import (
     repair,
     spell,
 )
+from wal.schemes import is_local, is_remote
 
 NAME = "repair"
 
@@ -112,7 +112,7 @@ def _checkpoint(wal: WalDir, given: str | None) -> str:
     if not where:
         raise UsageError(f"{wal.root} records no checkpoint (target.json)",
                          "pass the query's checkpointLocation with --checkpoint")
-    if not ckpt.is_local(where):
+    if not is_local(where):
         raise CliError(f"the checkpoint {where} is on a store (HDFS, S3): repair is not "
                        f"supported on a store yet", "nothing was changed")
     return ckpt.local_path(where)

@@ -30,10 +30,11 @@ from sinks.worker.connect_source import ConnectCassandraWalDataSource
 from sinks.worker.foreach_batch import forget_run, note_run
 from sinks.worker.source import CassandraWalDataSource
 from wal.catalog import committed_through
-from wal.checkpoint import Filesystems, is_local
+from wal.checkpoint import Filesystems
 from wal.errors import WalBoundElsewhere
 from wal.layout import WalDir
 from wal.pointer import pointed_wals
+from wal.schemes import is_local
 from wal.stores import use_access
 
 from . import metrics_endpoint

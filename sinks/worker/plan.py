@@ -46,8 +46,9 @@ from wal.pointer import (
     table_slug,
     write_pointer,
 )
-from wal.remote import is_remote, spool_dir
-from wal.stores import StoreAccess, is_store_scheme, use_access
+from wal.remote import spool_dir
+from wal.schemes import is_remote, is_store_scheme
+from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
 

@@ -159,7 +159,8 @@ def wal_pending(checkpoint: str) -> list[str] | None:
     from wal.format import MARKER_FILE
     from wal.layout import WalDir
     from wal.pointer import read_pointer
-    from wal.remote import is_remote, working_copy_of
+    from wal.remote import working_copy_of
+    from wal.schemes import is_remote
 
     root = read_pointer(checkpoint)
     if root is not None and is_remote(root):

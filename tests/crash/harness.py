@@ -74,7 +74,8 @@ from wal.errors import NotAWal, StoreUnavailable
 from wal.format import BLOCKED_FILE, SEGMENTS_DIR
 from wal.layout import WalDir
 from wal.pointer import read_pointer
-from wal.remote import ENV_WORKING_DIR, is_remote, spool_dir, working_copy_of
+from wal.remote import ENV_WORKING_DIR, spool_dir, working_copy_of
+from wal.schemes import is_remote
 from wal.seal import Seal, read_seal
 
 from .driver_program import MARKER_TABLE, committed_files, files_by_batch

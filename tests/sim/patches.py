@@ -227,6 +227,14 @@ class Patches:
 
         if hasattr(wal.stores, "_open_remote"):
             self._set(wal.stores, "_open_remote", store.open_remote(wal.stores._open_remote))
+        try:
+            import wal.schemes
+        except ImportError:     # older code: a list of store schemes of its own
+            pass
+        else:
+            # The one table of schemes (since issue 36): simstore:// as a store of its own kind.
+            self._set(wal.schemes, "SCHEMES", {**wal.schemes.SCHEMES, store.SCHEME: store.SCHEME})
+            return
         # wal.stores's since the seams, else sinks.worker.plan's
         for owner in (wal.stores, sinks.worker.plan):
             if hasattr(owner, "STORE_SCHEMES"):

@@ -22,7 +22,8 @@ from wal import WalDir, WalLog
 from wal.binding import bind, read_binding
 from wal.errors import WalBoundElsewhere
 from wal.pointer import read_pointer, write_pointer
-from wal.remote import RemoteWal, is_remote, make_working_copy, spool_dir, working_copy_of
+from wal.remote import RemoteWal, make_working_copy, spool_dir, working_copy_of
+from wal.schemes import is_remote
 from wal.seal import read_seal, seal_batch
 from wal.states import BatchState
 from wal.segment import SegmentWriter

@@ -83,10 +83,11 @@ def test_a_module_going_around_a_seam_is_found(tmp_path, module, planted, caught
     assert found.startswith(f"{module}:") and caught in found
 
 
-def test_the_simulation_replaces_the_world_in_ten_modules_only():
+def test_the_simulation_replaces_the_world_in_eleven_modules_only():
     """``tests/sim/patches.py`` patched 26 modules before the seams (every module holding a
-    clock, a crash point, the session factory...); ten now, each a seam named above or the
-    world's store, disk, task context and seal spy."""
+    clock, a crash point, the session factory...); eleven now, each a seam named above or the
+    world's store (its opener in ``wal.stores``, its scheme in the one table of schemes,
+    ``wal.schemes``), disk, task context and seal spy."""
     import types
 
     from tests.sim.patches import Patches
@@ -98,5 +99,5 @@ def test_the_simulation_replaces_the_world_in_ten_modules_only():
     finally:
         patches.undo()
     assert patched == {"wal.clock", "wal.crashpoints", "recovery.cql.connection", "recovery.cql.table",
-                       "sinks.worker.source", "wal.seal", "wal.stores", "wal.files", "wal.segment",
-                       "wal.log"}
+                       "sinks.worker.source", "wal.seal", "wal.stores", "wal.schemes", "wal.files",
+                       "wal.segment", "wal.log"}
