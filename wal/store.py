@@ -45,6 +45,7 @@ from typing import Protocol
 
 from .errors import StoreUnavailable
 from .files import fsync_dir, make_private_dirs
+from .schemes import LOCAL_SCHEME
 
 
 class Store(Protocol):
@@ -83,7 +84,7 @@ class LocalStore:
 
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
-        self.uri = "file:" + self.root
+        self.uri = f"{LOCAL_SCHEME}:{self.root}"
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))

@@ -30,7 +30,7 @@ from wal.format import FORMAT_VERSION
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.retention import wal_size
-from wal.schemes import is_local
+from wal.schemes import is_local, store_schemes_text
 
 NAME = "inspect"
 
@@ -96,8 +96,8 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
         try:
             found = ckpt.exists(given)
         except ValueError as exc:
-            raise UsageError(str(exc), "pass the query's checkpointLocation: a local folder, "
-                             "hdfs:// or s3a://") from None
+            raise UsageError(str(exc), f"pass the query's checkpointLocation: a local folder, "
+                             f"{store_schemes_text()}") from None
         if not found:
             what = "no such directory" if is_local(given) else "no Spark checkpoint there"
             raise UsageError(f"--checkpoint {given}: {what}", "pass the query's checkpointLocation")

@@ -19,9 +19,9 @@ import tempfile
 
 from wal.layout import WalDir
 from wal.remote import make_working_copy
-from wal.schemes import is_remote
+from wal.schemes import is_remote, store_schemes_text
 
-WAL_DIR_HELP = "the WAL directory, or the WAL's URI on a store (hdfs://..., s3a://...)"
+WAL_DIR_HELP = f"the WAL directory, or the WAL's URI on a store ({store_schemes_text()})"
 
 
 def shown(wal: WalDir) -> str:

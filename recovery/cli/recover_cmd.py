@@ -25,6 +25,7 @@ from wal import checkpoint as ckpt
 from wal import clock
 from wal.errors import StoreUnavailable, WalBoundElsewhere
 from wal.layout import WalDir
+from wal.schemes import store_schemes_text
 
 NAME = "recover"
 
@@ -133,8 +134,8 @@ def _checkpoint(wal: WalDir, args) -> str | None:
     except ValueError as exc:
         raise UsageError(f"{where}: the checkpoint {given}: {exc}: recover cannot read which "
                          f"batches Spark committed there",
-                         "pass the query's checkpoint (a local folder, hdfs:// or s3a://) "
-                         "with --checkpoint; nothing was changed") from None
+                         f"pass the query's checkpoint (a local folder, {store_schemes_text()}) "
+                         f"with --checkpoint; nothing was changed") from None
     except StoreUnavailable as exc:
         raise CliError(f"{where}: {exc}", "check the store's address and credentials "
                        "(AWS_*, ~/.aws, CASSANDRA_WAL_WEBHDFS); nothing was changed") from None

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from recovery.cql import credentials
 from recovery.cql.errors import OptionError
-from wal import checkpoint as ckpt
+from wal.schemes import LOCAL_SCHEME, is_local
 
 from .source import CassandraWalDataSource
 
 
 def is_relative(location: str) -> bool:
     """A local path that is not absolute (``cp``, ``file:cp``); a URI of a store is not."""
-    if not ckpt.is_local(location):
+    if not is_local(location):
         return False
-    path = location.strip()
-    return not (path[5:] if path.lower().startswith("file:") else path).startswith("/")
+    path, local = location.strip(), f"{LOCAL_SCHEME}:"
+    return not (path[len(local):] if path.lower().startswith(local) else path).startswith("/")
 
 
 class ConnectCassandraWalDataSource(CassandraWalDataSource):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from cassandra import ConsistencyLevel
 
 from recovery.cql.config import MAX_TTL_SECONDS, contact_point, format_contact_point, tls_protocol
+from wal.schemes import LOCAL_SCHEME
 
 _MIN_PLAUSIBLE_MICROS = 10**14  # 1973-03-03 in microseconds; smaller values are ms or s.
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")
@@ -166,10 +167,11 @@ def cloud_bundle(raw: str) -> str:
     SCC also takes URLs and bare ``spark.files`` names; the driver cannot fetch the first, and
     the second would resolve against each process's working directory, not Spark's files."""
     path = nonempty(raw)
-    if _URL_RE.match(path) and not path.startswith("file://"):
+    local = f"{LOCAL_SCHEME}://"
+    if _URL_RE.match(path) and not path.startswith(local):
         raise ValueError("a URL is not supported: the Python driver reads the bundle from a local "
                          "file; copy it to the same absolute path on every node")
-    path = path.removeprefix("file://")
+    path = path.removeprefix(local)
     if not os.path.isabs(path):
         raise ValueError("expected an absolute path (the bundle at the same path on every node); "
                          "a spark.files name is not resolved through Spark's files here")

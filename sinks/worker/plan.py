@@ -47,7 +47,7 @@ from wal.pointer import (
     write_pointer,
 )
 from wal.remote import spool_dir
-from wal.schemes import is_remote, is_store_scheme
+from wal.schemes import is_remote, is_store_scheme, store_schemes_text
 from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
@@ -128,7 +128,7 @@ def resolve_location(option: str, location: str,
             option, location,
             f"Spark uses it as {resolved.uri} (the session's fs.defaultFS is "
             f"{filesystems.default_fs}), a filesystem this sink cannot reach: use a local or "
-            f"mounted path, hdfs:// or s3a:// (docs/user-guide.md, 'Deployment')")
+            f"mounted path, {store_schemes_text()} (docs/user-guide.md, 'Deployment')")
     return resolved.uri
 
 
