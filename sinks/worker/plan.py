@@ -47,7 +47,7 @@ from wal.pointer import (
     write_pointer,
 )
 from wal.remote import spool_dir
-from wal.schemes import is_remote, is_store_scheme, store_schemes_text
+from wal.schemes import LOCAL_SCHEME, is_remote, is_store_scheme, store_schemes_text
 from wal.stores import StoreAccess, use_access
 from wal.seal import COMMIT_POINT_CHECKPOINT, Seal, read_seal, seal_batch
 from wal.segment import SegmentRef, SegmentWriter
@@ -167,7 +167,7 @@ def resolve_wal_root(config: SinkConfig, streaming: bool,
                           f"a batch df.write keeps its WAL in a local or mounted folder, and "
                           f"Spark resolves this one (against the session's fs.defaultFS) to "
                           f"{root}, on a store: only streams' WALs can be there for now; give "
-                          f"a file:///... path")
+                          f"a {LOCAL_SCHEME}:///... path")
     return TableJobs(root).job_root(job_id)
 
 
