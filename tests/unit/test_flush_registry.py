@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import sinks.driver.registry as driver
+import sinks.driver.registry as flush_registry
 from recovery.config import SinkConfig, WalConfig
 from tests.helpers.spark_fakes import FakeFlusher, FakeSpark, pointing
 
@@ -22,11 +22,11 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def registry(monkeypatch):
     FakeFlusher.made = []
-    monkeypatch.setattr(driver, "registries", [])     # no exit hook for these fakes
-    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "registries", [])     # no exit hook for these fakes
+    monkeypatch.setattr(flush_registry, "QueryFlusher", FakeFlusher)
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: checkpoint + "/cassandra_wal"))
-    return driver.FlushRegistry(FakeSpark(), {})
+    return flush_registry.FlushRegistry(FakeSpark(), {})
 
 
 def test_a_run_gets_a_flusher_that_recovers_then_flushes_on_progress(registry):
@@ -46,7 +46,7 @@ def test_the_metrics_endpoint_starts_once_a_run_names_a_port_even_after_its_star
     """A restarted query's flusher is made before the run's first batch records its options:
     a port given only now is seen at a later batch (the flusher took the options up)."""
     served = []
-    monkeypatch.setattr(driver.metrics_endpoint, "serve", lambda port, _: served.append(port))
+    monkeypatch.setattr(flush_registry.metrics_endpoint, "serve", lambda port, _: served.append(port))
     registry.started("q", "run-1")
     (flusher,) = FakeFlusher.made
     registry.progressed("q", "run-1")
@@ -55,7 +55,7 @@ def test_the_metrics_endpoint_starts_once_a_run_names_a_port_even_after_its_star
                                                        wal=WalConfig(metrics_port=9108)))
     registry.progressed("q", "run-1")
     assert served == [9108]
-    assert registry.served() == [driver.ServedQuery("q", "", flusher, running=True)]
+    assert registry.served() == [flush_registry.ServedQuery("q", "", flusher, running=True)]
 
 
 def test_the_endpoint_starts_when_the_flusher_takes_up_a_port_before_any_progress(
@@ -64,7 +64,7 @@ def test_the_endpoint_starts_when_the_flusher_takes_up_a_port_before_any_progres
     the port its options newly name was never served, though its flusher took the options up
     at its first drain (seen under load in test_corruption.py's restart on a damaged WAL)."""
     served = []
-    monkeypatch.setattr(driver.metrics_endpoint, "serve", lambda port, _: served.append(port))
+    monkeypatch.setattr(flush_registry.metrics_endpoint, "serve", lambda port, _: served.append(port))
     registry.started("q", "run-1")
     (flusher,) = FakeFlusher.made
     flusher.target = SimpleNamespace(config=SinkConfig("ks", "t",
@@ -111,17 +111,17 @@ def test_the_endpoint_keeps_showing_a_query_that_ended_until_its_next_run(regist
     """A query the sink blocked fails at its next commit: its WAL (blocked.json) must stay on
     the endpoint, or `cassandra_wal_blocked == 1` lasts one trigger interval. Before, only
     running flushers were served."""
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: str(tmp_path / "wal")))
     (tmp_path / "wal").mkdir()
     registry.started("q", "run-1")
     (first,) = FakeFlusher.made
     registry.terminated("q", "run-1")
     assert first.stopped.wait(5)
-    assert registry.served() == [driver.ServedQuery("q", "", first, running=False)]
+    assert registry.served() == [flush_registry.ServedQuery("q", "", first, running=False)]
     registry.started("q", "run-2")                  # the restart: its own flusher, running
     second = FakeFlusher.made[1]
-    assert registry.served() == [driver.ServedQuery("q", "", second, running=True)]
+    assert registry.served() == [flush_registry.ServedQuery("q", "", second, running=True)]
     registry.terminated("q", "run-2")
     assert second.stopped.wait(5)
     (tmp_path / "wal").rmdir()                      # the WAL removed: nothing left to show
@@ -146,9 +146,9 @@ def test_a_restart_whose_start_overtakes_the_old_termination_keeps_its_flusher(r
 def test_a_new_query_gets_its_flusher_at_its_first_progress_at_the_latest(
         registry, monkeypatch):
     pointers = {}
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: pointers.get(checkpoint)))
-    monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 60.0, False: 60.0})  # no watcher
+    monkeypatch.setattr(flush_registry, "POINTER_POLL_S", {True: 60.0, False: 60.0})  # no watcher
     registry.started("q", "run-1")
     assert FakeFlusher.made == []
     pointers["/cp/q"] = "/wal"                # the first batch wrote the pointer
@@ -166,9 +166,9 @@ def test_a_new_query_gets_its_flusher_as_soon_as_its_first_batch_names_the_wal(
     import time as time_
 
     pointers = {}
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: pointers.get(checkpoint)))
-    monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
+    monkeypatch.setattr(flush_registry, "POINTER_POLL_S", {True: 0.02, False: 0.02})
     registry.started("q", "run-1")
     time_.sleep(0.1)
     assert FakeFlusher.made == []
@@ -194,9 +194,9 @@ def test_a_query_of_another_sink_is_looked_at_only_until_its_first_event(registr
     import time as time_
 
     looks = []
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: looks.append(1)))
-    monkeypatch.setattr(driver, "POINTER_POLL_S", {True: 0.02, False: 0.02})
+    monkeypatch.setattr(flush_registry, "POINTER_POLL_S", {True: 0.02, False: 0.02})
     registry.started("kafka", "run-k")
     time_.sleep(0.2)
     assert len(looks) >= 3
@@ -213,7 +213,7 @@ def test_a_function_writing_two_tables_gets_a_flusher_for_each_wal(registry, mon
     in a later batch gets its flusher at that batch's progress event. All stop with the run."""
     pointers = {"cassandra_wal_sinks/ks.a.json": "/cp/q/cassandra_wal.ks.a",
                 "cassandra_wal_sinks/ks.b.json": "/cp/q/cassandra_wal.ks.b"}
-    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: list(pointers.values()))
+    monkeypatch.setattr(flush_registry, "pointed_wals", lambda checkpoint: list(pointers.values()))
     registry.started("q", "run-1")
     a, b = FakeFlusher.made
     assert (a.wal_root, b.wal_root) == ("/cp/q/cassandra_wal.ks.a", "/cp/q/cassandra_wal.ks.b")
@@ -236,7 +236,7 @@ def test_a_wal_the_run_moved_away_from_gets_its_flusher_stopped(registry, monkey
     pointer was not read again within the run: after the run's first batch moved the WAL
     (wal.path changed), the new WAL's batches waited for the next run."""
     where = {"wal": "/old"}
-    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: [where["wal"]])
+    monkeypatch.setattr(flush_registry, "pointed_wals", lambda checkpoint: [where["wal"]])
     registry.started("q", "run-1")
     (old,) = FakeFlusher.made
     where["wal"] = "/new"                      # the run's first batch moved the WAL
@@ -248,7 +248,7 @@ def test_a_wal_the_run_moved_away_from_gets_its_flusher_stopped(registry, monkey
 
 
 def test_a_restart_stops_every_flusher_of_the_old_run(registry, monkeypatch):
-    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: [
+    monkeypatch.setattr(flush_registry, "pointed_wals", lambda checkpoint: [
         checkpoint + "/w1", checkpoint + "/w2"])
     registry.started("q", "run-1")
     old = list(FakeFlusher.made)
@@ -276,7 +276,7 @@ def test_an_ended_run_finishes_its_drain_on_a_thread_that_exit_waits_for(registr
     assert registry.flushers_of("run-1") == [flusher] and not flusher.stopped.is_set()
     (thread,) = [t for t in threading.enumerate() if t.name.startswith("cassandra-wal-final")]
     assert not thread.daemon
-    assert flusher.finish_within == [driver.FINISH_ON_STOP_S]
+    assert flusher.finish_within == [flush_registry.FINISH_ON_STOP_S]
     flusher.release.set()
     thread.join(5)
     assert flusher.stopped.is_set() and registry.flushers_of("run-1") == []
@@ -319,16 +319,16 @@ def test_a_flusher_that_cannot_start_blocks_the_wal_so_the_next_commit_fails(
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: wal.root))
-    monkeypatch.setattr(driver, "QueryFlusher",
+    monkeypatch.setattr(flush_registry, "QueryFlusher",
                         failing_flusher(SinkError(f"{wal.root} has no target.json")))
     registry.started("q", "run-1")          # the listener swallows nothing silently
     with pytest.raises(SinkError) as info:
         check_not_blocked(wal)
     assert "the flusher cannot start" in str(info.value) and "no target.json" in str(info.value)
     # Once the cause is gone, the next event's flusher starts (and its first drain clears it).
-    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
+    monkeypatch.setattr(flush_registry, "QueryFlusher", FakeFlusher)
     registry.progressed("q", "run-1")
     assert FakeFlusher.made[-1].calls == ["start", "kick"]
 
@@ -339,12 +339,12 @@ def test_a_flusher_that_cannot_start_yet_is_tried_again_without_blocking(
     from wal.layout import WalDir
 
     wal = WalDir(str(tmp_path / "wal")).create()
-    monkeypatch.setattr(driver, "pointed_wals",
+    monkeypatch.setattr(flush_registry, "pointed_wals",
                         pointing(lambda checkpoint: wal.root))
-    monkeypatch.setattr(driver, "QueryFlusher", failing_flusher(WalLocked(wal.log, "held")))
+    monkeypatch.setattr(flush_registry, "QueryFlusher", failing_flusher(WalLocked(wal.log, "held")))
     registry.started("q", "run-1")
     assert not (tmp_path / "wal" / "blocked.json").exists()
-    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
+    monkeypatch.setattr(flush_registry, "QueryFlusher", FakeFlusher)
     registry.progressed("q", "run-1")
     assert FakeFlusher.made[-1].calls == ["start", "kick"]
 
@@ -361,16 +361,16 @@ def test_a_new_querys_flusher_is_made_once_its_target_is_recorded_before_any_eve
     from recovery.target import TargetNotRecorded
 
     there = {"pointer": False, "target": False}
-    monkeypatch.setattr(driver, "pointed_wals", lambda checkpoint: (
+    monkeypatch.setattr(flush_registry, "pointed_wals", lambda checkpoint: (
         [checkpoint + "/cassandra_wal"] if there["pointer"] else []))
-    monkeypatch.setattr(driver, "block_if_lost", lambda *a: False)
+    monkeypatch.setattr(flush_registry, "block_if_lost", lambda *a: False)
 
     def flusher(*args, **kwargs):
         if not there["target"]:
             raise TargetNotRecorded("no batch recorded its target yet")
         return FakeFlusher(*args, **kwargs)
 
-    monkeypatch.setattr(driver, "QueryFlusher", flusher)
+    monkeypatch.setattr(flush_registry, "QueryFlusher", flusher)
     registry.started("q", "run-1")               # a new query: no pointer yet
     there["pointer"] = True                      # the first batch's planning names the WAL
     time.sleep(0.5)

@@ -134,13 +134,13 @@ def test_a_writer_called_on_a_thread_of_the_function_takes_the_run_the_registry_
     after a restart in the same process, the re-run of a batch the first run had claimed was
     refused as "written twice"."""
     from tests.helpers.spark_fakes import FakeFlusher, FakeSpark, pointing
-    from sinks.driver import registry as driver
+    from sinks.driver import registry as flush_registry
 
     FakeFlusher.made = []
-    monkeypatch.setattr(driver, "registries", [])
-    monkeypatch.setattr(driver, "QueryFlusher", FakeFlusher)
-    monkeypatch.setattr(driver, "pointed_wals", pointing(lambda cp: cp + "/cassandra_wal"))
-    registry = driver.FlushRegistry(FakeSpark(), {})
+    monkeypatch.setattr(flush_registry, "registries", [])
+    monkeypatch.setattr(flush_registry, "QueryFlusher", FakeFlusher)
+    monkeypatch.setattr(flush_registry, "pointed_wals", pointing(lambda cp: cp + "/cassandra_wal"))
+    registry = flush_registry.FlushRegistry(FakeSpark(), {})
     on_a_pool_thread = SimpleNamespace(sparkContext=SimpleNamespace(
         getLocalProperty=lambda key: None))
     registry.started("q", "run-1")

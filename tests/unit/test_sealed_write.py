@@ -31,7 +31,7 @@ from recovery.cql.batch_age import BatchAge
 from recovery.target import SEALED_WRITE_OPTIONS, Target
 from recovery.cql.upsert import Upserter
 from recovery.cql.config import WriteConfig
-from recovery import output as driver
+from recovery import output as recovery_output
 from recovery.config import SinkConfig
 from wal.seal import Seal
 
@@ -78,7 +78,7 @@ def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatc
     seal = sealed(then)
     session = flights_session()
     monkeypatch.setattr(recovery.cql.connection, "connect", lambda connection: (FakeCluster(), session))
-    output = driver.CassandraOutput(target(**now))        # the restarted query's options
+    output = recovery_output.CassandraOutput(target(**now))        # the restarted query's options
     as_sealed = output.upserter(seal)
     assert as_sealed.columns == COLUMN_NAMES
     assert as_sealed.write == then.config.write
@@ -93,7 +93,7 @@ def test_a_restart_with_other_options_writes_a_sealed_batch_as_sealed(monkeypatc
 
 def test_a_seal_that_recorded_nothing_is_written_with_the_current_options(monkeypatch):
     monkeypatch.setattr(recovery.cql.connection, "connect", lambda connection: (FakeCluster(), flights_session()))
-    output = driver.CassandraOutput(target(ttl_seconds=60))
+    output = recovery_output.CassandraOutput(target(ttl_seconds=60))
     old = dataclasses.replace(sealed(target()), write=None)
     assert output.upserter(old).write.ttl_seconds == 60
     output.close()

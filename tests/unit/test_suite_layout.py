@@ -95,3 +95,21 @@ def test_every_module_under_tests_unit_marks_its_tests_unit():
     unmarked = [p.name for p in sorted((TESTS / "unit").glob("test_*.py"))
                 if "pytestmark = pytest.mark.unit" not in p.read_text()]
     assert unmarked == []
+
+
+#: Words that name one thing each (issue 36): a module of ours imported under one of them
+#: would make the word mean a module too (``driver`` was an alias of three modules: the flush
+#: registry, ``wait_flushed``'s module and recovery's output).
+RESERVED_ALIASES = {"driver", "log", "jobs", "floor"}
+
+
+def test_no_module_of_ours_is_imported_under_a_word_that_names_something_else():
+    """(A module may keep its own name: ``import recovery.jobs as jobs``.)"""
+    found = []
+    for path in suite_modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found += [f"{path.relative_to(TESTS.parent)}:{node.lineno}: as {a.asname}"
+                          for a in node.names if a.asname in RESERVED_ALIASES
+                          and a.asname != a.name.rsplit(".", 1)[-1]]   # its own name
+    assert not found, found

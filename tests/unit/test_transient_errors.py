@@ -494,7 +494,7 @@ def test_a_flusher_that_cannot_open_its_log_on_a_full_disk_does_not_block_the_wa
     plain "IO error" Exception was not transient, so the registry wrote blocked.json ("the
     flusher cannot start") and the query's next commit failed, though room on the disk cures
     it. It is a WalStorageError now: the registry tries again at the next event."""
-    import sinks.driver.registry as driver
+    import sinks.driver.registry as flush_registry
     import wal.log
     from tests.helpers.flush_fakes import target
     from tests.helpers.spark_fakes import FakeSpark
@@ -515,7 +515,7 @@ def test_a_flusher_that_cannot_open_its_log_on_a_full_disk_does_not_block_the_wa
     with pytest.raises(WalStorageError) as raised:
         WalLog.open_writer(WalDir(str(tmp_path / "wal")))
     assert is_transient(raised.value)
-    monkeypatch.setattr(driver, "registries", [])
-    registry = driver.FlushRegistry(FakeSpark(), {})
+    monkeypatch.setattr(flush_registry, "registries", [])
+    registry = flush_registry.FlushRegistry(FakeSpark(), {})
     assert registry._make_flusher(str(tmp_path / "wal"), str(tmp_path / "cp"), None) is None
     assert not os.path.exists(tmp_path / "wal" / BLOCKED)

@@ -17,7 +17,7 @@ import pytest
 
 import sinks
 import sinks.driver.registry as registry_module
-import sinks.driver.wait as driver
+import sinks.driver.wait as wait
 from recovery.errors import NotFlushedYet, WalBlocked
 from recovery.cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
@@ -182,14 +182,14 @@ def test_after_stop_with_no_flusher_left_it_drains_the_wal_itself(tmp_path, regi
     outage = Outage(OSError("unused"))
     outage.down = False
     made = []
-    real = driver.QueryFlusher
+    real = wait.QueryFlusher
 
     def flusher(*args, **kwargs):
         made.append(real(*args, **kwargs))
         fake_cassandra(monkeypatch, made[-1], outage)
         return made[-1]
 
-    monkeypatch.setattr(driver, "QueryFlusher", flusher)
+    monkeypatch.setattr(wait, "QueryFlusher", flusher)
     sinks.wait_flushed(FakeQuery(str(tmp_path / "cp"), active=False), timeout=30)
     assert len(made) == 1 and made[0].stopped.is_set()        # the WAL's lock is let go
     assert sorted(i for _, ids in outage.written for i in ids) == \
@@ -246,13 +246,13 @@ def test_after_a_stop_whose_last_drain_gave_up_it_drains_the_wal_itself(
         query = FakeQuery(str(tmp_path / "cp"), active=False)
         registry.terminated("query-1", "run-1")          # its last drain: 0.3 s of retries
         threading.Timer(1.0, lambda: setattr(outage, "down", False)).start()
-        made = driver.QueryFlusher
+        made = wait.QueryFlusher
 
         def meeting_the_same_cassandra(*args, **kwargs):
             own = made(*args, **kwargs)
             fake_cassandra(monkeypatch, own, outage)
             return own
 
-        monkeypatch.setattr(driver, "QueryFlusher", meeting_the_same_cassandra)
+        monkeypatch.setattr(wait, "QueryFlusher", meeting_the_same_cassandra)
         sinks.wait_flushed(query, timeout=10)
-        assert not driver.pending_batches(flusher.wal, str(tmp_path / "cp"), 1)
+        assert not wait.pending_batches(flusher.wal, str(tmp_path / "cp"), 1)
