@@ -60,6 +60,7 @@ def measure(root: str, profile: bool) -> dict:
     from recovery.health import read_health
     from sinks.worker.plan import backlog_bytes
     from wal import catalog
+    from wal.catalog import RecoveryAction
     from wal.layout import WalDir
     from wal.log import WalLog
     from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
@@ -79,7 +80,7 @@ def measure(root: str, profile: bool) -> dict:
     try:
         t = clock()
         views = catalog.describe(wal, log, cp, query_running=True)
-        pending = [v.batch for v in views if v.action == catalog.REPLAY]
+        pending = [v.batch for v in views if v.action == RecoveryAction.REPLAY]
         batch = pending[0]
         out["plan"], t = clock() - t, clock()
         seal = read_seal(wal, batch)

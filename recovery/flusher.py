@@ -41,6 +41,7 @@ from tenacity import (
 
 from recovery.cql import credentials
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal import clock
 from wal.binding import bind
@@ -112,7 +113,7 @@ def block_if_lost(wal_root: str, checkpoint: str, run: tuple[str, int] | None = 
     finally:
         if reader is not None:
             reader.close()
-    lost = next((v for v in views if v.action == catalog.BROKEN), None)
+    lost = next((v for v in views if v.action == RecoveryAction.ERROR), None)
     if lost is None:
         return False
     reason = (f"RecoveryBlocked: "

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from recovery.cql.errors import SinkError
 from wal import catalog
 from wal import checkpoint as ckpt
-from wal.catalog import BatchView
+from wal.catalog import BatchView, RecoveryAction
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -114,7 +114,7 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
               failing: str | None = None, last_written: Completeness | None = None) -> Health:
     """The figures from a catalog's views (pure: every input is given; ``now`` in µs)."""
     now = now_us() if now is None else now
-    pending = [v for v in views if v.action == catalog.REPLAY]
+    pending = [v for v in views if v.action == RecoveryAction.REPLAY]
     oldest = max((v.age_s for v in pending), default=None)
     written = _written(views)
     last = max(written, key=lambda v: v.batch, default=None)
@@ -261,7 +261,7 @@ def still_broken(wal: WalDir, views: list[BatchView]) -> BatchView | None:
     if wal.remote:
         return None
     for view in views:
-        if view.action == catalog.BROKEN and view.batch > wal.read_flushed_through():
+        if view.action == RecoveryAction.ERROR and view.batch > wal.read_flushed_through():
             try:
                 if read_seal(wal, view.batch) is None:
                     return view

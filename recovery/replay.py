@@ -29,7 +29,7 @@ from recovery.cql.batch_age import BatchAge
 from wal import catalog
 from wal import clock
 from wal.amendments import amended
-from wal.catalog import BatchView
+from wal.catalog import BatchView, RecoveryAction, ViewState
 from wal.crashpoints import crash_point
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
@@ -240,14 +240,14 @@ class Replayer:
         views = self.plan(query_running, committed)
         self._take_in_hand(views)
         for view in views:
-            if report.backlog_from is not None and view.action not in (catalog.DISCARD,
-                                                                    catalog.BROKEN):
+            if report.backlog_from is not None and view.action not in (RecoveryAction.DISCARD,
+                                                                    RecoveryAction.ERROR):
                 continue          # behind a batch left to write: nothing may be marked done
-            if view.action == catalog.REPLAY and not replay:
+            if view.action == RecoveryAction.REPLAY and not replay:
                 report.backlog_from = view.batch
                 continue
-            if view.action == catalog.NOTHING:
-                if view.state == catalog.SKIPPED:
+            if view.action == RecoveryAction.NOTHING:
+                if view.state is ViewState.SKIPPED:
                     # Nothing of it to write, and every batch before it done: mark it done
                     # too, so that "flushed through" (wait_flushed, the health) passes it;
                     # what an earlier run left of it is garbage.
@@ -256,12 +256,12 @@ class Replayer:
                     self.log.note_skipped(view.batch)
                     self.wal.write_flushed_through(view.batch)
                     continue
-                if view.state == BatchState.FLUSHED.value:
+                if view.state is ViewState.FLUSHED:
                     # Its flushed marker first (a crash, or a store that failed, may have
                     # come between marking the batch and writing it): a working copy rebuilt
                     # elsewhere must never replay a batch whose segments are gone.
                     self.wal.write_flushed_through(view.batch)
-                if view.batch in staged and (view.state == BatchState.FLUSHED.value
+                if view.batch in staged and (view.state is ViewState.FLUSHED
                                              or view.detail == catalog.LATE_ATTEMPT):
                     # A crash between marking the batch and removing its files (the last
                     # step of flush), or a task attempt that staged after its batch was done:
@@ -272,20 +272,20 @@ class Replayer:
                     log.info("removed the staged files of batch %d (%s)", view.batch,
                              view.detail or "flushed before a crash removed them")
                 continue
-            if view.action == catalog.WAIT:
+            if view.action == RecoveryAction.WAIT:
                 report.waiting_at = view.batch
                 break
-            if view.action == catalog.BROKEN:
+            if view.action == RecoveryAction.ERROR:
                 raise RecoveryBlocked(view.batch, view.detail,
                                       RUNBOOK_LOST if view.detail == catalog.ENTERED_NOT_SEALED
                                       else RUNBOOK)
-            if view.action == catalog.DISCARD:
+            if view.action == RecoveryAction.DISCARD:
                 self.discard(view)
                 report.discarded.append(view.batch)
-            elif view.action == catalog.REPLAY and view.record is not None \
+            elif view.action == RecoveryAction.REPLAY and view.record is not None \
                     and self._written_elsewhere(view.batch):
                 self._mark_written_elsewhere(view.record)
-            elif view.action == catalog.REPLAY:
+            elif view.action == RecoveryAction.REPLAY:
                 try:
                     report.rows_written += self.flush(view, writer)
                 except _WrittenElsewhere:
@@ -309,7 +309,7 @@ class Replayer:
         ages: dict[tuple[int, str, int], BatchAge] = {}
         for view in views:
             seal = view.seal or (view.record.seal if view.record is not None else None)
-            if seal is None or view.action not in (catalog.REPLAY, catalog.WAIT):
+            if seal is None or view.action not in (RecoveryAction.REPLAY, RecoveryAction.WAIT):
                 continue
             key = _age_key(seal)
             ages[key] = self._ages.get(key) or batch_age.measure(seal.sealed_at_us)

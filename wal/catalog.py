@@ -6,6 +6,7 @@ and by recovery's planner, so the two can never disagree.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import Enum
 
 from . import checkpoint as ckpt
 from .entries import entered_batch_ids, entries_since, read_entry, read_runs, run_of
@@ -15,18 +16,53 @@ from .log import BatchRecord, WalLog
 from .seal import COMMIT_POINT_SEAL, Seal, now_us, read_seal
 from .states import BatchState
 
-# Recovery actions (docs/guarantees.md, "Recovery").
-NOTHING = "nothing"          # flushed or discarded: retention will remove it
-REPLAY = "replay"            # committed, not fully flushed: write it (again) with its timestamps
-DISCARD = "discard"          # never committed by Spark: drop it, Spark re-runs the batch
-WAIT = "wait"                # sealed, commit not decided yet (a running query), or no checkpoint known
-BROKEN = "error"             # cannot proceed (seal missing or corrupted): see detail
+class RecoveryAction(str, Enum):
+    """What recovery does with a batch (docs/guarantees.md, "Recovery"). The value is the word
+    ``cassandra-wal inspect`` and ``recover --dry-run`` show (``--json`` too): never changed."""
+
+    NOTHING = "nothing"     # flushed, discarded or never ours: retention will remove it
+    REPLAY = "replay"       # committed, not fully flushed: write it (again) with its timestamps
+    DISCARD = "discard"     # never committed by Spark: drop it, Spark re-runs the batch
+    WAIT = "wait"           # sealed, commit not decided yet (a running query), or no checkpoint
+    #: Recovery cannot go past this batch, and stops at it with an error
+    #: (``recovery.replay.RecoveryBlocked``, the sink blocked): committed by Spark yet its
+    #: seal is missing or corrupted, so it can be neither written nor dropped. The detail says
+    #: why; docs/runbook.md says what to do.
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ViewState(str, Enum):
+    """The state :func:`describe` gives a batch, from the log, the files and the checkpoint
+    together: the log's own states (:class:`~wal.states.BatchState`, by the same words) and
+    what only the join tells. The value is the word ``inspect`` shows (``--json`` too), and
+    ``repair`` records in its plan: never changed."""
+
+    STAGED = "staged"           # segments and no seal
+    ENTERED = "entered"         # a foreachBatch writer's entry and no seal (wal.entries)
+    SEALED = "sealed"
+    FLUSHING = "flushing"
+    FLUSHED = "flushed"
+    DISCARDED = "discarded"
+    #: Spark committed it and this WAL's foreachBatch writer was never called for it
+    #: (:mod:`wal.entries`): nothing to write; the flusher moves ``flushed_through`` past it.
+    SKIPPED = "skipped"
+    MOVED = "moved"             # the stream's WAL moved elsewhere before this batch
+    MISSING = "missing"         # Spark committed it and the WAL holds nothing of it
+
+    @classmethod
+    def of(cls, state: BatchState) -> ViewState:
+        """The view of a batch the log records in ``state``: the log's word."""
+        return cls(state.value)
+
+    def __str__(self) -> str:
+        return self.value
+
 
 #: Detail of segments left by a task attempt that finished after its batch was done.
 LATE_ATTEMPT = "leftover of a late task attempt of a finished batch"
-#: State of a batch Spark committed that this WAL's foreachBatch writer was never called for
-#: (:mod:`wal.entries`): nothing to write; the flusher moves ``flushed_through`` past it.
-SKIPPED = "skipped"
 #: Detail of a batch the current run committed without entering this WAL's writer, over what
 #: an earlier run left of it (a seal, an entry, segments: never committed, now garbage).
 LEFT_BY_ANOTHER_RUN = ("the foreachBatch writer was not called for it by the run that "
@@ -42,14 +78,14 @@ ENTERED_NOT_SEALED = (
 @dataclass(frozen=True)
 class BatchView:
     batch: int
-    state: str
+    state: ViewState
     partitions: int
     rows: int
     bytes: int
     age_s: float
     flushed_rows: int
     committed: bool | None         # Spark's commits/N exists (None: checkpoint unknown)
-    action: str
+    action: RecoveryAction
     detail: str = ""
     seal: Seal | None = None
     record: BatchRecord | None = None
@@ -167,58 +203,64 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
             # The stream moved away from this WAL after batch left_after: anything of a later
             # batch here (a seal of a run Spark never committed, whose id it committed later
             # through the other WAL) was never committed through this one: never written.
-            views.append(BatchView(state="moved", action=NOTHING,
+            views.append(BatchView(state=ViewState.MOVED, action=RecoveryAction.NOTHING,
                                    detail=f"the stream's WAL moved to {moved[0]}", **base))
         elif (since is not None and is_committed
               and (record is None or record.state is BatchState.DISCARDED)
               and _left_by_another_run(wal, batch, run_of(runs, batch), seal is not None,
                                        since)):
-            views.append(BatchView(state=SKIPPED, action=NOTHING, detail=LEFT_BY_ANOTHER_RUN,
-                                   **base))
+            views.append(BatchView(state=ViewState.SKIPPED, action=RecoveryAction.NOTHING,
+                                   detail=LEFT_BY_ANOTHER_RUN, **base))
         elif record is not None and record.state in (BatchState.FLUSHED, BatchState.DISCARDED):
-            views.append(BatchView(state=record.state.value, action=NOTHING,
+            views.append(BatchView(state=ViewState.of(record.state),
+                                   action=RecoveryAction.NOTHING,
                                    detail=record.reason, **base))
         elif record is not None:  # SEALED or FLUSHING in the log: committed and final
-            views.append(BatchView(state=record.state.value, action=REPLAY,
+            views.append(BatchView(state=ViewState.of(record.state),
+                                   action=RecoveryAction.REPLAY,
                                    detail=_resume_detail(record), **base))
         elif seal_error:
-            views.append(BatchView(state="sealed", action=BROKEN, detail=seal_error, **base))
+            views.append(BatchView(state=ViewState.SEALED, action=RecoveryAction.ERROR,
+                                   detail=seal_error, **base))
         elif seal is not None and batch <= flushed_through:
             # Flushed, then forgotten by retention, which keeps the newest seal (its segments
             # are gone): the timestamps of later batches are chosen above its last one.
-            views.append(BatchView(state="flushed", action=NOTHING,
+            views.append(BatchView(state=ViewState.FLUSHED, action=RecoveryAction.NOTHING,
                                    detail="flushed; only its seal is kept", **base))
         elif seal is not None:
             if is_committed:
-                action, detail = REPLAY, ""
+                action, detail = RecoveryAction.REPLAY, ""
             elif is_committed is None:
-                action, detail = WAIT, "checkpoint unknown: pass --checkpoint"
+                action, detail = RecoveryAction.WAIT, "checkpoint unknown: pass --checkpoint"
             elif query_running:
-                action, detail = WAIT, "waiting for Spark to commit the batch"
+                action, detail = RecoveryAction.WAIT, "waiting for Spark to commit the batch"
             else:
-                action, detail = DISCARD, "Spark never committed it; it re-runs the batch"
-            views.append(BatchView(state="sealed", action=action, detail=detail, **base))
+                action, detail = (RecoveryAction.DISCARD,
+                                  "Spark never committed it; it re-runs the batch")
+            views.append(BatchView(state=ViewState.SEALED, action=action, detail=detail, **base))
         elif batch in staged_ids and batch <= flushed_through:
             # Segments without a seal of a batch older than the newest flushed one: every such
             # batch was flushed (or discarded) in order, so these are a late task attempt's
             # (a zombie or speculative task finishing after its batch was done): garbage.
-            views.append(BatchView(state="staged", action=NOTHING, detail=LATE_ATTEMPT, **base))
+            views.append(BatchView(state=ViewState.STAGED, action=RecoveryAction.NOTHING,
+                                   detail=LATE_ATTEMPT, **base))
         elif batch in staged_ids or batch in entered_ids:
-            state = "staged" if batch in staged_ids else "entered"
+            state = ViewState.STAGED if batch in staged_ids else ViewState.ENTERED
             if is_committed:
                 detail = ("Spark committed it but it has no seal" if batch not in entered_ids
                           else ENTERED_NOT_SEALED)
-                views.append(BatchView(state=state, action=BROKEN, detail=detail, **base))
+                views.append(BatchView(state=state, action=RecoveryAction.ERROR, detail=detail,
+                                       **base))
             else:
-                action = WAIT if query_running else DISCARD
+                action = RecoveryAction.WAIT if query_running else RecoveryAction.DISCARD
                 views.append(BatchView(state=state, action=action, detail="not sealed", **base))
         elif since is not None and batch >= since and is_committed:
             # No entry: the foreachBatch writer of this WAL was never called for the batch.
-            views.append(BatchView(state=SKIPPED, action=NOTHING,
+            views.append(BatchView(state=ViewState.SKIPPED, action=RecoveryAction.NOTHING,
                                    detail="the foreachBatch writer was not called for it: "
                                           "nothing to write", **base))
         else:  # committed by Spark, newer than anything flushed, and nothing in the WAL
-            views.append(BatchView(state="missing", action=BROKEN,
+            views.append(BatchView(state=ViewState.MISSING, action=RecoveryAction.ERROR,
                                    detail="Spark committed it but the WAL holds no seal", **base))
     return views
 

@@ -30,6 +30,8 @@ move that never happened, cleared by that WAL's next batch (:func:`confirm_curre
 from __future__ import annotations
 
 from . import catalog
+
+from .catalog import RecoveryAction
 from .entries import entered_batch_ids
 from .errors import WalMoveRefused
 from .layout import WalDir
@@ -54,7 +56,7 @@ def follow_move(old: WalDir, new: WalDir, checkpoint: str, leave_old: bool = Tru
         if wal is old and not leave_old:
             continue
         pending = [v for v in catalog.describe_read_only(wal, checkpoint, query_running=True)
-                   if v.action in (catalog.REPLAY, catalog.BROKEN)
+                   if v.action in (RecoveryAction.REPLAY, RecoveryAction.ERROR)
                    and (wal is old or v.batch <= was_current_through)]
         if pending:
             raise WalMoveRefused(old.location, new.location, which,

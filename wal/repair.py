@@ -56,6 +56,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import binding, catalog
+
+from .catalog import RecoveryAction, ViewState
 from . import checkpoint as ckpt
 from . import clock
 from . import format as fmt
@@ -346,10 +348,10 @@ def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
     views = catalog.describe(wal, log, checkpoint)
     later = [v for v in views if v.batch >= from_batch]
     flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
-    skipped = {v.batch for v in later if v.state == catalog.SKIPPED}
+    skipped = {v.batch for v in later if v.state is ViewState.SKIPPED}
     # Up to flushed_through every batch was written (retention may have forgotten it since),
     # but for one a foreachBatch writer was never called for; after it, what the log says.
-    written = {v.batch for v in later if v.state in ("flushed", "flushing")} | \
+    written = {v.batch for v in later if v.state in (ViewState.FLUSHED, ViewState.FLUSHING)} | \
         (set(range(from_batch, flushed_through + 1)) - skipped)
     log_flushed = log.flushed_through() if log else -1
     committed = log.committed_through() if log else -1
@@ -364,7 +366,7 @@ def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
     warnings = tuple(
         f"{wal.root}: batch {v.batch} (before {from_batch}) cannot be written either "
         f"({v.detail}): the sink stays blocked there; repair from batch {v.batch} instead"
-        for v in views if v.batch < from_batch and v.action == catalog.BROKEN)
+        for v in views if v.batch < from_batch and v.action == RecoveryAction.ERROR)
     batches = tuple({"batch": v.batch, "state": v.state, "rows": v.rows,
                      "committed": v.committed, "written": v.batch in written,
                      "detail": v.detail} for v in later)
@@ -509,7 +511,8 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
             _lower_entries_since(each, from_batch)
             _lower_moved(each, from_batch)
             log.rewind(from_batch)          # the last step that matters: lifts the fence
-            if any(v.action == catalog.BROKEN for v in catalog.describe(each, log, checkpoint)):
+            if any(v.action is RecoveryAction.ERROR
+                   for v in catalog.describe(each, log, checkpoint)):
                 unblocked = False
             else:
                 each.write_blocked(None)

@@ -20,6 +20,7 @@ from recovery.cql.errors import ConnectionFailed, is_transient_answer
 from recovery.output import CassandraOutput, segment_rows
 from recovery.target import RecordedTarget, Target
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
 from wal.errors import SegmentMissing
@@ -93,8 +94,8 @@ def _pending(wal: WalDir, checkpoint: str | None) -> dict[int, catalog.BatchView
     """Batches with a seal not fully written yet, by id: those Spark committed, and those
     sealed that it has not committed yet (a re-stamp keeps them above the batches before)."""
     views = catalog.describe_read_only(wal, checkpoint, query_running=True)
-    return {v.batch: v for v in views if v.action == catalog.REPLAY
-            or (v.action == catalog.WAIT and v.seal is not None)}
+    return {v.batch: v for v in views if v.action == RecoveryAction.REPLAY
+            or (v.action == RecoveryAction.WAIT and v.seal is not None)}
 
 
 def _target(wal: WalDir, args) -> Target:
@@ -110,7 +111,7 @@ def plan(wal: WalDir, views: dict[int, catalog.BatchView], args,
          output: CassandraOutput | None) -> list[Amendment]:
     """The amendments the command would record, in batch order (``output``: to ask the
     cluster for drop times, with ``--restamp``)."""
-    committed = {b: v for b, v in views.items() if v.action == catalog.REPLAY}
+    committed = {b: v for b, v in views.items() if v.action == RecoveryAction.REPLAY}
     batches = [args.batch] if args.batch is not None else sorted(committed)
     for batch in batches:
         if batch not in committed:

@@ -24,7 +24,7 @@ from recovery.health import Health, read_health
 from recovery.target import RecordedTarget
 from wal import checkpoint as ckpt
 from wal import clock
-from wal.catalog import REPLAY, WAIT, BatchView, describe
+from wal.catalog import BatchView, RecoveryAction, ViewState, describe
 from wal.errors import WalCorrupted
 from wal.format import FORMAT_VERSION
 from wal.layout import WalDir
@@ -52,7 +52,9 @@ Examples:
   cassandra-wal inspect /data/wal --watch        # redraw every 2 s until Ctrl-C
   cassandra-wal inspect /data/wal --watch 10 --count 6 --json > samples.jsonl"""
 
-STATE_ORDER = ("staged", "sealed", "flushing", "flushed", "discarded", "missing")
+#: The order of states in the summary line (any other state comes after them).
+STATE_ORDER = (ViewState.STAGED, ViewState.SEALED, ViewState.FLUSHING, ViewState.FLUSHED,
+               ViewState.DISCARDED, ViewState.MISSING)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -125,9 +127,9 @@ def resolve_checkpoint(wal: WalDir, given: str | None) -> tuple[str | None, str 
 def flush_progress(view: BatchView) -> str | None:
     if view.seal is None:
         return None
-    if view.state == "flushed" and view.record is None:     # forgotten by the log, seal kept
+    if view.state is ViewState.FLUSHED and view.record is None:   # forgotten by the log, seal kept
         return progress(view.rows, view.rows)
-    if view.state in ("sealed", "flushing", "flushed"):
+    if view.state in (ViewState.SEALED, ViewState.FLUSHING, ViewState.FLUSHED):
         return progress(view.flushed_rows, view.rows)
     return None
 
@@ -155,7 +157,8 @@ def totals(views: list[BatchView]) -> dict:
         by_state[v.state] = by_state.get(v.state, 0) + 1
         by_action[v.action] = by_action.get(v.action, 0) + 1
     pending = sum(max(v.rows - v.flushed_rows, 0) for v in views
-                  if v.action in (REPLAY, WAIT) and v.seal is not None)
+                  if v.action in (RecoveryAction.REPLAY, RecoveryAction.WAIT)
+                  and v.seal is not None)
     return {"batches": len(views), "by_state": by_state, "by_action": by_action,
             "rows_pending": pending}
 

@@ -21,6 +21,7 @@ from recovery.recover import replay_wal
 from recovery.replay import Progress
 from recovery.target import RecordedTarget, Target
 from wal import binding, catalog
+from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal import clock
 from wal.errors import StoreUnavailable, WalBoundElsewhere
@@ -193,7 +194,7 @@ def run(args) -> int:
     discard = args.force
     if args.dry_run:
         plan = catalog.describe_read_only(wal, checkpoint, query_running=not discard)
-        todo = [v for v in plan if v.action != catalog.NOTHING]
+        todo = [v for v in plan if v.action != RecoveryAction.NOTHING]
         if args.json:
             print(json.dumps({"dry_run": True, "checkpoint": checkpoint,
                               "plan": [v.to_dict() for v in todo]}, indent=2))

@@ -9,6 +9,7 @@ from recovery.cql.errors import SinkError
 from recovery.errors import NotFlushedYet, WalBlocked
 from recovery.flusher import QueryFlusher
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal import clock
 from wal.layout import WalDir
@@ -91,7 +92,7 @@ def pending_batches(wal: WalDir, checkpoint: str, through: int) -> list[tuple[in
     catalog does not call done, read beside the live flusher (a read-only log instance)."""
     views = catalog.describe_read_only(wal, checkpoint, query_running=True)
     return [(v.batch, v.rows - v.flushed_rows) for v in views
-            if v.batch <= through and v.action != catalog.NOTHING]
+            if v.batch <= through and v.action != RecoveryAction.NOTHING]
 
 
 def checkpoint_root(query) -> str:

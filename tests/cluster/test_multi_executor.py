@@ -54,6 +54,7 @@ from tests.helpers.cluster_chain import (TABLE_DDL, Chain, assert_restart_comple
                                          run_until_crash, seals_of, write_pending)
 from tests.helpers.node import fresh_keyspace
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal.layout import WalDir
 from wal.log import WalLog
@@ -201,7 +202,7 @@ def test_durability_without_the_log(run_b):
         views = catalog.describe(wal, reader, chain.checkpoint, query_running=False)
     finally:
         reader.close()
-    assert all(v.action == catalog.NOTHING for v in views), [v.to_dict() for v in views]
+    assert all(v.action == RecoveryAction.NOTHING for v in views), [v.to_dict() for v in views]
     assert wal.staged_batch_ids() == []
     assert not os.path.exists(os.path.join(wal.root, "blocked.json"))
 

@@ -156,6 +156,7 @@ def wal_pending(checkpoint: str) -> list[str] | None:
     flusher pulls before it flushes, and Spark's ``commits/N`` beyond what it flushed count
     as pending anyway)."""
     from wal import catalog
+    from wal.catalog import RecoveryAction
     from wal.format import MARKER_FILE
     from wal.layout import WalDir
     from wal.pointer import read_pointer
@@ -171,7 +172,7 @@ def wal_pending(checkpoint: str) -> list[str] | None:
         return None
     wal = WalDir(root)
     views = catalog.describe_read_only(wal, checkpoint, query_running=True)
-    return [f"{v.batch}:{v.action}" for v in views if v.action != catalog.NOTHING]
+    return [f"{v.batch}:{v.action}" for v in views if v.action != RecoveryAction.NOTHING]
 
 
 def main(argv=None) -> int:

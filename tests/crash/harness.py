@@ -68,6 +68,7 @@ from recovery.cli.location import read_only_wal
 from tests.helpers import processes
 from tests.helpers.node import java_home_env
 from wal import catalog, stores
+from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal.crashpoints import ENV_ONCE, ENV_POINT, ENV_SCOPE
 from wal.errors import NotAWal, StoreUnavailable
@@ -703,7 +704,7 @@ class CrashHarness:
                 out.append(f"the WAL is blocked: {f.read()}")
         views = catalog.describe_read_only(wal, self.checkpoint)
         pending = [f"batch {v.batch}: {v.state}, action {v.action} {v.detail}".strip()
-                   for v in views if v.action != catalog.NOTHING]
+                   for v in views if v.action != RecoveryAction.NOTHING]
         if pending:
             out.append(f"the WAL still has work: {pending}")
         leftovers = wal.staged_batch_ids()

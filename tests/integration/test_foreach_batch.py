@@ -20,6 +20,7 @@ from sinkutil import (assert_rows_equal, committed_batches, connection_options, 
                       error_text, read_table, register, rows_by_key, running, stream_wal,
                       wait_for, wait_query_done, write_json_files)
 from wal import catalog
+from wal.catalog import RecoveryAction, ViewState
 
 pytestmark = pytest.mark.integration
 
@@ -93,10 +94,10 @@ def test_a_function_writing_two_tables_lands_every_row_in_both_and_skips_what_it
     assert wals["orders"].root != wals["orders_by_customer"].root
     for table, wal in wals.items():
         views = catalog.describe_read_only(wal, cp)
-        assert all(v.action == catalog.NOTHING for v in views), (table, views)
+        assert all(v.action == RecoveryAction.NOTHING for v in views), (table, views)
         assert wal.read_flushed_through() == 4 and wal.read_blocked() is None
     skipped = {v.batch for v in catalog.describe_read_only(wals["orders_by_customer"], cp)
-               if v.state == catalog.SKIPPED}
+               if v.state == ViewState.SKIPPED}
     assert skipped <= {2, 3}            # the ones left above the flushed mark, if any
     health = sinks.status(query)
     assert health.state == "healthy" and health.pending_batches == 0

@@ -5,16 +5,22 @@ Checkpoints are plain folders with ``commits/N`` files, as Spark writes them.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
 import pytest
 
-from wal.catalog import BROKEN, DISCARD, LATE_ATTEMPT, NOTHING, REPLAY, WAIT, describe
+from wal.catalog import LATE_ATTEMPT, RecoveryAction, ViewState, describe
 from wal.layout import WalDir
 from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
 from wal.seal import COMMIT_POINT_SEAL, seal_batch
 from wal.segment import SegmentWriter
+from wal.states import BatchState
+
+NOTHING, REPLAY, DISCARD, WAIT, ERROR = (RecoveryAction.NOTHING, RecoveryAction.REPLAY,
+                                          RecoveryAction.DISCARD, RecoveryAction.WAIT,
+                                          RecoveryAction.ERROR)
 
 pytestmark = pytest.mark.unit
 
@@ -71,7 +77,7 @@ def test_committed_with_segments_but_no_seal_is_an_error(wal, log, checkpoint):
     stage(wal, 3)
     commit(checkpoint, 3)
     v = view(wal, log, checkpoint, 3)
-    assert (v.state, v.action, v.committed) == ("staged", BROKEN, True)
+    assert (v.state, v.action, v.committed) == ("staged", ERROR, True)
     assert "no seal" in v.detail
 
 
@@ -130,7 +136,7 @@ def test_corrupted_seal_is_an_error(wal, log, checkpoint):
         f.seek(5)
         f.write(b"~")
     v = view(wal, log, checkpoint, 3)
-    assert (v.state, v.action, v.seal) == ("sealed", BROKEN, None)
+    assert (v.state, v.action, v.seal) == ("sealed", ERROR, None)
     assert "corrupted" in v.detail and "checksum" in v.detail
 
 
@@ -255,7 +261,7 @@ def test_committed_batch_with_nothing_in_the_wal_is_an_error(wal, log, checkpoin
     seal(wal, 3)
     commit(checkpoint, 3, 4)
     v = view(wal, log, checkpoint, 4)
-    assert (v.state, v.action, v.committed) == ("missing", BROKEN, True)
+    assert (v.state, v.action, v.committed) == ("missing", ERROR, True)
     assert "no seal" in v.detail
 
 
@@ -385,3 +391,31 @@ def test_to_dict_leaves_out_seal_and_record(wal, log, checkpoint):
     d = view(wal, log, checkpoint, 3).to_dict()
     assert "seal" not in d and "record" not in d
     assert d["batch"] == 3 and d["action"] == REPLAY and d["rows"] == 8
+
+
+# -- the words users see -------------------------------------------------------------------
+def test_actions_and_states_keep_the_words_inspect_shows():
+    """``inspect`` (text and ``--json``), ``recover --dry-run`` and ``repair``'s recorded plan
+    show these words: the enums name them once in code, and never change them."""
+    assert {a.name: a.value for a in RecoveryAction} == {
+        "NOTHING": "nothing", "REPLAY": "replay", "DISCARD": "discard", "WAIT": "wait",
+        "ERROR": "error"}
+    assert [s.value for s in ViewState] == [
+        "staged", "entered", "sealed", "flushing", "flushed", "discarded", "skipped", "moved",
+        "missing"]
+    for word in [*RecoveryAction, *ViewState]:
+        assert (str(word), f"{word}", f"{word:>9}".strip()) == (word.value,) * 3
+        assert json.loads(json.dumps({word: word})) == {word.value: word.value}
+
+
+def test_a_batch_the_log_records_is_viewed_in_the_logs_word():
+    for state in BatchState:
+        assert ViewState.of(state).value == state.value
+
+
+def test_a_view_as_json_holds_the_plain_words(wal, log, checkpoint):
+    seal(wal, 3)
+    (seen,) = describe(wal, log, checkpoint)
+    assert (seen.state, seen.action) == (ViewState.SEALED, RecoveryAction.DISCARD)
+    got = json.loads(json.dumps(seen.to_dict()))
+    assert (got["state"], got["action"]) == ("sealed", "discard")

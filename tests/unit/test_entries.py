@@ -15,6 +15,7 @@ from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import catalog
+from wal.catalog import RecoveryAction, ViewState
 from wal.entries import entered_batch_ids, entries_since, read_entry
 
 pytestmark = pytest.mark.unit
@@ -39,8 +40,8 @@ def test_a_committed_batch_the_writer_was_never_called_for_is_skipped_and_passed
         f.entered(3)
         f.sealed(3)
         seen = views(f)
-        assert (seen[1].state, seen[1].action) == (catalog.SKIPPED, catalog.NOTHING)
-        assert (seen[2].state, seen[2].action) == (catalog.SKIPPED, catalog.NOTHING)
+        assert (seen[1].state, seen[1].action) == (ViewState.SKIPPED, RecoveryAction.NOTHING)
+        assert (seen[2].state, seen[2].action) == (ViewState.SKIPPED, RecoveryAction.NOTHING)
         report = replay(f)
         assert report.replayed == [3]
         assert f.log.flushed_through() == 3 and f.wal.read_flushed_through() == 3
@@ -73,7 +74,7 @@ def test_an_entered_batch_without_a_seal_that_spark_committed_blocks_naming_it(t
         f.entered(1)
         f.commit(1)
         seen = views(f)
-        assert (seen[1].state, seen[1].action) == ("entered", catalog.BROKEN)
+        assert (seen[1].state, seen[1].action) == ("entered", RecoveryAction.ERROR)
         assert "catch the writer's exception" in seen[1].detail
         with pytest.raises(RecoveryBlocked) as info:
             replay(f)
@@ -86,7 +87,7 @@ def test_an_entered_batch_spark_did_not_commit_waits_and_is_discarded_at_the_nex
         f.entered(0)
         f.flushed(0)
         f.entered(1)                     # the writer is staging it, or its run died
-        assert views(f)[1].action == catalog.WAIT
+        assert views(f)[1].action == RecoveryAction.WAIT
         assert replay(f).waiting_at == 1
         report = replay(f, query_running=False)
         assert report.discarded == [1]
@@ -109,7 +110,7 @@ def test_without_entries_a_committed_batch_without_a_seal_still_blocks(tmp_path)
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.flushed(0)
         f.commit(1)
-        assert views(f)[1].action == catalog.BROKEN
+        assert views(f)[1].action == RecoveryAction.ERROR
         with pytest.raises(RecoveryBlocked):
             replay(f)
 
@@ -144,7 +145,7 @@ def test_the_catalog_reads_sparks_commits_before_the_files(tmp_path, monkeypatch
 
         monkeypatch.setattr(catalog, "committed_through", commits_then_the_writer_runs)
         seen = views(f)
-        assert 1 not in seen or seen[1].action != catalog.NOTHING
+        assert 1 not in seen or seen[1].action != RecoveryAction.NOTHING
 
 
 # -- what the simulation found after the fix (tests/sim/README.md, F3 and F4) --------------------
@@ -166,7 +167,7 @@ def test_a_batch_a_later_run_committed_without_the_writer_is_skipped_over_an_ear
         record_run(f.wal, 1, "r2")               # r2 runs batch 1 again, skips the writer
         f.commit(1)
         seen = views(f)
-        assert (seen[1].state, seen[1].detail) == (catalog.SKIPPED, catalog.LEFT_BY_ANOTHER_RUN)
+        assert (seen[1].state, seen[1].detail) == (ViewState.SKIPPED, catalog.LEFT_BY_ANOTHER_RUN)
         report = replay(f)
         assert report.replayed == [] and WRITES == []
         assert f.wal.sealed_batch_ids() == [0] and entered_batch_ids(f.wal) == []
@@ -183,7 +184,7 @@ def test_an_entry_of_the_run_that_committed_the_batch_still_blocks(tmp_path):
         record_run(f.wal, 1, "r2")
         f.entered(1, run_id="r2")                # r2's own call failed; its function went on
         f.commit(1)
-        assert views(f)[1].action == catalog.BROKEN
+        assert views(f)[1].action == RecoveryAction.ERROR
 
 
 def test_a_reruns_lost_batch_is_not_hidden_by_the_discard_of_the_first_run(tmp_path):
@@ -197,7 +198,7 @@ def test_a_reruns_lost_batch_is_not_hidden_by_the_discard_of_the_first_run(tmp_p
         assert replay(f, query_running=False).discarded == [1]
         f.entered(1, run_id="r2")
         f.commit(1)
-        assert views(f)[1].action == catalog.BROKEN
+        assert views(f)[1].action == RecoveryAction.ERROR
 
 
 def test_an_earlier_runs_seal_is_not_the_seal_of_a_reruns_call_that_sealed_nothing(tmp_path):
@@ -217,7 +218,8 @@ def test_an_earlier_runs_seal_is_not_the_seal_of_a_reruns_call_that_sealed_nothi
         f.entered(1, run_id="r2", seal_id="r2-call")   # r2's call: it would write r2-call
         f.commit(1)
         seen = views(f)
-        assert (seen[1].action, seen[1].detail) == (catalog.BROKEN, catalog.ENTERED_NOT_SEALED)
+        assert (seen[1].action, seen[1].detail) == (RecoveryAction.ERROR,
+                                                    catalog.ENTERED_NOT_SEALED)
         with pytest.raises(RecoveryBlocked):
             replay(f)
         assert WRITES == []
@@ -228,7 +230,7 @@ def test_the_seal_a_call_named_in_its_entry_is_written(tmp_path):
         f.entered(0, run_id="r1", seal_id="seal-0000")
         f.sealed(0, committed=False)
         f.commit(0)
-        assert views(f)[0].action == catalog.REPLAY
+        assert views(f)[0].action == RecoveryAction.REPLAY
 
 
 def test_segments_without_a_seal_before_since_still_block_once_committed(tmp_path):
@@ -243,4 +245,4 @@ def test_segments_without_a_seal_before_since_still_block_once_committed(tmp_pat
         record_run(f.wal, 1, "r2")
         f.entered(1, run_id="r2")             # entries kept from batch 1 on
         seen = views(f)
-        assert seen[0].action == catalog.BROKEN
+        assert seen[0].action == RecoveryAction.ERROR

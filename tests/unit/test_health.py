@@ -20,6 +20,7 @@ from recovery.health import BLOCKED, HEALTHY, LAGGING, FlushCounters, health_of,
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.outage import Outage, fake_cassandra, flusher_on
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import clock
 from wal.layout import WalDir
 
@@ -65,7 +66,7 @@ def test_the_backlog_is_what_spark_committed_and_cassandra_has_not(backlog):
 def test_lagging_once_the_oldest_pending_batch_is_older_than_the_threshold(backlog):
     wal, cp = backlog
     views = views_of(wal, cp)
-    oldest = max(v.age_s for v in views if v.action == catalog.REPLAY)
+    oldest = max(v.age_s for v in views if v.action == RecoveryAction.REPLAY)
     kw = dict(blocked_reason=None, max_bytes=10**9, wal_bytes=1, flushed_through=0)
     assert health_of(wal, views, lag_after_s=oldest + 60, **kw).state == HEALTHY
     assert health_of(wal, views, lag_after_s=oldest / 2, **kw).state == LAGGING

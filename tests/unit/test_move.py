@@ -10,6 +10,7 @@ from recovery.replay import Replayer
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import move as move_mod
 from wal.errors import WalMoveRefused
 from wal.move import follow_move
@@ -41,7 +42,7 @@ def test_the_new_wal_starts_above_the_old_ones_timestamps_and_after_its_batches(
         # A clock far behind: the new WAL's next batch still writes above the old one's.
         assert next_base_timestamp(y.wal, 3, clock_us=1) == last + 1
         views = catalog.describe(y.wal, None, str(cp))
-        assert [(v.batch, v.action) for v in views] == [(2, catalog.NOTHING)]
+        assert [(v.batch, v.action) for v in views] == [(2, RecoveryAction.NOTHING)]
 
 
 def test_a_move_back_skips_what_the_other_wal_wrote_and_its_own_leftovers(tmp_path):
@@ -61,7 +62,7 @@ def test_a_move_back_skips_what_the_other_wal_wrote_and_its_own_leftovers(tmp_pa
         # X's flusher, until the registry sees the move, must not take Spark's commits/2
         # (through Y) for X's own: its leftover seal replayed, or a missing batch.
         seen = {v.batch: v for v in catalog.describe(x.wal, x.log, str(cp))}
-        assert (seen[2].state, seen[2].action) == ("moved", catalog.NOTHING)
+        assert (seen[2].state, seen[2].action) == ("moved", RecoveryAction.NOTHING)
         WRITES.clear()
         Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(True)
         assert WRITES == [] and x.wal.read_blocked() is None
@@ -76,7 +77,8 @@ def test_a_move_back_skips_what_the_other_wal_wrote_and_its_own_leftovers(tmp_pa
         WRITES.clear()
         report = Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(False)
         assert WRITES == [] and report.replayed == []
-        assert all(v.action == catalog.NOTHING for v in catalog.describe(x.wal, x.log, str(cp)))
+        assert all(v.action == RecoveryAction.NOTHING
+                   for v in catalog.describe(x.wal, x.log, str(cp)))
 
 
 def test_a_move_back_to_a_wal_left_with_committed_batches_to_write_is_refused(tmp_path):
@@ -129,7 +131,7 @@ def test_a_move_back_over_a_dead_runs_leftover_does_not_block(tmp_path, entry_se
     w2.flushed(5)                                    # batch 5 committed and written via w2
     w2.close()
     follow_move(w2.wal, w1.wal, str(cp))            # run C: wal.path back to w1
-    assert _views(w1)[5].action != catalog.BROKEN
+    assert _views(w1)[5].action != RecoveryAction.ERROR
 
 
 @pytest.mark.parametrize("legacy_pointer", [False, True], ids=["this-release", "upgraded"])
@@ -324,7 +326,8 @@ def test_a_move_back_killed_at_any_step_is_followed_again_on_restart(tmp_path, m
     assert x.wal.read_moved() is None and y.wal.read_moved() == (x.root, 3)
     assert x.wal.read_flushed_through() == 3 and 2 not in x.wal.sealed_batch_ids()
     assert next_base_timestamp(x.wal, 4, clock_us=1) == read_seal(y.wal, 3).last_ts_us + 1
-    assert all(v.action == catalog.NOTHING for v in catalog.describe_read_only(x.wal, str(cp)))
+    assert all(v.action == RecoveryAction.NOTHING
+               for v in catalog.describe_read_only(x.wal, str(cp)))
 
 
 @pytest.mark.parametrize("step", KILL_STEPS)
@@ -339,7 +342,7 @@ def test_a_move_back_killed_at_any_step_leaves_no_leftover_to_replay(tmp_path, m
         with pytest.raises(Killed):
             follow_move(y.wal, x.wal, str(cp))
     views = {v.batch: v for v in catalog.describe_read_only(x.wal, str(cp))}
-    assert all(v.action != catalog.REPLAY for v in views.values()), (
+    assert all(v.action != RecoveryAction.REPLAY for v in views.values()), (
         f"X holds {[(b, v.state, v.action) for b, v in views.items()]} after the kill")
 
 
@@ -361,4 +364,5 @@ def test_a_move_back_killed_at_any_step_then_a_revert_writes_the_old_wals_batche
     _batch_4_through_y_is_written(tmp_path, cp)
     follow_move(y.wal, x.wal, str(cp))               # later, the move to X once more
     assert x.wal.read_flushed_through() == 4 and y.wal.read_moved() == (x.root, 4)
-    assert all(v.action == catalog.NOTHING for v in catalog.describe_read_only(x.wal, str(cp)))
+    assert all(v.action == RecoveryAction.NOTHING
+               for v in catalog.describe_read_only(x.wal, str(cp)))

@@ -25,6 +25,7 @@ from recovery.cli.main import main
 from recovery.errors import is_transient
 from tests.helpers.walfactory import WalFactory
 from wal import catalog
+from wal.catalog import RecoveryAction
 from wal import format as fmt
 from wal import repair as repair_mod
 from wal.errors import RepairRefused, WalLocked, WalRepairing
@@ -135,11 +136,11 @@ def test_a_rerun_of_k_waits_for_sparks_commit_and_is_then_written(tmp_path, proc
     procedure(f, cp, 1)
     spark_reruns(f, cp, 1)
     rerun = views(f)[1]
-    assert rerun.action == catalog.WAIT, \
+    assert rerun.action == RecoveryAction.WAIT, \
         f"Spark's re-run of batch 1 is {rerun.action} before Spark committed it"
     spark_committed(f, 1)
     f.close()
-    assert views(f)[1].action == catalog.REPLAY
+    assert views(f)[1].action == RecoveryAction.REPLAY
 
 
 @pytest.mark.parametrize("procedure", [
@@ -167,7 +168,7 @@ def test_after_the_old_step_a_lost_batch_is_not_even_reported(tmp_path):
     spark_committed(f, 4)
     f.close()
     seen = views(f, query_running=False)
-    assert 1 not in seen and all(v.action != catalog.BROKEN for v in seen.values())
+    assert 1 not in seen and all(v.action != RecoveryAction.ERROR for v in seen.values())
 
 
 # ----------------------------------------------------------------------------- the verb
@@ -222,7 +223,7 @@ def test_lowering_the_flushed_markers_takes_rewrite_and_then_lowers_them(tmp_pat
         assert log.flushed_through() == 0 and log.committed_through() == 0
     assert f.wal.read_flushed_through() == 0
     spark_reruns(f, cp, 1)
-    assert views(f)[1].action == catalog.WAIT, "the re-run of 1 would be taken for written"
+    assert views(f)[1].action == RecoveryAction.WAIT, "the re-run of 1 would be taken for written"
 
 
 def test_a_flushing_batch_counts_as_written(tmp_path):
@@ -261,7 +262,7 @@ def test_a_batch_a_foreach_batch_function_lost_is_repaired(tmp_path):
     report = repair(f.wal, str(cp), 2)
     assert report.plan.wals[0].wal_files == ("entered/00000000000000000002.json",)
     assert (Path(report.keep) / "wal" / "entered" / "00000000000000000002.json").exists()
-    assert all(v.action == catalog.NOTHING for v in views(f, query_running=False).values())
+    assert all(v.action == RecoveryAction.NOTHING for v in views(f, query_running=False).values())
 
 
 def two_tables(tmp_path: Path) -> tuple[WalFactory, WalFactory, Path]:
@@ -307,7 +308,7 @@ def test_every_wal_of_a_foreach_batch_functions_checkpoint_is_repaired(tmp_path)
             assert log.flushed_through() == 1 and log.committed_through() <= 1
             assert [r.batch for r in log.records()] == [0, 1]
     spark_reruns(b, cp, 2)
-    assert views(b)[2].action == catalog.WAIT
+    assert views(b)[2].action == RecoveryAction.WAIT
 
 
 def test_a_repair_of_two_wals_cut_short_between_them_is_finished_from_either(
@@ -534,7 +535,7 @@ def test_a_repair_takes_the_run_records_of_the_batches_it_forgets(tmp_path):
     f.entered(3, run_id="r3")
     spark_committed(f, 3)
     f.close()
-    assert views(f)[3].action == catalog.REPLAY
+    assert views(f)[3].action == RecoveryAction.REPLAY
 
 
 def test_a_repair_takes_the_amendments_of_the_batches_it_forgets(tmp_path):
@@ -580,8 +581,8 @@ def test_a_repair_below_since_lowers_it_so_a_batch_the_rerun_skips_is_skipped(tm
     f.commit(2)                          # ... and not for batch 2 (empty for this table)
     f.close()
     seen = views(f)
-    assert seen[1].action == catalog.REPLAY
-    assert seen[2].action == catalog.NOTHING, (seen[2].state, seen[2].detail)
+    assert seen[1].action == RecoveryAction.REPLAY
+    assert seen[2].action == RecoveryAction.NOTHING, (seen[2].state, seen[2].detail)
 
 
 def test_the_clock_check_counts_the_amended_timestamps(tmp_path):
@@ -645,7 +646,7 @@ def test_a_repair_of_the_wal_moved_away_from_lowers_its_moved_marker(tmp_path):
     y.close()
     with WalLog.open_writer(x.wal) as log:
         broken = [(v.batch, v.detail) for v in catalog.describe(x.wal, log, str(cp))
-                  if v.action == catalog.BROKEN]
+                  if v.action == RecoveryAction.ERROR]
     refused = None
     try:
         follow_move(y.wal, x.wal, str(cp))           # a move back to X
