@@ -351,6 +351,7 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
     from recovery.output import CassandraOutput
     from wal.layout import WalDir
     from wal.log import WalLog
+    from wal.recovery_policy import RecoveryPolicy
     from wal.seal import read_seal
 
     wal = WalDir(prep["wal_root"])
@@ -380,7 +381,7 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
             w0, c0 = time.perf_counter(), time.process_time()
             log.ingest(seal)
             w1, c1 = time.perf_counter(), time.process_time()
-            report = replayer.run(query_running=False)
+            report = replayer.run(RecoveryPolicy.QUERY_START)
             w2, c2 = time.perf_counter(), time.process_time()
             if profile:
                 profile.disable()

@@ -63,6 +63,7 @@ def measure(root: str, profile: bool) -> dict:
     from wal.catalog import RecoveryAction
     from wal.layout import WalDir
     from wal.log import WalLog
+    from wal.recovery_policy import RecoveryPolicy
     from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
     from wal.seal import read_seal
 
@@ -79,7 +80,7 @@ def measure(root: str, profile: bool) -> dict:
         profiler.enable()
     try:
         t = clock()
-        views = catalog.describe(wal, log, cp, query_running=True)
+        views = catalog.describe(wal, log, cp, RecoveryPolicy.QUERY_FLUSHER)
         pending = [v.batch for v in views if v.action == RecoveryAction.REPLAY]
         batch = pending[0]
         out["plan"], t = clock() - t, clock()

@@ -75,6 +75,7 @@ from sinks.worker.plan import backlog_bytes, check_not_blocked, check_segments_v
 from wal.binding import bind
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.pointer import write_pointer
 from wal.remote import spool_dir
 from wal.retention import RetentionPolicy
@@ -350,7 +351,7 @@ class Stream:
         self.log = WalLog.open_writer(self.flusher_wal)
         self.replayer = Replayer(self.flusher_wal, self.log, lambda seal: NullUpserter(),
                                  self.cp, retention=RetentionPolicy(keep_batches=10))
-        self.replayer.run(query_running=False)
+        self.replayer.run(RecoveryPolicy.QUERY_START)
 
     def stage(self, batch: int) -> list:
         refs = []
@@ -373,7 +374,7 @@ class Stream:
         self.spark.create(f"commits/{batch}", b'v1\n{"nextBatchWatermarkMs":0}\n')
 
     def drain(self) -> object:
-        return self.replayer.run(query_running=True)
+        return self.replayer.run(RecoveryPolicy.QUERY_FLUSHER)
 
     def close(self) -> None:
         self.log.close()

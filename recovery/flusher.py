@@ -41,14 +41,15 @@ from tenacity import (
 
 from recovery.cql import credentials
 from wal import catalog
-from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal import clock
 from wal.binding import bind
-from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
+from wal.catalog import RecoveryAction
 from wal.entries import entries_since, record_run
+from wal.errors import StoreUnavailable, WalCorrupted, WalStorageError
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.retention import RetentionPolicy
 from wal.schemes import is_local
 from wal.seal import Seal
@@ -109,7 +110,8 @@ def block_if_lost(wal_root: str, checkpoint: str, run: tuple[str, int] | None = 
         record_run(wal, run[1], run[0])
     reader = WalLog.open_reader(wal)
     try:
-        views = catalog.describe(wal, reader, checkpoint, query_running=True, current_run=run)
+        views = catalog.describe(wal, reader, checkpoint, RecoveryPolicy.QUERY_FLUSHER,
+                                 current_run=run)
     finally:
         if reader is not None:
             reader.close()
@@ -199,9 +201,10 @@ class QueryFlusher:
         self._seen_committed: int | None = None   # the last commits/N the watch woke for
 
     # -- runs ----------------------------------------------------------------------------
-    def drain(self, query_running: bool, crash_prefix: str = "flush",
-              executors_allowed: bool = True, replay: bool = True) -> None:
-        """Write what Spark committed, in order. A failure a retry may cure
+    def drain(self, policy: RecoveryPolicy, crash_prefix: str = "flush",
+              replay: bool = True) -> None:
+        """Write what Spark committed, in order, as ``policy`` allows (``QUERY_FLUSHER``, or
+        ``QUERY_START`` from :meth:`recover`). A failure a retry may cure
         (:func:`~recovery.errors.is_transient`: Cassandra away, a shared filesystem away)
         keeps its batch for the next drain; any other blocks the sink (:meth:`_block`). A
         drain that gets through clears the block. ``replay`` False: only discard what Spark
@@ -215,9 +218,9 @@ class QueryFlusher:
                 self._follow_target()
                 if not self.target.config.wal.flush:
                     return
-                writer = self._executors() if executors_allowed else None
-                self._replay_due(query_running)
-                self.last_report = self.replayer.run(query_running, crash_prefix, writer,
+                writer = self._executors() if policy.writes_through_flush_mode else None
+                self._replay_due(policy)
+                self.last_report = self.replayer.run(policy, crash_prefix, writer,
                                                      replay=replay)
                 self._write_marker()
                 self.last_error = None
@@ -255,13 +258,13 @@ class QueryFlusher:
             health = replace(health, state=BLOCKED, blocked_reason=reason)
         return health
 
-    def _replay_due(self, query_running: bool) -> None:
+    def _replay_due(self, policy: RecoveryPolicy) -> None:
         """A drain that writes what an earlier run (recovery at query start) or an earlier
         drain (a transient failure) left unfinished is a replay: its first batch written
         starts it, its end finishes it (:mod:`recovery.events`)."""
         if self._replay is not None:
             return                       # the last one failed again: still the same replay
-        if not query_running:
+        if policy is RecoveryPolicy.QUERY_START:
             self._replay = Replay("recovery at query start")
         elif self.last_error is not None:
             self._replay = Replay(f"after {type(self.last_error).__name__}")
@@ -478,7 +481,7 @@ class QueryFlusher:
         scale_out = self._scales_out()
         self.output.retries_at_most = RECOVERY_RETRIES
         try:
-            self.drain(query_running=False, crash_prefix="recover", executors_allowed=False,
+            self.drain(RecoveryPolicy.QUERY_START, crash_prefix="recover",
                        replay=not scale_out)
         finally:
             self.output.retries_at_most = None
@@ -521,7 +524,7 @@ class QueryFlusher:
                     break
                 if not kicked and self._idle_on_a_store():
                     continue
-                self.drain(query_running=True)
+                self.drain(RecoveryPolicy.QUERY_FLUSHER)
             except Exception:  # noqa: BLE001 - the thread must outlive anything: a bug here
                 # would otherwise end it with a line on stderr, and no batch would be written
                 log.exception("cassandra_wal: %s: the flusher's loop failed; it goes on in "
@@ -619,7 +622,7 @@ class QueryFlusher:
 
     def _finish(self, within_s: float) -> None:
         def deferred() -> bool:          # a transient failure: worth another drain
-            self.drain(query_running=True)
+            self.drain(RecoveryPolicy.QUERY_FLUSHER)
             if is_shutdown_error(self.last_error):
                 return False            # the process's pools are gone: no drain can succeed
             return self.last_error is not None and self._blocked_reason is None

@@ -26,6 +26,7 @@ from wal.catalog import BatchView, RecoveryAction
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.retention import wal_size
 from wal.seal import now_us, read_seal
 from wal.states import BatchState
@@ -221,7 +222,7 @@ def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | N
     reader = log if log is not None else WalLog.open_reader(wal)
     try:
         if views is None:
-            views = catalog.describe(wal, reader, checkpoint, query_running=True)
+            views = catalog.describe(wal, reader, checkpoint, RecoveryPolicy.QUERY_FLUSHER)
         flushed_through = max(reader.flushed_through() if reader is not None else -1,
                               wal.read_flushed_through())
     finally:

@@ -18,6 +18,7 @@ from recovery.cql.errors import ConnectionFailed, FlushFailed, SinkError
 from wal.errors import WalError
 from wal.jobs import TableJobs, last_timestamp
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 
 from .errors import RecoveryBlocked
 from .recover import replay_wal
@@ -31,8 +32,8 @@ def flush_sealed(wal: WalDir, target: Target) -> ReplayReport:
     """Write everything sealed in a job's ``wal`` (its seals are their own commit point), in
     order, waiting a minute for a job that still holds it; through ``wal.flush.processes``
     worker processes with ``wal.flush.mode=processes``."""
-    return replay_wal(wal, None, target, lock_wait_s=60, crash_prefix="flush",
-                      processes=target.config.wal.worker_processes())
+    return replay_wal(wal, None, target, policy=RecoveryPolicy.BATCH_JOB, lock_wait_s=60,
+                      crash_prefix="flush", processes=target.config.wal.worker_processes())
 
 
 def _recorded_target(wal: WalDir, creds: Mapping[str, str]) -> Target:

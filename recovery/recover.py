@@ -18,6 +18,7 @@ from wal import clock
 from wal.errors import WalLocked
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import Seal
 
 from . import events
@@ -51,16 +52,15 @@ def _before_write(wal: WalDir, log: WalLog, target: Target, output: CassandraOut
 def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
                on_progress: Callable[[Progress], None] | None = None,
                lock_wait_s: float = 0.0, crash_prefix: str = "recover",
-               discard_uncommitted: bool = True, processes: int = 0,
+               policy: RecoveryPolicy, processes: int = 0,
                writer: RowWriter | None = None) -> ReplayReport:
     """Replay ``wal`` against the checkpoint ``checkpoint`` (a local folder; None for a batch
     job's WAL, whose seals are their own commit point), writing to ``target``.
-    ``discard_uncommitted``: discard what Spark never committed (Spark re-runs it), as a
-    query's start does; False leaves it as a running query's flusher does (waits), for when a
-    query may be running elsewhere. ``processes``: the rows are written by that many worker
-    processes of this one, a segment at a time, each with its own session (as
-    ``wal.flush.mode=processes``: :mod:`recovery.processes`); 0: by this process, unless
-    ``writer`` says who (Spark tasks: :func:`sinks.recover`). Raises
+    ``policy``: who recovers (``OFFLINE``, ``OFFLINE_FORCED``, ``BATCH_JOB``), which decides
+    whether what Spark never committed is discarded or waits. ``processes``: the rows are
+    written by that many worker processes of this one, a segment at a time, each with its own
+    session (as ``wal.flush.mode=processes``: :mod:`recovery.processes`); 0: by this process,
+    unless ``writer`` says who (Spark tasks: :func:`sinks.recover`). Raises
     ``WalLocked`` (another process holds the WAL), ``RecoveryBlocked`` (a batch cannot be
     replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
@@ -72,7 +72,7 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
         report = Replayer(wal, wal_log, output.upserter, checkpoint, on_progress=on_progress,
                           before_write=lambda seal: _before_write(wal, wal_log, target, output,
                                                                     seal), writer=writer
-                          ).run(query_running=not discard_uncommitted, crash_prefix=crash_prefix)
+                          ).run(policy, crash_prefix=crash_prefix)
     finally:
         wal_log.close()
         output.close()

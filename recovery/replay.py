@@ -1,10 +1,12 @@
 """Bring Cassandra up to date with the WAL, batch by batch, in order.
 
 This is the one code path that writes sealed batches: the sink's flusher runs it after every
-micro-batch (``query_running=True``: undecided batches wait), a query start runs it before the
-first batch (``query_running=False``: batches Spark never committed are discarded, since Spark
-re-runs them with the same id; ``replay=False`` in the scale-out modes: only that, the backlog
-left to the flusher's drains), and ``cassandra-wal recover`` runs it offline.
+micro-batch (``RecoveryPolicy.QUERY_FLUSHER``: undecided batches wait), a query start runs it
+before the first batch (``QUERY_START``: batches Spark never committed are discarded, since
+Spark re-runs them with the same id; ``replay=False`` in the scale-out modes: only that, the
+backlog left to the flusher's drains), ``cassandra-wal recover`` runs it offline (``OFFLINE``,
+``OFFLINE_FORCED``) and a batch job at its commit (``BATCH_JOB``):
+:class:`~wal.recovery_policy.RecoveryPolicy` says what each does.
 
 Rules (docs/guarantees.md): batches go in increasing id; a batch that cannot be written stops
 the run, and no later batch is written before it; a batch is replayed from its recorded
@@ -34,6 +36,7 @@ from wal.crashpoints import crash_point
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
 from wal.log import BatchRecord, WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.retention import (
     RetentionPolicy,
     apply_retention,
@@ -209,19 +212,19 @@ class Replayer:
         # it and counted on on its monotonic clock (recovery.cql.batch_age): its rows' TTLs count from it.
         self._ages: dict[tuple[int, str, int], BatchAge] = {}
 
-    def plan(self, query_running: bool,
+    def plan(self, policy: RecoveryPolicy,
              committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
-        return catalog.describe(self.wal, self.log, self.checkpoint, query_running=query_running,
+        return catalog.describe(self.wal, self.log, self.checkpoint, policy,
                                 committed=committed, current_run=self.current_run)
 
-    def run(self, query_running: bool, crash_prefix: str | None = None,
+    def run(self, policy: RecoveryPolicy, crash_prefix: str | None = None,
             writer: RowWriter | None = None, replay: bool = True) -> ReplayReport:
-        """Act on the plan. ``crash_prefix`` names this run's crash points (tests only);
-        ``writer`` replaces :attr:`writer` for this run's batches. ``replay`` False: write
-        nothing, only discard what Spark never committed (a scale-out query's start, whose
-        committed backlog its flusher's thread writes after): from the first batch to replay
-        on, only discards are done (``report.backlog_from`` names that batch), and a batch no
-        replay may pass still blocks."""
+        """Act on the plan recovery under ``policy`` makes. ``crash_prefix`` names this run's
+        crash points (tests only); ``writer`` replaces :attr:`writer` for this run's batches.
+        ``replay`` False: write nothing, only discard what Spark never committed (a scale-out
+        query's start, whose committed backlog its flusher's thread writes after): from the
+        first batch to replay on, only discards are done (``report.backlog_from`` names that
+        batch), and a batch no replay may pass still blocks."""
         if crash_prefix:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
@@ -237,7 +240,7 @@ class Replayer:
             self.wal.remote.pull(self.wal.root, fetch=replay and not writer.reads_store)
         self.note_committed(committed)
         staged = set(self.wal.staged_batch_ids())
-        views = self.plan(query_running, committed)
+        views = self.plan(policy, committed)
         self._take_in_hand(views)
         for view in views:
             if report.backlog_from is not None and view.action not in (RecoveryAction.DISCARD,

@@ -13,6 +13,7 @@ from .entries import entered_batch_ids, entries_since, read_entry, read_runs, ru
 from .errors import WalCorrupted
 from .layout import WalDir
 from .log import BatchRecord, WalLog
+from .recovery_policy import RecoveryPolicy
 from .seal import COMMIT_POINT_SEAL, Seal, now_us, read_seal
 from .states import BatchState
 
@@ -122,21 +123,23 @@ def committed_through(log: WalLog | None, checkpoint: str | None) -> tuple[int, 
 
 
 def describe_read_only(wal: WalDir, checkpoint: str | None,
-                       query_running: bool = False) -> list[BatchView]:
+                       policy: RecoveryPolicy = RecoveryPolicy.QUERY_START) -> list[BatchView]:
     """:func:`describe` through a read-only view of the log, beside a live writer if any."""
     reader = WalLog.open_reader(wal)
     try:
-        return describe(wal, reader, checkpoint, query_running=query_running)
+        return describe(wal, reader, checkpoint, policy)
     finally:
         if reader is not None:
             reader.close()
 
 
 def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
-             query_running: bool = False,
+             policy: RecoveryPolicy = RecoveryPolicy.QUERY_START,
              committed: tuple[int, list[int] | None] | None = None,
              current_run: tuple[str, int] | None = None) -> list[BatchView]:
-    """Every batch, in id order. ``query_running``: a sink is live, so undecided seals wait.
+    """Every batch, in id order, with what recovery under ``policy`` does with it (the
+    default: what the query's next start does). ``policy`` decides only whether a batch Spark
+    never committed is discarded or waits (:class:`~wal.recovery_policy.RecoveryPolicy`).
     ``committed``: :func:`committed_through` as read *before* the seals were (a WAL on a store
     pulls its seals after reading the checkpoint: a seal pulled then is the one Spark
     committed, never an earlier run's that ``commits/N`` appeared beside meanwhile).
@@ -232,11 +235,11 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
                 action, detail = RecoveryAction.REPLAY, ""
             elif is_committed is None:
                 action, detail = RecoveryAction.WAIT, "checkpoint unknown: pass --checkpoint"
-            elif query_running:
-                action, detail = RecoveryAction.WAIT, "waiting for Spark to commit the batch"
-            else:
+            elif policy.discards_uncommitted:
                 action, detail = (RecoveryAction.DISCARD,
                                   "Spark never committed it; it re-runs the batch")
+            else:
+                action, detail = RecoveryAction.WAIT, "waiting for Spark to commit the batch"
             views.append(BatchView(state=ViewState.SEALED, action=action, detail=detail, **base))
         elif batch in staged_ids and batch <= flushed_through:
             # Segments without a seal of a batch older than the newest flushed one: every such
@@ -252,7 +255,8 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
                 views.append(BatchView(state=state, action=RecoveryAction.ERROR, detail=detail,
                                        **base))
             else:
-                action = RecoveryAction.WAIT if query_running else RecoveryAction.DISCARD
+                action = (RecoveryAction.DISCARD if policy.discards_uncommitted
+                          else RecoveryAction.WAIT)
                 views.append(BatchView(state=state, action=action, detail="not sealed", **base))
         elif since is not None and batch >= since and is_committed:
             # No entry: the foreachBatch writer of this WAL was never called for the batch.

@@ -30,12 +30,12 @@ move that never happened, cleared by that WAL's next batch (:func:`confirm_curre
 from __future__ import annotations
 
 from . import catalog
-
 from .catalog import RecoveryAction
 from .entries import entered_batch_ids
 from .errors import WalMoveRefused
 from .layout import WalDir
 from .log import WalLog
+from .recovery_policy import RecoveryPolicy
 from .retention import remove_batch_files
 from .seal import COMMIT_POINT_CHECKPOINT, Seal, last_written_ts_us, read_seal, write_seal
 
@@ -55,7 +55,8 @@ def follow_move(old: WalDir, new: WalDir, checkpoint: str, leave_old: bool = Tru
     for wal, which in ((old, "old"), (new, "new")):
         if wal is old and not leave_old:
             continue
-        pending = [v for v in catalog.describe_read_only(wal, checkpoint, query_running=True)
+        pending = [v for v in catalog.describe_read_only(wal, checkpoint,
+                                                     RecoveryPolicy.QUERY_FLUSHER)
                    if v.action in (RecoveryAction.REPLAY, RecoveryAction.ERROR)
                    and (wal is old or v.batch <= was_current_through)]
         if pending:

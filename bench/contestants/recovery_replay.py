@@ -34,6 +34,7 @@ def main() -> None:
     from wal.files import tree_size
     from wal.layout import WalDir
     from wal.log import WalLog
+    from wal.recovery_policy import RecoveryPolicy
 
     checkpoint = spec["checkpoint"]
     wal = WalDir(os.path.join(checkpoint, "cassandra_wal")).check()
@@ -50,7 +51,7 @@ def main() -> None:
         profiler.start()
     wal_log = WalLog.open_writer(wal)
     try:
-        report = Replayer(wal, wal_log, output.upserter, checkpoint).run(query_running=False)
+        report = Replayer(wal, wal_log, output.upserter, checkpoint).run(RecoveryPolicy.QUERY_START)
         log_bytes = tree_size(wal.log)
     finally:
         wal_log.close()

@@ -20,11 +20,12 @@ from recovery.cql.errors import ConnectionFailed, is_transient_answer
 from recovery.output import CassandraOutput, segment_rows
 from recovery.target import RecordedTarget, Target
 from wal import catalog
-from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
+from wal.catalog import RecoveryAction
 from wal.errors import SegmentMissing
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import Seal, next_base_timestamp
 
 NAME = "amend"
@@ -93,7 +94,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def _pending(wal: WalDir, checkpoint: str | None) -> dict[int, catalog.BatchView]:
     """Batches with a seal not fully written yet, by id: those Spark committed, and those
     sealed that it has not committed yet (a re-stamp keeps them above the batches before)."""
-    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
+    views = catalog.describe_read_only(wal, checkpoint, RecoveryPolicy.QUERY_FLUSHER)
     return {v.batch: v for v in views if v.action == RecoveryAction.REPLAY
             or (v.action == RecoveryAction.WAIT and v.seal is not None)}
 

@@ -29,6 +29,7 @@ from wal.errors import WalCorrupted
 from wal.format import FORMAT_VERSION
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.retention import wal_size
 from wal.schemes import is_local, store_schemes_text
 
@@ -195,7 +196,7 @@ def show(wal: WalDir, checkpoint: str | None, source: str | None, as_json: bool,
     log = WalLog.open_reader(wal)
     try:
         with log_errors(wal):
-            views = describe(wal, log, checkpoint)
+            views = describe(wal, log, checkpoint, RecoveryPolicy.QUERY_START)
             flushed_through = max(log.flushed_through() if log is not None else -1,
                                   wal.read_flushed_through())
             health = read_health(wal, checkpoint, log=log, views=views)

@@ -21,11 +21,12 @@ from recovery.recover import replay_wal
 from recovery.replay import Progress
 from recovery.target import RecordedTarget, Target
 from wal import binding, catalog
-from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal import clock
+from wal.catalog import RecoveryAction
 from wal.errors import StoreUnavailable, WalBoundElsewhere
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 from wal.schemes import store_schemes_text
 
 NAME = "recover"
@@ -191,9 +192,9 @@ LEFT_NOTE = ("recover cannot tell a stopped query from a live run it does not se
 def run(args) -> int:
     wal = working_wal(args.wal_dir)
     checkpoint = _checkpoint(wal, args)
-    discard = args.force
+    policy = RecoveryPolicy.OFFLINE_FORCED if args.force else RecoveryPolicy.OFFLINE
     if args.dry_run:
-        plan = catalog.describe_read_only(wal, checkpoint, query_running=not discard)
+        plan = catalog.describe_read_only(wal, checkpoint, policy)
         todo = [v for v in plan if v.action != RecoveryAction.NOTHING]
         if args.json:
             print(json.dumps({"dry_run": True, "checkpoint": checkpoint,
@@ -207,7 +208,7 @@ def run(args) -> int:
     processes = _processes(target, args)
     try:
         report = replay_wal(wal, checkpoint, target, on_progress=_Reporter(quiet=args.json),
-                            discard_uncommitted=discard, processes=processes)
+                            policy=policy, processes=processes)
     except RecoveryBlocked as exc:
         print(f"cassandra-wal: error: {exc}", file=sys.stderr)
         return EXIT_CORRUPT

@@ -24,6 +24,7 @@ from recovery.target import RecordedTarget
 from wal import binding
 from wal import checkpoint as ckpt
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 
 from .registry import register_session
 from .spark_jobs import SparkJobs
@@ -70,5 +71,6 @@ def recover(spark, wal_path: str, checkpoint: str | None = None, *,
                     "credentials would travel to the server in the plan: the backlog is "
                     "written from this process (connect with sc://...;use_ssl=true)", wal.root)
         writer = None
-    return replay_wal(wal, checkpoint, target, discard_uncommitted=force, writer=writer,
+    policy = RecoveryPolicy.OFFLINE_FORCED if force else RecoveryPolicy.OFFLINE
+    return replay_wal(wal, checkpoint, target, policy=policy, writer=writer,
                       lock_wait_s=lock_wait_s)

@@ -9,11 +9,12 @@ from recovery.cql.errors import SinkError
 from recovery.errors import NotFlushedYet, WalBlocked
 from recovery.flusher import QueryFlusher
 from wal import catalog
-from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal import clock
+from wal.catalog import RecoveryAction
 from wal.layout import WalDir
 from wal.pointer import pointed_wals
+from wal.recovery_policy import RecoveryPolicy
 
 from .registry import checkpoint_reported, flushers_of_run, session_conf_of
 
@@ -69,7 +70,7 @@ def _wait_wal(query, root: str, checkpoint: str, through: int, started: float,
                 elif not _is_active(query):   # nobody else will: drain it here
                     own = flusher = QueryFlusher(root, checkpoint, session_conf_of(query.id))
             if own is not None:
-                own.drain(query_running=True)
+                own.drain(RecoveryPolicy.QUERY_FLUSHER)
             blocked = wal.read_blocked()
             if blocked is not None and (flusher is None or flusher.drains > drains_before):
                 raise WalBlocked(root, blocked)
@@ -90,7 +91,7 @@ def _wait_wal(query, root: str, checkpoint: str, through: int, started: float,
 def pending_batches(wal: WalDir, checkpoint: str, through: int) -> list[tuple[int, int]]:
     """``(batch, rows not yet acknowledged)`` of every batch up to ``through`` that the WAL's
     catalog does not call done, read beside the live flusher (a read-only log instance)."""
-    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
+    views = catalog.describe_read_only(wal, checkpoint, RecoveryPolicy.QUERY_FLUSHER)
     return [(v.batch, v.rows - v.flushed_rows) for v in views
             if v.batch <= through and v.action != RecoveryAction.NOTHING]
 

@@ -58,6 +58,7 @@ from wal.catalog import RecoveryAction
 from wal import checkpoint as ckpt
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,7 @@ def test_durability_without_the_log(run_b):
     reader = WalLog.open_reader(wal)
     try:
         assert reader.get(CRASH_BATCH).state.value == "flushed"
-        views = catalog.describe(wal, reader, chain.checkpoint, query_running=False)
+        views = catalog.describe(wal, reader, chain.checkpoint, RecoveryPolicy.QUERY_START)
     finally:
         reader.close()
     assert all(v.action == RecoveryAction.NOTHING for v in views), [v.to_dict() for v in views]

@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from tests.helpers.spark_session import local_builder  # noqa: E402
 
 from wal import checkpoint as ckpt
+from wal.recovery_policy import RecoveryPolicy
 
 EXIT_OK, EXIT_USAGE, EXIT_QUERY_FAILED, EXIT_DEADLINE = 0, 2, 3, 4
 
@@ -171,7 +172,7 @@ def wal_pending(checkpoint: str) -> list[str] | None:
     if root is None or not os.path.isdir(root):
         return None
     wal = WalDir(root)
-    views = catalog.describe_read_only(wal, checkpoint, query_running=True)
+    views = catalog.describe_read_only(wal, checkpoint, RecoveryPolicy.QUERY_FLUSHER)
     return [f"{v.batch}:{v.action}" for v in views if v.action != RecoveryAction.NOTHING]
 
 

@@ -99,7 +99,7 @@ def flusher_for(tmp_path, mode: str, spark):
                            spark_jobs=SparkJobs(spark) if spark is not None else None)
     runs = []
 
-    def run(query_running, prefix, writer=None, replay=True):
+    def run(policy, prefix, writer=None, replay=True):
         runs.append(writer)
         flusher.replays.append(replay)      # False: only discards (a scale-out start)
 

@@ -38,6 +38,7 @@ from sinkutil import (
     write_json_files,
 )
 from tests.helpers.walfactory import WalFactory
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
@@ -93,7 +94,8 @@ def test_deletes_land_at_their_sealed_timestamps_and_a_replay_changes_nothing(
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=[batch0], write=target.write_record())
         f.sealed(1, rows=[batch1], write=target.write_record())
-    assert replay_wal(f.wal, f.checkpoint, target).replayed == [0, 1]
+    report = replay_wal(f.wal, f.checkpoint, target, policy=RecoveryPolicy.OFFLINE)
+    assert report.replayed == [0, 1]
     expected = {(1, 1): "a3", (2, 5): "y"}
     assert _table(cql, keyspace, "changes") == expected
     # Written again, each batch leaves the same table: batch 0's upserts of (1, 2) and (2, 1)
@@ -117,7 +119,8 @@ def test_a_source_order_writetime_decides_within_a_batch_and_a_tie_goes_to_the_d
                  stamps=[200, 100, 300, 250, 400, 400])
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=[rows], write=target.write_record())
-    assert replay_wal(f.wal, f.checkpoint, target).replayed == [0]
+    report = replay_wal(f.wal, f.checkpoint, target, policy=RecoveryPolicy.OFFLINE)
+    assert report.replayed == [0]
     assert _table(cql, keyspace, "ordered") == {(2, 1): "new"}
     assert [r.w for r in cql.execute(f"SELECT writetime(v) AS w FROM {keyspace}.ordered")] \
         == [300]

@@ -21,6 +21,7 @@ from recovery.recover import replay_wal
 from recovery.target import Target
 from sinkutil import create_table
 from tests.helpers.walfactory import WalFactory
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import now_us
 from wal.states import BatchState
 
@@ -48,7 +49,7 @@ def test_a_row_that_expired_while_pending_hides_an_older_cell_of_another_writer(
     for i in (*range(5), *range(1000, 1005)):   # another writer, earlier than either seal
         cql.execute(f"INSERT INTO {keyspace}.expiring (id, name, value, note) "
                     f"VALUES ({i}, 'theirs', 1.5, 'note') USING TIMESTAMP {base - 1000}")
-    report = replay_wal(f.wal, f.checkpoint, target)
+    report = replay_wal(f.wal, f.checkpoint, target, policy=RecoveryPolicy.OFFLINE)
     assert report.replayed == [0, 1]
     rows = {r.id: r for r in cql.execute(
         f"SELECT id, name, value, note, ttl(name) AS ttl FROM {keyspace}.expiring")}
@@ -81,6 +82,7 @@ def test_an_expired_row_of_static_columns_alone_deletes_them_by_partition(
     for k in (1, 2):
         cql.execute(f"INSERT INTO {keyspace}.shared (k, c, s, v) VALUES ({k}, 0, 'theirs', 'v') "
                     f"USING TIMESTAMP {sealed.seal.base_ts_us - 1000}")
-    assert replay_wal(f.wal, f.checkpoint, target).replayed == [0]
+    report = replay_wal(f.wal, f.checkpoint, target, policy=RecoveryPolicy.OFFLINE)
+    assert report.replayed == [0]
     assert sorted(tuple(r) for r in cql.execute(f"SELECT k, c, s, v FROM {keyspace}.shared")) \
         == [(1, 0, None, "v"), (2, 0, None, "v")]

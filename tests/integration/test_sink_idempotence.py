@@ -20,6 +20,7 @@ from sinkutil import (create_table, register, running, sink_options, stream_wal,
 from wal.jobs import TableJobs
 from wal.layout import WalDir
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.segment import decode_chunk
 from wal.states import BatchState
 
@@ -132,7 +133,8 @@ def test_replayer_on_a_fresh_copy_of_a_sealed_batch_writes_the_same_cells(
         log = WalLog.open_writer(which)
         output = CassandraOutput(load_target(which))
         try:
-            report = Replayer(which, log, output.upserter, checkpoint=None).run(query_running=False)
+            report = Replayer(which, log, output.upserter, checkpoint=None).run(
+                RecoveryPolicy.QUERY_START)
             return report, log.get(batch), _sealed_timestamps(log, batch)
         finally:
             output.close()

@@ -424,7 +424,7 @@ class Streams:
         crashed = None
         try:
             with self.driver_process(q, flushing=True):
-                flusher.recover() if recover else flusher.drain(query_running=True)
+                flusher.recover() if recover else _drain_as_running(flusher)
         except SimCrash as crash:
             crashed = str(crash)   # not the exception: its traceback holds the dead frames
         finally:
@@ -532,3 +532,14 @@ class Streams:
         return (q.run is None and q.refused is None and q.runs > 0
                 and all(not self.oracle.missing(e) and not e.lost
                         for e in self.oracle.executions if q.owns(e.owner) and e.committed))
+
+
+def _drain_as_running(flusher) -> None:
+    """A drain of the running query's flusher (``RecoveryPolicy.QUERY_FLUSHER``); older code,
+    which the simulation runs against too, names it by a boolean."""
+    try:
+        from wal.recovery_policy import RecoveryPolicy
+    except ImportError:
+        flusher.drain(query_running=True)
+        return
+    flusher.drain(RecoveryPolicy.QUERY_FLUSHER)

@@ -13,6 +13,7 @@ import pytest
 
 from wal.catalog import LATE_ATTEMPT, RecoveryAction, ViewState, describe
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 from wal.retention import RetentionPolicy, apply_retention, remove_batch_files
 from wal.seal import COMMIT_POINT_SEAL, seal_batch
 from wal.segment import SegmentWriter
@@ -48,8 +49,8 @@ def seal(wal: WalDir, batch: int, partitions: int = 2, rows: int = 4, **kw):
     return seal_batch(wal, batch, [stage(wal, batch, p, rows) for p in range(partitions)], **kw)
 
 
-def view(wal, log, checkpoint, batch, query_running=False):
-    views = {v.batch: v for v in describe(wal, log, checkpoint, query_running=query_running)}
+def view(wal, log, checkpoint, batch, policy=RecoveryPolicy.QUERY_START):
+    views = {v.batch: v for v in describe(wal, log, checkpoint, policy)}
     return views[batch]
 
 
@@ -64,7 +65,7 @@ def test_staged_only_is_discarded(wal, log, checkpoint):
 
 def test_staged_only_waits_while_the_query_runs(wal, log, checkpoint):
     stage(wal, 3)
-    assert view(wal, log, checkpoint, 3, query_running=True).action == WAIT
+    assert view(wal, log, checkpoint, 3, RecoveryPolicy.QUERY_FLUSHER).action == WAIT
 
 
 def test_staged_only_without_a_checkpoint_is_discarded(wal, log):
@@ -101,7 +102,7 @@ def test_sealed_not_committed_is_discarded(wal, log, checkpoint):
 
 def test_sealed_not_committed_waits_while_the_query_runs(wal, log, checkpoint):
     seal(wal, 3)
-    v = view(wal, log, checkpoint, 3, query_running=True)
+    v = view(wal, log, checkpoint, 3, RecoveryPolicy.QUERY_FLUSHER)
     assert (v.action, v.committed) == (WAIT, False)
     assert "waiting for Spark" in v.detail
 
@@ -115,7 +116,7 @@ def test_sealed_with_checkpoint_unknown_waits(wal, log):
 
 def test_sealed_with_checkpoint_unknown_waits_even_when_no_query_runs(wal, log):
     seal(wal, 3)
-    assert view(wal, log, None, 3, query_running=False).action == WAIT
+    assert view(wal, log, None, 3, RecoveryPolicy.QUERY_START).action == WAIT
 
 
 def test_seal_commit_point_is_replayed_without_a_checkpoint(wal, log):
@@ -223,7 +224,7 @@ def test_discarded_batch_sealed_again_but_not_committed_waits_while_the_query_ru
         wal, log, checkpoint):
     log.discard(3, "never committed")
     seal(wal, 3)
-    assert view(wal, log, checkpoint, 3, query_running=True).action == WAIT
+    assert view(wal, log, checkpoint, 3, RecoveryPolicy.QUERY_FLUSHER).action == WAIT
     assert view(wal, log, checkpoint, 3).action == DISCARD
 
 
@@ -321,9 +322,9 @@ def purge(checkpoint, *batches):
         os.unlink(os.path.join(checkpoint, "commits", str(b)))
 
 
-@pytest.mark.parametrize("query_running", [True, False], ids=["running", "restart"])
+@pytest.mark.parametrize("policy", list(RecoveryPolicy), ids=lambda p: p.name.lower())
 def test_committed_batches_whose_commit_files_spark_purged_are_replayed(
-        wal, log, checkpoint, query_running):
+        wal, log, checkpoint, policy):
     # An outage longer than minBatchesToRetain batches: Spark purged commits/3 and commits/4
     # while the WAL still held them. Spark commits in order, so they are committed: the live
     # flusher must not wait on them forever, nor a restart discard them.
@@ -331,7 +332,7 @@ def test_committed_batches_whose_commit_files_spark_purged_are_replayed(
         seal(wal, b)
     commit(checkpoint, 3, 4, 5)
     purge(checkpoint, 3, 4)
-    views = describe(wal, log, checkpoint, query_running=query_running)
+    views = describe(wal, log, checkpoint, policy)
     assert [(v.batch, v.action, v.committed) for v in views] == \
         [(3, REPLAY, True), (4, REPLAY, True), (5, REPLAY, True)]
 

@@ -18,6 +18,7 @@ from recovery.replay import Acknowledged, Replayer
 from tests.helpers.skewed_clock import skewed_clock
 from tests.helpers.walfactory import WalFactory
 from wal import clock
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import now_us
 from wal.states import BatchState
 
@@ -83,12 +84,12 @@ def test_the_driver_measures_each_pending_batch_once_and_a_clock_step_later_chan
         replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=writer)
         writer.failing = True
         with pytest.raises(FlushFailed):
-            replayer.run(query_running=True)
+            replayer.run(RecoveryPolicy.QUERY_FLUSHER)
         (first,) = writer.ages[3]
         assert 60 * S <= first.age_us < 70 * S
         writer.failing = False
         with skewed_clock(2 * HOUR):
-            replayer.run(query_running=True)
+            replayer.run(RecoveryPolicy.QUERY_FLUSHER)
         assert writer.ages[3][1] == first            # the same measure, counted on
         (fourth,) = writer.ages[4]                   # measured at the first drain too
         assert 30 * S <= fourth.age_at(clock.monotonic_ns()) < 40 * S

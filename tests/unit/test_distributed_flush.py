@@ -29,6 +29,7 @@ from tests.helpers.spark_fakes import FakeSpark
 from tests.helpers.walfactory import WalFactory
 from wal.crashpoints import ENV_POINT
 from wal.errors import WalCorrupted
+from wal.recovery_policy import RecoveryPolicy
 from wal.stores import StoreAccess
 from wal.states import BatchState
 
@@ -63,7 +64,7 @@ def test_marks_flushed_only_after_every_segment_is_acknowledged(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=(3, 5, 2), chunk_rows=2)
         job = LocalJob(f)
-        report = replayer(f, writer(f.root, job)).run(query_running=True)
+        report = replayer(f, writer(f.root, job)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert report.replayed == [0] and report.rows_written == 10
         assert job.jobs == [[0, 1, 2]]                  # one job, one task per segment
         assert job.states_during_job == ["flushing"]    # not marked while the tasks ran
@@ -78,7 +79,8 @@ def test_a_segment_without_a_result_leaves_the_batch_unmarked(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=(3, 5, 2))
         with pytest.raises(FlushFailed, match="returned no result"):
-            replayer(f, writer(f.root, LocalJob(f, drop_results={1}))).run(query_running=True)
+            replayer(f, writer(f.root, LocalJob(f, drop_results={1}))).run(
+                RecoveryPolicy.QUERY_FLUSHER)
         record = f.log.get(0)
         assert record.state is BatchState.FLUSHING
         assert (record.next_segment, record.next_chunk, record.flushed_rows) == (1, 0, 5)
@@ -94,7 +96,7 @@ def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_p
         job = LocalJob(f)
         r = replayer(f, writer(f.root, job))
         with pytest.raises(FlushFailed, match="injected"):
-            r.run(query_running=True)
+            r.run(RecoveryPolicy.QUERY_FLUSHER)
         record = f.log.get(0)
         assert record.state is BatchState.FLUSHING
         # Segments 0 and 2 were written by their tasks: the prefix, and 2 on its own.
@@ -106,7 +108,7 @@ def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_p
 
         FAIL_IDS.clear()
         WRITES.clear()
-        report = r.run(query_running=True)
+        report = r.run(RecoveryPolicy.QUERY_FLUSHER)
         assert report.replayed == [0, 1]
         assert job.jobs[1] == [1]           # the retry writes only the unacknowledged one
         assert ids_written(0) == [3, 4, 5, 6, 7]
@@ -119,7 +121,8 @@ def test_a_failed_job_acknowledges_nothing(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=(3, 5))
         with pytest.raises(FlushFailed, match="executor lost"):
-            replayer(f, writer(f.root, LocalJob(f, fail_job=True))).run(query_running=True)
+            replayer(f, writer(f.root, LocalJob(f, fail_job=True))).run(
+                RecoveryPolicy.QUERY_FLUSHER)
         record = f.log.get(0)
         assert record.state is BatchState.FLUSHING and record.flushed_rows == 0
         assert f.wal.read_flushed_through() == -1
@@ -132,7 +135,7 @@ def test_a_segment_corrupted_after_ingest_blocks_without_writing_any_of_it(tmp_p
         corrupt_last_chunk(f, 0, 1)                    # then the file is damaged
         f.sealed(1, rows=(2,))
         with pytest.raises(RecoveryBlocked) as info:
-            replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+            replayer(f, writer(f.root, LocalJob(f))).run(RecoveryPolicy.QUERY_FLUSHER)
         assert info.value.batch == 0 and "checksum" in str(info.value)
         # Not one row of segment 1 (ids 3..8), although its first chunks were intact.
         assert not set(ids_written(0)) & set(range(3, 9))
@@ -146,7 +149,7 @@ def test_a_corrupted_segment_wins_over_a_transient_failure(tmp_path):
         FAIL_IDS.add(0)                     # segment 0: transient failure
         corrupt_last_chunk(f, 0, 1)         # segment 1: corrupted: retrying would not help
         with pytest.raises(RecoveryBlocked):
-            replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+            replayer(f, writer(f.root, LocalJob(f))).run(RecoveryPolicy.QUERY_FLUSHER)
 
 
 def test_a_segment_missing_on_the_executor_is_a_permanent_failure(tmp_path):
@@ -154,7 +157,7 @@ def test_a_segment_missing_on_the_executor_is_a_permanent_failure(tmp_path):
         f.ingested(0, rows=(3, 4))
         os.unlink(f.wal.segment_path(f.built[0].segments[1].name))
         with pytest.raises(FlushFailed, match="mounted at the same path") as info:
-            replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+            replayer(f, writer(f.root, LocalJob(f))).run(RecoveryPolicy.QUERY_FLUSHER)
         assert info.value.permanent
 
 
@@ -162,7 +165,7 @@ def test_a_segment_missing_on_the_executor_is_a_permanent_failure(tmp_path):
 def test_each_segment_is_written_at_base_plus_its_first_row_ordinal(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         built = f.sealed(3, rows=(3, 5, 2), chunk_rows=2)
-        replayer(f, writer(f.root, LocalJob(f))).run(query_running=True)
+        replayer(f, writer(f.root, LocalJob(f))).run(RecoveryPolicy.QUERY_FLUSHER)
         base = built.seal.base_ts_us
         assert [t.first_row for t in segment_tasks(built.seal, 0, 0)] == [0, 3, 8]
         for batch, first_ts, ids in WRITES:
@@ -179,7 +182,7 @@ def test_resumes_inside_a_segment_at_the_driver_modes_progress(tmp_path):
         record = f.log.get(0)
         assert (record.next_segment, record.next_chunk) == (1, 1)
         job = LocalJob(f)
-        replayer(f, writer(f.root, job)).run(query_running=True)
+        replayer(f, writer(f.root, job)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert job.jobs == [[1]]
         assert ids_written(0) == [6, 7, 8, 9]
         assert {ids[0]: ts - built.seal.base_ts_us for _, ts, ids in WRITES} == {6: 6, 8: 8}
@@ -191,7 +194,7 @@ def test_credentials_travel_in_the_closure_only(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=(3, 2))
         job = LocalJob(f)
-        replayer(f, writer(f.root, job)).run(query_running=True)
+        replayer(f, writer(f.root, job)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert PASSWORD.encode() not in job.task_lists[0]    # PySpark spools these to a file
         assert PASSWORD.encode() in job.closures[0]          # in memory, with the task
         assert PASSWORD not in repr(SegmentJob(f.root, 0, 1, target()))
@@ -248,7 +251,7 @@ def test_the_flusher_writes_from_the_executors_when_asked_and_recovery_leaves_th
     flusher, runs = flusher_for(tmp_path, "executors", FakeSpark())
     try:
         flusher.recover()
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs[0] is None and flusher.replays[0] is False   # query start: discards only
         assert isinstance(runs[1], ExecutorsWriter) and flusher.replays[1] is True
     finally:
@@ -261,15 +264,15 @@ def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp
         flusher.recover()                           # driver mode: recovery writes too
         assert runs == [None] and flusher.replays == [True]
         runs.clear()
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         flusher.spark_jobs = SparkJobs(FakeSpark(stopped=True))
         target_json = flusher.wal.read_target()
         target_json["target"]["config"]["wal"]["flush_mode"] = "executors"   # a restarted query
         target_json["fingerprint"] = "g"                      # (new options, new fingerprint)
         flusher.wal.write_target(target_json)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         flusher.spark_jobs = SparkJobs(FakeSpark())
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs[:2] == [None, None] and isinstance(runs[2], ExecutorsWriter)
     finally:
         flusher.log.close()
@@ -301,14 +304,14 @@ def test_a_restart_that_turns_the_flush_on_is_followed_without_a_second_restart(
     wal.write_target({"fingerprint": "staging-only", "target": t.to_dict()})
     flusher = QueryFlusher(wal.root, str(tmp_path / "cp"))
     runs = []
-    flusher.replayer.run = (lambda query_running, prefix, writer=None, replay=True:
-                            runs.append(query_running))
+    flusher.replayer.run = (lambda policy, prefix, writer=None, replay=True:
+                            runs.append(policy))
     try:
         flusher.recover()                  # query start, with the previous run's options
         assert runs == []
         rewrite_target(flusher, "flushing", **{"wal.flush": True, "wal.retention_batches": 3})
-        flusher.drain(query_running=True)
-        assert runs == [True]
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
+        assert runs == [RecoveryPolicy.QUERY_FLUSHER]
         assert flusher.target.config.wal.flush is True
         assert flusher.replayer.retention.keep_batches == 3
     finally:
@@ -320,11 +323,11 @@ def test_new_contact_points_reach_the_next_connection_and_old_sessions_are_close
     closed = []
     flusher.output.close = lambda: closed.append(True)
     try:
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert closed == [] and flusher.output.target.config.connection.hosts == ("localhost",)
         rewrite_target(flusher, "moved", **{"connection.hosts": ["10.0.0.5"],
                                              "connection.port": 9142})
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert closed == [True]
         conn = flusher.output.current_target().config.connection
         assert (conn.hosts, conn.port) == (("10.0.0.5",), 9142)
@@ -336,8 +339,8 @@ def test_an_unchanged_fingerprint_keeps_the_session(tmp_path):
     flusher, runs = flusher_for(tmp_path, "driver", None)
     output = flusher.output
     try:
-        flusher.drain(query_running=True)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.output is output and len(runs) == 2
     finally:
         flusher.log.close()
@@ -378,15 +381,15 @@ def test_through_spark_connect_without_tls_a_flush_with_credentials_stays_in_the
         monkeypatch.setattr(flusher.spark_jobs, "carries_secrets", lambda: False)
         monkeypatch.setattr(flusher.output, "current_target", lambda: target_flushed_by("executors"))
         with caplog.at_level("WARNING", logger="recovery.flusher"):
-            flusher.drain(query_running=True)
-            flusher.drain(query_running=True)
+            flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
+            flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs == [None, None]
         assert sum("use_ssl=true" in r.getMessage() for r in caplog.records) == 1
         without = replace(target_flushed_by("executors"), config=replace(
             target().config, connection=replace(target().config.connection, password=None),
             wal=target_flushed_by("executors").config.wal))
         monkeypatch.setattr(flusher.output, "current_target", lambda: without)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert isinstance(runs[2], ExecutorsWriter)      # nothing secret: through the server
     finally:
         flusher.log.close()
@@ -456,7 +459,7 @@ def test_a_scale_out_start_discards_at_once_and_leaves_the_committed_backlog_to_
         assert flusher.log.get(0) is None                        # untouched, not even ingested
         assert flusher.wal.read_flushed_through() == -1
         assert flusher._wake.is_set() and flusher.backlog_from == 0   # the thread: at once
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.backlog_from is None
         assert job.jobs == [[0, 1], [0]]                         # batch 0, then batch 1
         assert ids_written() == list(range(5)) + list(range(1000, 1004))
@@ -506,12 +509,12 @@ def test_auto_writes_from_the_executors_on_a_cluster_or_a_store_else_from_the_dr
         if on_a_store:      # the flusher's view of a WAL on HDFS (its working copy here)
             flusher.wal.__dict__["remote"] = SimpleNamespace(uri="hdfs://nn:8020/wal")
         flusher.recover()
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.flush_mode() == ("executors" if scale_out else "driver")
         assert isinstance(runs[1], ExecutorsWriter) is scale_out
         assert flusher.replays[0] is not scale_out      # a scale-out start only discards
         flusher.spark_jobs = SparkJobs(FakeSpark(stopped=True, master=master))
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs[2] is None and flusher.flush_mode() == "driver"   # Spark stopped
     finally:
         flusher.wal.__dict__["remote"] = None      # the cached property, as found
@@ -521,7 +524,7 @@ def test_auto_writes_from_the_executors_on_a_cluster_or_a_store_else_from_the_dr
 def test_auto_without_spark_writes_from_the_driver(tmp_path):
     flusher, runs = flusher_for(tmp_path, "auto", None)
     try:
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs == [None] and flusher.flush_mode() == "driver"
     finally:
         flusher.log.close()

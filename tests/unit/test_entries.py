@@ -17,18 +17,20 @@ from tests.helpers.flush_fakes import WRITES, RecordingUpserter
 from wal import catalog
 from wal.catalog import RecoveryAction, ViewState
 from wal.entries import entered_batch_ids, entries_since, read_entry
+from wal.recovery_policy import RecoveryPolicy
 
 pytestmark = pytest.mark.unit
 
 
-def replay(f: WalFactory, query_running: bool = True):
+def replay(f: WalFactory, policy: RecoveryPolicy = RecoveryPolicy.QUERY_FLUSHER):
     WRITES.clear()
     return Replayer(f.wal, f.log, lambda seal: RecordingUpserter(), f.checkpoint).run(
-        query_running=query_running)
+        policy)
 
 
-def views(f: WalFactory, query_running: bool = True) -> dict[int, catalog.BatchView]:
-    return {v.batch: v for v in catalog.describe(f.wal, f.log, f.checkpoint, query_running)}
+def views(f: WalFactory, policy: RecoveryPolicy = RecoveryPolicy.QUERY_FLUSHER
+          ) -> dict[int, catalog.BatchView]:
+    return {v.batch: v for v in catalog.describe(f.wal, f.log, f.checkpoint, policy)}
 
 
 def test_a_committed_batch_the_writer_was_never_called_for_is_skipped_and_passed(tmp_path):
@@ -61,7 +63,7 @@ def test_a_skipped_batch_after_one_the_flusher_cannot_write_yet_waits_its_turn(t
             raise ConnectionError("Cassandra away")
 
         with pytest.raises(ConnectionError):
-            Replayer(f.wal, log, failing, f.checkpoint).run(query_running=True)
+            Replayer(f.wal, log, failing, f.checkpoint).run(RecoveryPolicy.QUERY_FLUSHER)
         assert log.flushed_through() == -1 and f.wal.read_flushed_through() == -1
 
 
@@ -89,7 +91,7 @@ def test_an_entered_batch_spark_did_not_commit_waits_and_is_discarded_at_the_nex
         f.entered(1)                     # the writer is staging it, or its run died
         assert views(f)[1].action == RecoveryAction.WAIT
         assert replay(f).waiting_at == 1
-        report = replay(f, query_running=False)
+        report = replay(f, RecoveryPolicy.QUERY_START)
         assert report.discarded == [1]
         assert read_entry(f.wal, 1) is None and entered_batch_ids(f.wal) == []
         assert entries_since(f.wal) == 0          # kept: later skips are still told apart
@@ -195,7 +197,7 @@ def test_a_reruns_lost_batch_is_not_hidden_by_the_discard_of_the_first_run(tmp_p
         f.entered(0)
         f.flushed(0)
         f.entered(1, run_id="r1")
-        assert replay(f, query_running=False).discarded == [1]
+        assert replay(f, RecoveryPolicy.QUERY_START).discarded == [1]
         f.entered(1, run_id="r2")
         f.commit(1)
         assert views(f)[1].action == RecoveryAction.ERROR

@@ -25,6 +25,7 @@ from recovery.executors import ExecutorsWriter
 from recovery.processes import ProcessPool
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import PASSWORD, flusher_for, target
+from wal.recovery_policy import RecoveryPolicy
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
@@ -183,7 +184,7 @@ def test_the_replayer_through_worker_processes_writes_each_row_once_at_its_seale
 def test_the_flusher_writes_through_worker_processes_when_asked_and_closes_them_on_stop(tmp_path):
     flusher, runs = flusher_for(tmp_path, "processes", spark=None)
     flusher.recover()
-    flusher.drain(query_running=True)
+    flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
     assert runs[0] is None and flusher.replays[0] is False  # query start: discards only
     assert isinstance(runs[1], ExecutorsWriter) and isinstance(runs[1]._run_job, ProcessPool)
     pool = runs[1]._run_job
@@ -228,7 +229,8 @@ def test_replay_wal_hands_its_batches_to_worker_processes_and_closes_them(tmp_pa
         root, cp = f.root, f.checkpoint
     from wal.layout import WalDir
 
-    report = recover.replay_wal(WalDir(root), cp, target(), processes=3)
+    report = recover.replay_wal(WalDir(root), cp, target(), policy=RecoveryPolicy.OFFLINE,
+                                processes=3)
     assert report.replayed == [] and len(used[1]) >= 1
     assert wait_gone(used[1], 5.0) == [] and used[0]._run_job.pids == []
 
@@ -270,11 +272,11 @@ def test_when_a_worker_dies_the_segments_the_other_wrote_are_not_written_again(
         replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=writer)
         try:
             with pytest.raises(FlushFailed, match="a flush worker process died"):
-                replayer.run(query_running=True)
+                replayer.run(RecoveryPolicy.QUERY_FLUSHER)
             kept = f.log.get(0)
             assert (kept.next_segment, kept.acknowledged, kept.flushed_rows) == (1, ((2, 2),), 5)
             before = len((tmp_path / "writes.jsonl").read_text().splitlines())
-            replayer.run(query_running=True)
+            replayer.run(RecoveryPolicy.QUERY_FLUSHER)
             again = [json.loads(line)[2] for line in
                      (tmp_path / "writes.jsonl").read_text().splitlines()[before:]]
             assert sorted(i for ids in again for i in ids) == [3, 4, 5, 6]   # segment 1 only

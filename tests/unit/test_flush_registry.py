@@ -84,6 +84,7 @@ def test_a_flusher_tells_when_it_takes_up_the_options_a_restarted_run_recorded(
     from tests.helpers.flush_fakes import target
     from tests.helpers.outage import driver_side_up
     from tests.helpers.walfactory import WalFactory
+    from wal.recovery_policy import RecoveryPolicy
 
     before = target()
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp",
@@ -94,13 +95,13 @@ def test_a_flusher_tells_when_it_takes_up_the_options_a_restarted_run_recorded(
                            on_options=told.append)
     try:
         driver_side_up(monkeypatch, flusher)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert told == []                                  # the same options: nothing to tell
         after = replace(before, config=replace(before.config, wal=replace(
             before.config.wal, metrics_port=9108)))
         flusher.wal.write_target({"fingerprint": "g", "target": after.to_dict(),
                                   "checkpoint_location": None})
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert told == [flusher] and flusher.target.config.wal.metrics_port == 9108
     finally:
         flusher.stop()

@@ -23,6 +23,7 @@ from wal import catalog
 from wal.catalog import RecoveryAction
 from wal import clock
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ S = 1_000_000      # µs a second
 
 
 def views_of(wal: WalDir, checkpoint: str):
-    return catalog.describe_read_only(wal, checkpoint, query_running=True)
+    return catalog.describe_read_only(wal, checkpoint, RecoveryPolicy.QUERY_FLUSHER)
 
 
 @pytest.fixture
@@ -117,14 +118,14 @@ def test_the_flusher_counts_retries_and_replays_and_logs_each_batch_and_state_ch
     with flusher_on(tmp_path, batches=2) as flusher:
         outage = Outage(NoHostAvailable("down", {}))
         fake_cassandra(monkeypatch, flusher, outage)
-        flusher.drain(query_running=True)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         during = flusher.health()
         assert (during.retries, during.replays) == (2, 0)
         assert (during.batches_written, during.rows_written) == (0, 0)
         assert during.pending_batches == 2 and during.pending_rows == 10
         outage.down = False
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         after = flusher.health()
         assert (after.retries, after.replays) == (2, 2)
         assert (after.batches_written, after.rows_written) == (2, 10)
@@ -148,11 +149,11 @@ def test_blocked_and_unblocked_are_logged_once_each(tmp_path, monkeypatch, caplo
         outage = Outage(FlushFailed(0, "InvalidRequest: Undefined column name x",
                                     permanent=True))
         fake_cassandra(monkeypatch, flusher, outage)
-        flusher.drain(query_running=True)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.health().state == BLOCKED
         outage.down = False
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.health().state == HEALTHY
     lines = [r.getMessage() for r in caplog.records if r.name == events.LOGGER_NAME]
     assert len([line for line in lines if ": blocked: " in line]) == 1
@@ -166,15 +167,15 @@ def test_a_restart_that_clears_an_earlier_runs_block_says_unblocked(tmp_path, mo
     caplog.set_level(logging.INFO, logger=events.LOGGER_NAME)
     with flusher_on(tmp_path) as first:
         fake_cassandra(monkeypatch, first, Outage(FlushFailed(0, "InvalidRequest: no", permanent=True)))
-        first.drain(query_running=True)
-        first.drain(query_running=True)
+        first.drain(RecoveryPolicy.QUERY_FLUSHER)
+        first.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert first.health().state == BLOCKED
     restarted = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01)
     try:
         cured = Outage(FlushFailed(0, "InvalidRequest: no", permanent=True))
         cured.down = False
         fake_cassandra(monkeypatch, restarted, cured)
-        restarted.drain(query_running=False)
+        restarted.drain(RecoveryPolicy.QUERY_START)
         assert restarted.health().state == HEALTHY
     finally:
         restarted.stop()

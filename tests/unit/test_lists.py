@@ -38,6 +38,7 @@ from sinks.worker.validation import validate_schema
 from tests.helpers.fake_cassandra import FakeCluster, Metadata
 from tests.helpers.walfactory import WalFactory
 from wal.layout import WalDir
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import Seal, decode_seal, encode_seal
 from wal.states import BatchState
 
@@ -271,7 +272,7 @@ def test_a_batch_sealed_with_a_list_column_by_an_earlier_release_drains_with_one
     try:
         flusher.recover()                    # the query's start: batch 0 half written
         assert isinstance(flusher.last_error, OperationTimedOut)
-        flusher.drain(query_running=True)    # the rest
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)    # the rest
         assert flusher.last_error is None
         assert [r.state for r in flusher.log.records()] == [BatchState.FLUSHED] * 3
     finally:
@@ -287,7 +288,8 @@ def test_cassandra_wal_recover_writes_such_a_wal_with_the_same_warning(
         tmp_path, monkeypatch, flusher_log):
     target = earlier_wal(tmp_path, EARLIER_RECORD)
     node = fake_node(monkeypatch)
-    report = replay_wal(WalDir(str(tmp_path / "wal")), str(tmp_path / "cp"), target)
+    report = replay_wal(WalDir(str(tmp_path / "wal")), str(tmp_path / "cp"), target,
+                        policy=RecoveryPolicy.OFFLINE)
     assert report.replayed == [0, 1, 2] and len(node.written) == 7
     assert [w.split(" writes ")[0].rsplit(": ", 1)[1] for w in list_warnings(flusher_log)] \
         == ["batch 0", "batch 1"]

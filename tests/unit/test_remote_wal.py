@@ -22,6 +22,7 @@ from wal import WalDir, WalLog
 from wal.binding import bind, read_binding
 from wal.errors import WalBoundElsewhere
 from wal.pointer import read_pointer, write_pointer
+from wal.recovery_policy import RecoveryPolicy
 from wal.remote import RemoteWal, make_working_copy, spool_dir, working_copy_of
 from wal.schemes import is_remote
 from wal.seal import read_seal, seal_batch
@@ -74,11 +75,11 @@ class Stream:
     def commit(self, batch: int) -> None:
         open(os.path.join(self.checkpoint, "commits", str(batch)), "w").close()
 
-    def flush(self, query_running: bool = False):
+    def flush(self, policy: RecoveryPolicy = RecoveryPolicy.QUERY_START):
         log = WalLog.open_writer(self.wal)
         try:
             return Replayer(self.wal, log, lambda seal: RecordingUpserter(),
-                            self.checkpoint).run(query_running=query_running)
+                            self.checkpoint).run(policy)
         finally:
             log.close()
 
@@ -130,7 +131,7 @@ def test_a_driver_on_another_host_rebuilds_from_the_store_and_writes_no_flushed_
     WRITES.clear()
 
     s.host("host-b")
-    report = s.flush(query_running=False)
+    report = s.flush(RecoveryPolicy.QUERY_START)
     assert report.replayed == [1]
     assert sorted(i for _, _, ids in WRITES for i in ids) == [100, 101, 102, 103]
     assert report.discarded == [2]
@@ -209,9 +210,9 @@ def test_a_seal_pulled_before_spark_committed_its_batch_is_never_the_one_written
         s.wal = flusher_copy
 
     monkeypatch.setattr(RemoteWal, "pull", pull_then_rerun)
-    report = s.flush(query_running=True)
+    report = s.flush(RecoveryPolicy.QUERY_FLUSHER)
     assert report.replayed == [] and WRITES == []        # not committed when commits/ was read
-    report = s.flush(query_running=True)
+    report = s.flush(RecoveryPolicy.QUERY_FLUSHER)
     assert report.replayed == [1]
     assert sorted(i for _, _, ids in WRITES for i in ids) == [500, 501]
 
@@ -285,7 +286,7 @@ def test_the_flusher_drains_a_store_when_kicked_and_retries_on_its_timer(
     f._commits_dir = None             # a store's checkpoint: no commit watch
     f.warm_up = lambda: None          # no session to connect here
     count = []
-    f.drain = lambda query_running: count.append(1)
+    f.drain = lambda policy: count.append(1)
     thread = threading.Thread(target=f._loop)
     thread.start()
     for kick in range(kicks):
@@ -422,7 +423,7 @@ def test_the_flusher_writes_a_batch_when_spark_commits_it_without_waiting_for_th
     f.warm_up = lambda: None
     drains = []
 
-    def drain(query_running):
+    def drain(policy):
         drains.append(time_.monotonic())
         if f.advance:
             flushed["through"] += 1
@@ -475,7 +476,7 @@ def test_recover_on_a_store_writes_what_spark_committed_and_discards_nothing_wit
     assert any("/00000000000000000001/" in f"/{k}/" for k in s.store.list("seals"))
     s.commit(1)                                     # Spark commits it: it is still there
     WRITES.clear()
-    assert s.flush(query_running=True).replayed == [1]
+    assert s.flush(RecoveryPolicy.QUERY_FLUSHER).replayed == [1]
     s.seal(2, [s.stage(2, 0, 1, 200)])              # a stopped query's leftover: --force
     assert main(["recover", other.root, "--checkpoint", s.checkpoint, "--force"]) == 0
     assert not any("/00000000000000000002/" in f"/{k}/" for k in s.store.list("seals"))
@@ -636,7 +637,7 @@ def test_tasks_that_read_the_store_get_every_row_and_no_segment_reaches_the_driv
     log = WalLog.open_writer(s.wal)
     try:
         report = Replayer(s.wal, log, None, s.checkpoint,
-                          writer=tasks_on_the_store(s)).run(query_running=True)
+                          writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert report.replayed == [0] and report.waiting_at == 1
         assert sorted(i for _, _, ids in WRITES for i in ids) == [0, 1, 2, 3, 4]
         assert working_copy_segments(s) == []            # not one segment fetched
@@ -664,11 +665,11 @@ def test_the_drivers_writer_takes_over_a_store_batch_the_tasks_began(tmp_path):
         replayer = Replayer(s.wal, log, lambda seal: RecordingUpserter(), s.checkpoint,
                             writer=tasks_on_the_store(s))
         with pytest.raises(Exception):
-            replayer.run(query_running=True)
+            replayer.run(RecoveryPolicy.QUERY_FLUSHER)
         assert working_copy_segments(s) == [] and log.get(0).acknowledged == ((2, 2),)
         first = len(WRITES)
         FAIL_IDS.clear()
-        report = replayer.run(query_running=True,
+        report = replayer.run(RecoveryPolicy.QUERY_FLUSHER,
                               writer=DriverWriter(lambda seal: RecordingUpserter()))
         assert report.replayed == [0] and log.get(0).rows_in_log
         assert sorted(i for _, _, ids in WRITES[first:] for i in ids) == [3, 4]
@@ -694,7 +695,7 @@ def test_a_batch_another_host_flushed_since_is_marked_here_not_blocked_on_its_go
     try:
         with pytest.raises(Exception):
             Replayer(host_a, log, None, s.checkpoint,
-                     writer=tasks_on_the_store(s)).run(query_running=True)
+                     writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
     finally:
         log.close()
     FAIL_IDS.clear()
@@ -707,7 +708,7 @@ def test_a_batch_another_host_flushed_since_is_marked_here_not_blocked_on_its_go
     try:
         report = Replayer(host_a, log, None, s.checkpoint,
                           writer=DriverWriter(lambda seal: RecordingUpserter())
-                          ).run(query_running=False)
+                          ).run(RecoveryPolicy.QUERY_START)
         assert log.get(0).state is BatchState.FLUSHED and report.replayed == []
         assert WRITES == []
     finally:
@@ -730,7 +731,7 @@ def test_a_batch_another_host_finishes_while_the_tasks_read_it_is_marked_not_blo
     class OvertakenJob(LocalJob):
         def __call__(self, batch, tasks, fn):
             s.host("host-b")
-            assert s.flush(query_running=True).replayed == [0]     # B writes it whole
+            assert s.flush(RecoveryPolicy.QUERY_FLUSHER).replayed == [0]     # B writes it whole
             s.wal = host_a
             return super().__call__(batch, tasks, fn)
 
@@ -738,7 +739,8 @@ def test_a_batch_another_host_finishes_while_the_tasks_read_it_is_marked_not_blo
                              open_upserter=recording_upserter, store_uri=s.uri)
     log = WalLog.open_writer(host_a)
     try:
-        report = Replayer(host_a, log, None, s.checkpoint, writer=writer).run(query_running=True)
+        report = Replayer(host_a, log, None, s.checkpoint, writer=writer).run(
+            RecoveryPolicy.QUERY_FLUSHER)
         assert report.replayed == [] and log.get(0).state is BatchState.FLUSHED
         assert host_a.read_blocked() is None and s.store.read("blocked.json") is None
     finally:
@@ -758,7 +760,7 @@ def test_a_segment_lost_from_the_store_still_blocks_naming_it(tmp_path):
     try:
         with pytest.raises(RecoveryBlocked) as info:
             Replayer(s.wal, log, None, s.checkpoint,
-                     writer=tasks_on_the_store(s)).run(query_running=True)
+                     writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert ref.name in str(info.value) and log.get(0).state is BatchState.FLUSHING
         assert "wal.flush.mode=driver" not in str(info.value)
     finally:
@@ -783,7 +785,7 @@ def test_verify_and_dump_of_a_scale_out_working_copy_read_its_segments_from_the_
     try:
         with pytest.raises(Exception):
             Replayer(s.wal, log, None, s.checkpoint,
-                     writer=tasks_on_the_store(s)).run(query_running=True)
+                     writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
     finally:
         log.close()
     assert working_copy_segments(s) == []

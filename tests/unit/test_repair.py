@@ -30,6 +30,7 @@ from wal import format as fmt
 from wal import repair as repair_mod
 from wal.errors import RepairRefused, WalLocked, WalRepairing
 from wal.log import WalLog
+from wal.recovery_policy import RecoveryPolicy
 from wal.repair import repair
 
 pytestmark = pytest.mark.unit
@@ -91,9 +92,10 @@ def everything(f: WalFactory, cp: Path) -> tuple:
     return files, held, tree(cp)
 
 
-def views(f: WalFactory, query_running: bool = True) -> dict[int, catalog.BatchView]:
+def views(f: WalFactory, policy: RecoveryPolicy = RecoveryPolicy.QUERY_FLUSHER
+          ) -> dict[int, catalog.BatchView]:
     with WalLog.open_writer(f.wal) as log:
-        return {v.batch: v for v in catalog.describe(f.wal, log, f.checkpoint, query_running)}
+        return {v.batch: v for v in catalog.describe(f.wal, log, f.checkpoint, policy)}
 
 
 def old_runbook_step_4(f: WalFactory, cp: Path, k: int) -> None:
@@ -167,7 +169,7 @@ def test_after_the_old_step_a_lost_batch_is_not_even_reported(tmp_path):
     spark_reruns(f, cp, 4)
     spark_committed(f, 4)
     f.close()
-    seen = views(f, query_running=False)
+    seen = views(f, RecoveryPolicy.QUERY_START)
     assert 1 not in seen and all(v.action != RecoveryAction.ERROR for v in seen.values())
 
 
@@ -258,11 +260,12 @@ def test_a_batch_a_foreach_batch_function_lost_is_repaired(tmp_path):
             f.flushed(b)
         spark_committed(f, b)
     f.close()
-    assert views(f, query_running=False)[2].detail == catalog.ENTERED_NOT_SEALED
+    assert views(f, RecoveryPolicy.QUERY_START)[2].detail == catalog.ENTERED_NOT_SEALED
     report = repair(f.wal, str(cp), 2)
     assert report.plan.wals[0].wal_files == ("entered/00000000000000000002.json",)
     assert (Path(report.keep) / "wal" / "entered" / "00000000000000000002.json").exists()
-    assert all(v.action == RecoveryAction.NOTHING for v in views(f, query_running=False).values())
+    assert all(v.action == RecoveryAction.NOTHING
+               for v in views(f, RecoveryPolicy.QUERY_START).values())
 
 
 def two_tables(tmp_path: Path) -> tuple[WalFactory, WalFactory, Path]:
@@ -291,7 +294,7 @@ def test_every_wal_of_a_foreach_batch_functions_checkpoint_is_repaired(tmp_path)
     """Spark re-runs batch 2 for both tables, so b's batch 2 is written again (--rewrite)
     and both WALs are made ready for the re-run."""
     a, b, cp = two_tables(tmp_path)
-    assert views(a, query_running=False)[2].detail == catalog.ENTERED_NOT_SEALED
+    assert views(a, RecoveryPolicy.QUERY_START)[2].detail == catalog.ENTERED_NOT_SEALED
     b.wal.write_blocked("stale")
 
     with pytest.raises(RepairRefused, match=f"batch 2 of {b.root}"):

@@ -37,6 +37,7 @@ from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import LocalJob, target
 from wal import format as fmt
 from wal.errors import WalCorrupted
+from wal.recovery_policy import RecoveryPolicy
 from wal.seal import now_us
 from wal.states import BatchState
 
@@ -199,7 +200,7 @@ def test_written_twice_the_cells_are_the_same(writer, wal, tmp_path):
 def test_through_the_replayer_the_batch_is_marked_once_every_row_is_written(writer, wal,
                                                                             tmp_path):
     replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
-    report = replayer.run(query_running=True)
+    report = replayer.run(RecoveryPolicy.QUERY_FLUSHER)
     assert report.replayed == [BATCH]
     assert wal.log.get(BATCH).state is BatchState.FLUSHED
     assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
@@ -211,7 +212,7 @@ def failed_flush(writer, wal, monkeypatch, segment: int) -> Replayer:
     monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(segment)[0]))
     replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
     with pytest.raises(Exception):
-        replayer.run(query_running=True)
+        replayer.run(RecoveryPolicy.QUERY_FLUSHER)
     assert wal.log.get(BATCH).state is BatchState.FLUSHING
     return replayer
 
@@ -222,7 +223,7 @@ def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_r
     progress = wal.log.get(BATCH)
     monkeypatch.setenv(FAIL_ENV, "")
     writer.reset()                               # as the flusher does after a failure
-    replayer.run(query_running=True)
+    replayer.run(RecoveryPolicy.QUERY_FLUSHER)
     assert wal.log.get(BATCH).state is BatchState.FLUSHED
     rows = written(tmp_path)
     assert sorted(set(row for row, _ in rows)) == ALL_IDS
@@ -278,7 +279,7 @@ def test_through_the_replayer_a_retry_writes_only_the_segments_not_acknowledged(
     first = len(written(tmp_path))
     monkeypatch.setenv(FAIL_ENV, "")
     writer.reset()
-    replayer.run(query_running=True)
+    replayer.run(RecoveryPolicy.QUERY_FLUSHER)
     assert wal.log.get(BATCH).state is BatchState.FLUSHED
     again = sorted(row for row, _ in written(tmp_path)[first:])
     assert again == ids_of_segment(1) + ([] if scale_out else ids_of_segment(2))
@@ -302,7 +303,7 @@ def test_through_the_replayer_the_rows_are_copied_into_the_log_only_for_a_writer
     every row went through the driver's log first, whatever the mode); the driver's writer
     reads the log's copy, which retention keeps."""
     f = sealed_wal
-    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(query_running=True)
+    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
     record = f.log.get(BATCH)
     assert record.state is BatchState.FLUSHED
     assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
@@ -331,7 +332,7 @@ def test_a_damaged_segment_blocks_before_any_row_of_the_batch_is_written(
         fh.seek(0)
         fh.write(data)
     with pytest.raises(RecoveryBlocked) as info:
-        Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(query_running=True)
+        Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
     assert info.value.batch == BATCH and seal.segments[1].name in str(info.value)
     if not writer.reads_store:
         assert written(tmp_path) == [] and f.log.get(BATCH) is None
@@ -353,13 +354,13 @@ def test_a_batch_a_scale_out_writer_left_is_finished_by_the_drivers_writer(
     tasks = ExecutorsWriter(LocalJob(), f.root, target, open_upserter=contract_upserter)
     replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=tasks)
     with pytest.raises(Exception):
-        replayer.run(query_running=True)
+        replayer.run(RecoveryPolicy.QUERY_FLUSHER)
     left = f.log.get(BATCH)
     assert left.state is BatchState.FLUSHING and not left.rows_in_log
     assert left.acknowledged == ((2, ROWS[2]),)
     first = len(written(tmp_path))
     monkeypatch.setenv(FAIL_ENV, "")
-    replayer.run(query_running=True, writer=DriverWriter(lambda seal: ContractUpserter()))
+    replayer.run(RecoveryPolicy.QUERY_FLUSHER, writer=DriverWriter(lambda seal: ContractUpserter()))
     assert f.log.get(BATCH).state is BatchState.FLUSHED
     assert sorted(row for row, _ in written(tmp_path)[first:]) == ids_of_segment(1)
     base = f.built[BATCH].seal.base_ts_us
@@ -433,7 +434,7 @@ def ttl_wal(tmp_path, sealed_ago_s: float):
 
 def flush(writer, f: WalFactory) -> None:
     """What the flusher does: the Replayer takes the batch in hand and has the writer write it."""
-    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(query_running=True)
+    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
     assert f.log.get(BATCH).state is BatchState.FLUSHED
 
 

@@ -27,6 +27,7 @@ from recovery.processes import ProcessPool
 from tests.helpers.flush_fakes import LocalJob
 from tests.helpers.outage import FakeUpserter, Outage, driver_side_up, fake_cassandra, flusher_on
 from wal.errors import SegmentTruncated, WalCorrupted, WalLocked
+from wal.recovery_policy import RecoveryPolicy
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
@@ -102,11 +103,11 @@ def test_prepare_failing_right_after_connect_waits_and_the_next_drain_finishes(
         outage = Outage(error)
         fake_cassandra(monkeypatch, flusher, outage)
         flusher.recover()                              # query start, during the outage
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert not blocked(flusher) and flusher.last_error is error
         assert outage.written == []
         outage.down = False                            # the node is back
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.last_error is None and not blocked(flusher)
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
         assert sorted(i for _, ids in outage.written for i in ids) == \
@@ -117,12 +118,12 @@ def test_a_block_clears_with_the_first_drain_that_gets_through(tmp_path, monkeyp
     with flusher_on(tmp_path) as flusher:
         outage = Outage(FlushFailed(0, "InvalidRequest: Undefined column name x", permanent=True))
         fake_cassandra(monkeypatch, flusher, outage)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert blocked(flusher)                        # Cassandra refuses: the sink stops
         with open(os.path.join(flusher.wal.root, BLOCKED)) as fh:
             assert "Undefined column name x" in fh.read()
         outage.down = False                            # the operator fixed the table
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert not blocked(flusher) and flusher.last_error is None
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
 
@@ -133,12 +134,12 @@ def test_a_transient_failure_after_a_block_keeps_it_until_a_drain_gets_through(
     with flusher_on(tmp_path) as flusher:
         outage = Outage(FlushFailed(0, "InvalidRequest", permanent=True))
         fake_cassandra(monkeypatch, flusher, outage)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         outage.error = OSError(5, "Input/output error")
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert blocked(flusher)
         outage.down = False
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert not blocked(flusher)
 
 
@@ -171,11 +172,11 @@ def test_a_task_returning_a_transient_error_does_not_block(tmp_path, error, monk
         writer = ExecutorsWriter(job, flusher.wal.root, flusher.output.current_target,
                                  open_upserter=FailingOpener())
         flusher._executors = lambda: writer
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert not blocked(flusher) and is_transient(flusher.last_error)
         assert type(flusher.last_error) in (OSError, FlushTaskError)
         FailingOpener.down = False
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.last_error is None and not blocked(flusher)
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
 
@@ -188,7 +189,7 @@ def test_a_task_returning_a_refusal_blocks(tmp_path, monkeypatch):
         writer = ExecutorsWriter(LocalJob(), flusher.wal.root, flusher.output.current_target,
                                  open_upserter=FailingOpener())
         flusher._executors = lambda: writer
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert blocked(flusher)
 
 
@@ -235,7 +236,7 @@ def test_a_worker_process_returning_an_oserror_from_its_task_does_not_block(tmp_
                                  open_upserter=FailingOpener())
         flusher._executors = lambda: writer
         try:
-            flusher.drain(query_running=True)
+            flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         finally:
             pool.close()
         assert not blocked(flusher) and isinstance(flusher.last_error, OSError)
@@ -267,11 +268,11 @@ def test_a_full_disk_under_the_log_waits_and_the_log_is_reopened_once_it_has_roo
         fake_cassandra(monkeypatch, flusher, outage)
         full = FullDisk(flusher.log._db)
         flusher.log._db = full
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert isinstance(flusher.last_error, WalStorageError) and not blocked(flusher)
         # The operator frees the disk; RocksDB would still refuse writes until reopened:
         # the next drain reopens the log (dropping the failing handle) and finishes.
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.log._db is not full
         assert flusher.last_error is None and not blocked(flusher)
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
@@ -323,7 +324,7 @@ def test_nothing_met_in_the_drain_at_interpreter_exit_blocks_the_wal(tmp_path, m
     with flusher_on(tmp_path) as flusher:
         outage = Outage(RuntimeError("cannot schedule new futures after shutdown"))
         fake_cassandra(monkeypatch, flusher, outage)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert not blocked(flusher) and flusher.failing.startswith("RuntimeError")
         outage.error = TypeError("whatever the exit breaks")       # no family of ours
         flusher.stop(finish_within_s=0.05, exiting=True)
@@ -358,7 +359,7 @@ def test_a_reopen_that_fails_leaves_the_log_closed_and_the_next_drain_opens_it(
         outage.down = False
         fake_cassandra(monkeypatch, flusher, outage)
         flusher.log._db = FullDisk(flusher.log._db)
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert isinstance(flusher.last_error, WalStorageError)
         real = WalLog.open_writer
 
@@ -366,13 +367,13 @@ def test_a_reopen_that_fails_leaves_the_log_closed_and_the_next_drain_opens_it(
             raise Exception("IO error: No space left on device: While opening a file")
 
         monkeypatch.setattr(WalLog, "open_writer", classmethod(lambda cls, wal: still_full(wal)))
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.log.closed and isinstance(flusher.last_error, WalStorageError)
         assert flusher._next_commit_to_watch() is None       # the loop's look survives it
-        flusher.drain(query_running=True)                    # again: no AttributeError
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)                    # again: no AttributeError
         assert isinstance(flusher.last_error, WalStorageError) and not blocked(flusher)
         monkeypatch.setattr(WalLog, "open_writer", real)      # the disk has room again
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.last_error is None and flusher.failing is None
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
 
@@ -417,11 +418,11 @@ def test_drains_that_fail_are_a_state_said_once_and_left_once(tmp_path, monkeypa
         outage = Outage(OSError(28, "No space left on device"))
         fake_cassandra(monkeypatch, flusher, outage)
         for _ in range(3):
-            flusher.drain(query_running=True)
+            flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.health().failing == "OSError: [Errno 28] No space left on device"
         assert caplog.text.count("flush failing") == 1
         outage.down = False
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.health().failing is None
         assert caplog.text.count("flush going again") == 1
 
@@ -432,7 +433,7 @@ def test_the_flushers_loop_outlives_a_bug_in_a_drain(tmp_path, monkeypatch, capl
     with flusher_on(tmp_path) as flusher:
         calls = []
 
-        def broken(query_running, **_):
+        def broken(policy, **_):
             calls.append(1)
             raise AttributeError("a bug")
 
@@ -482,7 +483,7 @@ def test_recovery_at_query_start_retries_a_request_twice_at_most(tmp_path, monke
 
         monkeypatch.setitem(names, "Upserter", upserter)
         flusher.recover()
-        flusher.drain(query_running=True)
+        flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert made == [RECOVERY_RETRIES, flusher.target.config.write.retry_count]
         assert RECOVERY_RETRIES < flusher.target.config.write.retry_count
 
