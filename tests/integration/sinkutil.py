@@ -393,7 +393,7 @@ def sink_error_line(exc_or_text) -> str:
     import re
 
     text = exc_or_text if isinstance(exc_or_text, str) else error_text(exc_or_text)
-    lines = re.findall(r"^(cql\.errors\.\w+: .*)$", text, re.MULTILINE)
+    lines = re.findall(r"^(recovery\.cql\.errors\.\w+: .*)$", text, re.MULTILINE)
     assert lines, f"no recovery.cql.errors line in the error:\n{text}"
     return lines[0]
 
