@@ -25,8 +25,13 @@ PROGRAM = Path(__file__).resolve().parents[1] / "cluster" / "cluster_program.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "CASSANDRA_WAL_CLUSTER_RUN"
 ROWS_PER_FILE = 200
-PAD = 1000          # bytes a row: a stalled task's first Arrow batches get through Spark's
-                    # buffers to the sink's writer, so it is killed mid-staging
+PAD = 4000          # bytes a row: a stalled task's first Arrow batches get through Spark's
+                    # buffers to the sink's writer, so it is killed mid-staging. At 1,000
+                    # an Arrow batch of 32 rows was about half of a 64 KiB buffer (the
+                    # mapInArrow worker's output, the JVM's stream to the writer): now and
+                    # then what the stalled task had yielded stayed in one, no segment of
+                    # the slow attempt was begun, and test_speculative_execution saw none
+                    # (twice in 45 runs of the suite). One batch now fills both buffers.
 TABLE_DDL = ("CREATE TABLE {ks}.{table} (id int PRIMARY KEY, batch_tag int, payload text, "
              "amount bigint, part int, attempt int)")
 COLUMNS = ("batch_tag", "payload", "amount", "part", "attempt")
