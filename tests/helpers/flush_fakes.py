@@ -17,8 +17,8 @@ from pyspark import cloudpickle
 from recovery.cql.table import TableSchema
 from recovery.errors import FlushFailed
 from recovery.target import Target
-from sinks.worker.options import ConnectionConfig, SinkConfig
 from sinks.driver.spark_jobs import SparkJobs
+from sinks.worker.options import ConnectionConfig, SinkConfig
 from tests.helpers.walfactory import WalFactory
 
 PASSWORD = "s3cret-for-the-closure-only"
@@ -108,3 +108,23 @@ def flusher_for(tmp_path, mode: str, spark):
     return flusher, runs
 
 
+
+
+def recover_job_asked(tmp_path, monkeypatch, keyword: str) -> tuple[str, list]:
+    """``sinks.driver.recover_job`` over a WAL that records :func:`target`, with no session to
+    register and its ``replay_wal`` recording, instead of writing, the ``keyword`` argument
+    of each call: (the WAL's root, what each call was given)."""
+    from types import SimpleNamespace
+
+    import sinks.driver.recover_job as recover_job
+
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.wal.write_target({"fingerprint": "f", "target": target().to_dict()})
+        root = f.root
+    asked: list = []
+    monkeypatch.setattr(recover_job, "register_session",
+                        lambda spark: SimpleNamespace(session_conf={}))
+    monkeypatch.setattr(recover_job, "load_target", lambda wal, conf: target())   # credentials
+    monkeypatch.setattr(recover_job, "replay_wal",
+                        lambda *args, **kwargs: asked.append(kwargs[keyword]))
+    return root, asked

@@ -533,19 +533,10 @@ def test_auto_without_spark_writes_from_the_driver(tmp_path):
 def test_sinks_recover_through_connect_without_tls_writes_from_this_process(tmp_path,
                                                                            monkeypatch):
     # As the flusher: the job's closure would carry the credentials to the server in the plan.
-    from types import SimpleNamespace
-
     import sinks.driver.recover_job as recover_job
+    from tests.helpers.flush_fakes import recover_job_asked
 
-    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
-        f.wal.write_target({"fingerprint": "f", "target": target().to_dict()})
-        root = f.root
-    asked = []
-    monkeypatch.setattr(recover_job, "register_session",
-                        lambda spark: SimpleNamespace(session_conf={}))
-    monkeypatch.setattr(recover_job, "load_target", lambda wal, conf: target())   # credentials
-    monkeypatch.setattr(recover_job, "replay_wal",
-                        lambda *args, **kwargs: asked.append(kwargs["writer"]))
+    root, asked = recover_job_asked(tmp_path, monkeypatch, "writer")
     for secure, writes_from in ((False, type(None)), (True, ExecutorsWriter)):
         monkeypatch.setattr(SparkJobs, "carries_secrets", lambda self, s=secure: s)
         recover_job.recover(FakeSpark(), root)

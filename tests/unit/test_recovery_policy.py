@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from tests.helpers.flush_fakes import flusher_for, target
+from tests.helpers.flush_fakes import flusher_for, recover_job_asked, target
 from tests.helpers.spark_fakes import FakeSpark
 from tests.helpers.walfactory import WalFactory
 from wal.catalog import RecoveryAction, describe
@@ -90,15 +90,7 @@ def test_a_batch_jobs_flush_is_the_batch_job_policy(tmp_path, monkeypatch):
 def test_sinks_recover_is_offline_forced_only_with_force(tmp_path, monkeypatch, force, policy):
     import sinks.driver.recover_job as recover_job
 
-    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
-        f.wal.write_target({"fingerprint": "f", "target": target().to_dict()})
-        root = f.root
-    asked = []
-    monkeypatch.setattr(recover_job, "register_session",
-                        lambda spark: SimpleNamespace(session_conf={}))
-    monkeypatch.setattr(recover_job, "load_target", lambda wal, conf: target())
-    monkeypatch.setattr(recover_job, "replay_wal",
-                        lambda *args, **kwargs: asked.append(kwargs["policy"]))
+    root, asked = recover_job_asked(tmp_path, monkeypatch, "policy")
     recover_job.recover(FakeSpark(), root, force=force)
     assert asked == [policy]
 

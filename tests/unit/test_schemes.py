@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.planted_tree import plant
 from wal import schemes
 from wal.checkpoint import Filesystems, NotLocal
 from wal.schemes import (
@@ -132,11 +133,7 @@ def test_every_allowed_mention_is_still_there():
     ("wal/stores.py", 'def f(scheme):\n    return scheme in ("s3", "s3a")', "'s3'"),
 ])
 def test_a_second_copy_of_the_schemes_is_found(tmp_path, module, planted, caught):
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-    (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / module).write_text(planted + "\n")
-    found = copies(tmp_path)
+    found = copies(plant(tmp_path, PACKAGES, module, planted))
     assert found and all(f.startswith(f"{module}:") for f in found)
     assert any(caught in f for f in found), found
 

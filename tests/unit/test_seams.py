@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.planted_tree import plant
+
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,11 +77,7 @@ def test_every_clock_reading_wait_and_session_goes_through_its_seam():
     ("wal/layout.py", "from time import sleep", "from time import sleep"),
 ])
 def test_a_module_going_around_a_seam_is_found(tmp_path, module, planted, caught):
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-    (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / module).write_text(planted + "\n")
-    (found,) = escapes(tmp_path)
+    (found,) = escapes(plant(tmp_path, PACKAGES, module, planted))
     assert found.startswith(f"{module}:") and caught in found
 
 
