@@ -135,8 +135,12 @@ def canonical(value: Any, cql: CqlType) -> Any:
     return value
 
 
+def _type_of(converter: RowConverter, name: str) -> CqlType:
+    return converter.types[converter.columns.index(name)]
+
+
 def _column(batch: pa.RecordBatch, name: str, converter: RowConverter) -> np.ndarray:
-    cql = converter.types[converter.columns.index(name)]
+    cql = _type_of(converter, name)
     array = batch.column(name)
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
@@ -178,10 +182,8 @@ def key_values(batch: pa.RecordBatch, columns: Sequence[str], converter: RowConv
     """The canonical key (:func:`canonical`, one value a column of ``columns``) of each of
     ``rows``: what two rows with equal :func:`key_hashes` compare to be the same key."""
     picked = batch.take(pa.array(list(rows), pa.int64()))
-    per_column = [[canonical(v, converter.types[converter.columns.index(name)])
-                   for v in converter.column(picked, name,
-                                             converter.types[converter.columns.index(name)])]
-                  for name in columns]
+    per_column = [[canonical(v, cql) for v in converter.column(picked, name, cql)]
+                  for name, cql in ((name, _type_of(converter, name)) for name in columns)]
     return list(zip(*per_column)) if per_column else [() for _ in rows]
 
 

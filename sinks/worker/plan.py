@@ -513,14 +513,14 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
     :func:`wal.seal.seal_batch`)."""
     use_access(plan.access)
     messages = [m for m in messages if m is not None]
-    refs = [SegmentRef.from_dict(m.segment) for m in messages if m.segment]
+    staged = [m for m in messages if m.segment]
+    refs = [SegmentRef.from_dict(m.segment) for m in staged]
     query_id = next((m.query_id for m in messages if m.query_id), "")
     check_not_blocked(plan.wal)
     check_segments_visible(plan.wal, refs, batch_id)
     if keys_checked(plan.config.write):
         check_one_task_per_key(plan.wal, KeyColumns.of(plan.target), batch_id,
-                               [(SegmentRef.from_dict(m.segment), m.keys)
-                                for m in messages if m.segment])
+                               [(ref, m.keys) for ref, m in zip(refs, staged)])
     wait_for_room(plan, batch_id)
     if commit_point == COMMIT_POINT_CHECKPOINT and plan.checkpoint is not None:
         check_not_committed(plan.checkpoint, batch_id)
