@@ -59,7 +59,7 @@ from . import events
 from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_shutdown_error,
                      is_transient)
 from .executors import ExecutorsWriter, SparkJobs, may_carry_credentials
-from .health import BLOCKED, LAG_AFTER_S, FlushCounters, Health, read_health
+from .health import LAG_AFTER_S, FlushCounters, Health, HealthState, read_health
 from .marker import Completeness, MarkerWriter
 from .output import CassandraOutput, sealed_rows
 from .recover import open_writer_waiting
@@ -255,7 +255,7 @@ class QueryFlusher:
                              failing=self.failing)
         reason = self._blocked_reason
         if reason is not None and health.blocked_reason is None:
-            health = replace(health, state=BLOCKED, blocked_reason=reason)
+            health = replace(health, state=HealthState.BLOCKED, blocked_reason=reason)
         return health
 
     def _replay_due(self, policy: RecoveryPolicy) -> None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass
+from enum import Enum
 
-from recovery.cql.errors import SinkError
 from wal import catalog
 from wal import checkpoint as ckpt
 from wal.catalog import BatchView, RecoveryAction
@@ -34,7 +34,20 @@ from wal.states import BatchState
 from .marker import Completeness
 from .target import RecordedTarget
 
-HEALTHY, LAGGING, BLOCKED = "healthy", "lagging", "blocked"
+
+
+class HealthState(str, Enum):
+    """How a sink is doing, worst last. The value is the word ``cassandra-wal status`` and
+    ``inspect`` show (``--json`` too) and the ``sinks.status(query)`` figures hold: never
+    changed."""
+
+    HEALTHY = "healthy"     # every committed batch written, or being written in time
+    LAGGING = "lagging"     # a committed batch older than ``lag_after_s``, or over wal.maxBytes
+    BLOCKED = "blocked"     # no batch can be written until someone acts (``blocked_reason``)
+
+    def __str__(self) -> str:
+        return self.value
+
 
 #: A committed batch still unwritten after this long makes the sink "lagging" (the default of
 #: ``sinks.status(query, lag_after_s=...)`` and ``cassandra-wal status --lag-after``). Two
@@ -82,7 +95,7 @@ class Health:
     """The figures of one WAL (one query). Sizes in bytes, ages and latencies in seconds."""
 
     wal: str
-    state: str                          # healthy | lagging | blocked
+    state: HealthState
     blocked_reason: str | None          # blocked.json: why no batch can be written
     pending_batches: int                # committed by Spark, not yet written to Cassandra
     pending_rows: int                   # ... their rows not yet acknowledged
@@ -135,12 +148,12 @@ def health_of(wal: WalDir, views: list[BatchView], *, blocked_reason: str | None
         blocked_reason = (f"batch {broken.batch}: {broken.detail}; no later batch is written "
                           f"before it (docs/runbook.md)")
     if blocked_reason is not None:
-        state = BLOCKED
+        state = HealthState.BLOCKED
     elif (oldest is not None and oldest >= lag_after_s) or (
             max_bytes is not None and pending_bytes > max_bytes):
-        state = LAGGING
+        state = HealthState.LAGGING
     else:
-        state = HEALTHY
+        state = HealthState.HEALTHY
     retries, replays, batches_written, rows_written = (
         counters.snapshot() if counters is not None else (None,) * 4)
     return Health(wal=wal.root, state=state, blocked_reason=blocked_reason,
@@ -166,9 +179,8 @@ def combined(healths: list[Health]) -> Health:
         values = list(values)
         return None if any(v is None for v in values) else sum(values)
 
-    blocked = [h for h in healths if h.state == BLOCKED]
-    state = BLOCKED if blocked else LAGGING if any(h.state == LAGGING for h in healths) \
-        else HEALTHY
+    blocked = [h for h in healths if h.state == HealthState.BLOCKED]
+    state = max((h.state for h in healths), key=list(HealthState).index)
     last = max((h for h in healths if h.last_written_batch is not None),
                key=lambda h: h.last_written_batch, default=None)
     return Health(
@@ -209,9 +221,8 @@ def _recorded(wal: WalDir) -> RecordedTarget | None:
 
 def max_bytes_of(recorded: RecordedTarget | None) -> int | None:
     """``wal.maxBytes`` as the query's last batch recorded it (None: not recorded yet)."""
-    fields = (recorded.target_fields if recorded is not None else None) or {}
-    value = fields.get("config", {}).get("wal", {}).get("max_bytes")
-    return value if isinstance(value, int) else None
+    target = recorded.readable_target if recorded is not None else None
+    return target.config.wal.max_bytes if target is not None else None
 
 
 def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | None = None,
@@ -241,13 +252,10 @@ def _last_written(recorded: RecordedTarget | None, views: list[BatchView],
     """The completeness marker's figures of the newest batch the log holds written (None:
     none, or no recorded target to name its table)."""
     written = [v for v in _written(views) if v.record.seal is not None]
-    if not written or recorded is None or not recorded.target_fields:
+    target = recorded.readable_target if recorded is not None else None
+    if not written or target is None:
         return None
     last = max(written, key=lambda v: v.batch)
-    try:
-        target = recorded.target
-    except (SinkError, KeyError, TypeError, ValueError):
-        return None            # a target this release cannot read
     watermark = (ckpt.open_checkpoint(checkpoint).batch_watermark_ms(last.batch)
                  if checkpoint else None)
     return Completeness.of(last.record, target, watermark)

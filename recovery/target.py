@@ -165,6 +165,15 @@ class RecordedTarget:
         return Target.from_dict(self.target_fields)
 
     @property
+    def readable_target(self) -> Target | None:
+        """:attr:`target`, or None where none is recorded or this release cannot read it (for
+        figures that never fail on a record: :mod:`recovery.health`)."""
+        try:
+            return self.target
+        except (SinkError, KeyError, TypeError, ValueError):
+            return None
+
+    @property
     def table_name(self) -> str | None:
         """``<keyspace>.<table>`` of the WAL's last write (None: none recorded)."""
         if not self.target_fields:

@@ -17,12 +17,13 @@ from recovery.cli import UsageError, log_errors
 from recovery.cli.inspect_cmd import resolve_checkpoint
 from recovery.cli.location import WAL_DIR_HELP, read_only_wal
 from recovery.cli.render import human_age, human_bytes
-from recovery.health import BLOCKED, HEALTHY, LAG_AFTER_S, LAGGING, Health, read_health
+from recovery.health import LAG_AFTER_S, Health, HealthState, read_health
 
 NAME = "status"
 
 EXIT_HEALTHY, EXIT_LAGGING, EXIT_BLOCKED = 0, 1, 2
-EXIT_OF = {HEALTHY: EXIT_HEALTHY, LAGGING: EXIT_LAGGING, BLOCKED: EXIT_BLOCKED}
+EXIT_OF = {HealthState.HEALTHY: EXIT_HEALTHY, HealthState.LAGGING: EXIT_LAGGING,
+           HealthState.BLOCKED: EXIT_BLOCKED}
 
 EPILOG = """\
 exit codes (status only):
@@ -77,7 +78,7 @@ def run(args) -> int:
 
 def one_line(health: Health) -> str:
     """The state first, then the backlog against the cap and the last write."""
-    if health.state == BLOCKED:
+    if health.state == HealthState.BLOCKED:
         return f"blocked: {health.blocked_reason}"
     cap = "?" if health.max_bytes is None else human_bytes(health.max_bytes)
     line = (f"{health.state}: {health.pending_batches} batches pending ({health.pending_rows} "

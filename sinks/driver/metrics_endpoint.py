@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from recovery.flusher import QueryFlusher
-from recovery.health import BLOCKED, LAGGING
+from recovery.health import HealthState
 from wal import clock
 
 log = logging.getLogger(__name__)
@@ -79,9 +79,10 @@ METRICS: dict[str, tuple[str, str, Callable]] = {
     "rows_written_per_second": ("gauge", "Rows written per second over the last minute",
                                 lambda h: h.rows_per_s),
     "blocked": ("gauge", "1 while the sink is blocked (blocked.json: its next commit fails)",
-                lambda h: 1 if h.state == BLOCKED else 0),
+                lambda h: 1 if h.state == HealthState.BLOCKED else 0),
     "lagging": ("gauge", "1 while a committed batch has waited 30 s or more to be written, or "
-                "the backlog is over wal.maxBytes", lambda h: 1 if h.state == LAGGING else 0),
+                "the backlog is over wal.maxBytes",
+                lambda h: 1 if h.state == HealthState.LAGGING else 0),
     "failing": ("gauge", "1 while the flusher's drains fail and are retried (Cassandra away, "
                 "a full or read-only disk): status says why", lambda h: 1 if h.failing else 0),
     "retries": ("counter", "Transient failures retried (write requests in wal.flush.mode=driver, "

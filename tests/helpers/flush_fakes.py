@@ -16,7 +16,7 @@ from pyspark import cloudpickle
 
 from recovery.cql.table import TableSchema
 from recovery.errors import FlushFailed
-from recovery.target import Target
+from recovery.target import RecordedTarget, Target
 from sinks.driver.spark_jobs import SparkJobs
 from sinks.worker.options import ConnectionConfig, SinkConfig
 from tests.helpers.walfactory import WalFactory
@@ -54,6 +54,14 @@ def target() -> Target:
     table = TableSchema("ks", "t", (("id", "bigint"), ("name", "text"), ("value", "double")),
                         ("id",))
     return Target(config, table, ("id",))
+
+
+def record_target_capped(wal, max_bytes: int, checkpoint: str | None = None) -> None:
+    """Record :func:`target` with ``wal.maxBytes`` = ``max_bytes`` as ``wal``'s target.json."""
+    t = target()
+    t = replace(t, config=replace(t.config, checkpoint_location=checkpoint,
+                                  wal=replace(t.config.wal, max_bytes=max_bytes)))
+    RecordedTarget.of(t, "f").write(wal)
 
 
 def target_flushed_by(mode: str) -> Target:

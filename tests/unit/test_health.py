@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 from cassandra.cluster import NoHostAvailable
@@ -16,7 +15,8 @@ from recovery.cli.main import main
 from recovery import events
 from recovery.errors import FlushFailed
 from recovery.flusher import QueryFlusher
-from recovery.health import BLOCKED, HEALTHY, LAGGING, FlushCounters, health_of, read_health
+from recovery.health import FlushCounters, HealthState, health_of, read_health
+from tests.helpers.flush_fakes import record_target_capped
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.outage import Outage, fake_cassandra, flusher_on
 from wal import catalog
@@ -55,7 +55,7 @@ def test_the_backlog_is_what_spark_committed_and_cassandra_has_not(backlog):
     wal, cp = backlog
     health, views = figures(wal, cp)
     seals = {v.batch: v for v in views}
-    assert health.state == HEALTHY
+    assert health.state == HealthState.HEALTHY
     assert (health.pending_batches, health.pending_rows) == (3, 15)
     assert health.pending_bytes == sum(seals[b].bytes for b in (1, 2, 3)) > 0
     assert health.oldest_pending_age_s == pytest.approx(seals[1].age_s)
@@ -69,20 +69,20 @@ def test_lagging_once_the_oldest_pending_batch_is_older_than_the_threshold(backl
     views = views_of(wal, cp)
     oldest = max(v.age_s for v in views if v.action == RecoveryAction.REPLAY)
     kw = dict(blocked_reason=None, max_bytes=10**9, wal_bytes=1, flushed_through=0)
-    assert health_of(wal, views, lag_after_s=oldest + 60, **kw).state == HEALTHY
-    assert health_of(wal, views, lag_after_s=oldest / 2, **kw).state == LAGGING
+    assert health_of(wal, views, lag_after_s=oldest + 60, **kw).state == HealthState.HEALTHY
+    assert health_of(wal, views, lag_after_s=oldest / 2, **kw).state == HealthState.LAGGING
 
 
 def test_lagging_when_the_backlog_is_over_wal_max_bytes(backlog):
     wal, cp = backlog
     health, _ = figures(wal, cp, max_bytes=1)
-    assert health.state == LAGGING and health.pending_bytes > health.max_bytes == 1
+    assert health.state == HealthState.LAGGING and health.pending_bytes > health.max_bytes == 1
 
 
 def test_blocked_wins_over_everything_and_carries_its_reason(backlog):
     wal, cp = backlog
     health, _ = figures(wal, cp, blocked_reason="RecoveryBlocked: batch 1", max_bytes=1)
-    assert health.state == BLOCKED and health.blocked_reason == "RecoveryBlocked: batch 1"
+    assert health.state == HealthState.BLOCKED and health.blocked_reason == "RecoveryBlocked: batch 1"
 
 
 def test_rows_per_second_count_the_recent_batches_over_the_span_they_cover(backlog):
@@ -102,11 +102,11 @@ def test_read_health_reads_blocked_json_and_the_recorded_cap(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.sealed(0, rows=(3,), committed=True)
     wal = WalDir.at(str(tmp_path / "wal"))
-    Path(wal.target_file).write_text(json.dumps(
-        {"target": {"config": {"wal": {"max_bytes": 4096}}}}))
+    record_target_capped(wal, 4096)
     wal.write_blocked("FlushFailed: refused")
     health = read_health(wal, str(tmp_path / "cp"), FlushCounters())
-    assert health.state == BLOCKED and health.blocked_reason == "FlushFailed: refused"
+    assert health.state == HealthState.BLOCKED
+    assert health.blocked_reason == "FlushFailed: refused"
     assert health.max_bytes == 4096 and health.wal_bytes > 0
     assert (health.retries, health.replays) == (0, 0)
 
@@ -130,7 +130,7 @@ def test_the_flusher_counts_retries_and_replays_and_logs_each_batch_and_state_ch
         assert (after.retries, after.replays) == (2, 2)
         assert (after.batches_written, after.rows_written) == (2, 10)
         assert after.pending_batches == 0 and after.last_written_batch == 1
-        assert after.flushed_through == 1 and after.state == HEALTHY
+        assert after.flushed_through == 1 and after.state == HealthState.HEALTHY
 
     lines = [r.getMessage() for r in caplog.records if r.name == events.LOGGER_NAME]
     written = [line for line in lines if " written: " in line]
@@ -151,10 +151,10 @@ def test_blocked_and_unblocked_are_logged_once_each(tmp_path, monkeypatch, caplo
         fake_cassandra(monkeypatch, flusher, outage)
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
-        assert flusher.health().state == BLOCKED
+        assert flusher.health().state == HealthState.BLOCKED
         outage.down = False
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
-        assert flusher.health().state == HEALTHY
+        assert flusher.health().state == HealthState.HEALTHY
     lines = [r.getMessage() for r in caplog.records if r.name == events.LOGGER_NAME]
     assert len([line for line in lines if ": blocked: " in line]) == 1
     assert len([line for line in lines if ": unblocked" in line]) == 1
@@ -169,14 +169,14 @@ def test_a_restart_that_clears_an_earlier_runs_block_says_unblocked(tmp_path, mo
         fake_cassandra(monkeypatch, first, Outage(FlushFailed(0, "InvalidRequest: no", permanent=True)))
         first.drain(RecoveryPolicy.QUERY_FLUSHER)
         first.drain(RecoveryPolicy.QUERY_FLUSHER)
-        assert first.health().state == BLOCKED
+        assert first.health().state == HealthState.BLOCKED
     restarted = QueryFlusher(str(tmp_path / "wal"), str(tmp_path / "cp"), retry_interval_s=0.01)
     try:
         cured = Outage(FlushFailed(0, "InvalidRequest: no", permanent=True))
         cured.down = False
         fake_cassandra(monkeypatch, restarted, cured)
         restarted.drain(RecoveryPolicy.QUERY_START)
-        assert restarted.health().state == HEALTHY
+        assert restarted.health().state == HealthState.HEALTHY
     finally:
         restarted.stop()
     lines = [r.getMessage() for r in caplog.records if r.name == events.LOGGER_NAME]
@@ -193,7 +193,7 @@ def test_a_committed_batch_recovery_cannot_write_is_blocked_before_the_flusher_t
         f.commit(1)
     wal, cp = WalDir.at(str(tmp_path / "wal")), str(tmp_path / "cp")
     health = read_health(wal, cp)
-    assert health.state == BLOCKED
+    assert health.state == HealthState.BLOCKED
     assert "batch 1: Spark committed it but it has no seal" in health.blocked_reason
     assert main(["status", wal.root, "--checkpoint", cp]) == 2
     assert "batch 1" in capsys.readouterr().out
@@ -217,7 +217,7 @@ def test_a_batch_sealed_meanwhile_or_a_wal_on_a_store_is_not_called_blocked(tmp_
         assert still_broken(SimpleNamespace(remote=object()), views) is None
         f.seal(1, built.segments)                   # sealed after the catalog's listing
         assert still_broken(wal, views) is None
-        assert read_health(wal, cp).state != BLOCKED
+        assert read_health(wal, cp).state != HealthState.BLOCKED
 
 
 def test_make_visible_shows_info_on_stderr_unless_the_application_configured_logging(
@@ -284,8 +284,7 @@ def test_status_and_inspect_leave_the_wal_untouched(capsys, backlog):
 def test_inspect_shows_the_blocked_reason_first_and_the_backlog_against_the_cap(
         capsys, backlog):
     wal, cp = backlog
-    Path(wal.target_file).write_text(json.dumps(
-        {"checkpoint_location": cp, "target": {"config": {"wal": {"max_bytes": 10**9}}}}))
+    record_target_capped(wal, 10**9, cp)
     wal.write_blocked("FlushFailed: refused")
     code, out, _ = run_cli(capsys, "inspect", wal.root)
     lines = out.splitlines()
