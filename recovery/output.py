@@ -21,6 +21,7 @@ from recovery.cql.table import dropped_columns
 from recovery.cql.upsert import Upserter, micros
 from wal.log import WalLog
 from wal.seal import Seal
+from wal.sealed_write import SealedWrite
 from wal.segment import SegmentReader, decode_chunk
 
 from .errors import ColumnDroppedAfterSeal
@@ -76,11 +77,12 @@ class CassandraOutput:
         return self.upserter_for(seal.write if seal is not None
                                  else self.current_target().write_record())
 
-    def upserter_for(self, record: dict | None) -> Upserter:
+    def upserter_for(self, record: SealedWrite | None) -> Upserter:
         """The Upserter writing the way ``record`` (a seal's ``write``, or
         :meth:`Target.write_record <recovery.target.Target.write_record>` of the batches to
         come) says; connects its cluster's session on first use."""
-        key = json.dumps([record, self.retries_at_most], sort_keys=True)
+        key = json.dumps([record.to_dict() if record is not None else None,
+                          self.retries_at_most], sort_keys=True)
         if key not in self._upserters:
             target = self.current_target().as_sealed(record)
             write = target.config.write

@@ -16,21 +16,9 @@ from recovery.cql.errors import SinkError
 from recovery.cql.table import TableSchema
 from wal.errors import WalCorrupted
 from wal.layout import WalDir
+from wal.sealed_write import SEALED_OPTIONS, SealedContact, SealedWrite
 
 from .config import ConnectionConfig, SinkConfig, WalConfig, WriteConfig
-
-#: The write options a seal records (``Target.write_record``): the ones that decide which
-#: cells a row becomes, and which non-frozen lists the user accepted at least once for
-#: (``wal.lists.atLeastOnce``: a replay of such a list appends its elements again).
-#: Connection, batching and retry options only decide how they travel.
-SEALED_WRITE_OPTIONS = ("ttl_seconds", "ttl_column", "writetime_micros", "writetime_column",
-                        "ignore_nulls", "lists_at_least_once", "op_column", "upsert_values",
-                        "delete_values", "partition_delete_values")
-#: What a seal that lacks an option says: seals written before ``wal.lists.atLeastOnce``
-#: existed opted no list in (that release wrote lists without asking), and seals written
-#: before change streams (``op.*``) hold upserts only.
-SEALED_BEFORE = {"lists_at_least_once": (), "op_column": None, "upsert_values": (),
-                 "delete_values": (), "partition_delete_values": ()}
 
 
 @dataclass(frozen=True)
@@ -42,7 +30,7 @@ class Target:
     #: whether a batch sealed for other contact points is for this cluster (None: unknown).
     cluster_name: str | None = None
 
-    def write_record(self) -> dict:
+    def write_record(self) -> SealedWrite:
         """What a batch's seal records of how and where its rows are written (never a secret):
         its columns and the options that decide its cells; the keyspace, table and the
         table's schema as it was when sealed (``table_schema``: a restart with another table,
@@ -52,50 +40,49 @@ class Target:
         (:meth:`as_sealed`)."""
         write = self.config.write
         conn = self.config.connection
-        return dict({name: getattr(write, name) for name in SEALED_WRITE_OPTIONS},
-                    columns=list(self.columns), keyspace=self.config.keyspace,
-                    table=self.config.table, table_schema=self.table.to_dict(),
-                    contact={"hosts": list(conn.hosts), "port": conn.port,
-                             "cloud_bundle_path": conn.cloud_bundle_path,
-                             "cluster_name": self.cluster_name})
+        return SealedWrite(
+            columns=self.columns,
+            **{name: getattr(write, name) for name in SEALED_OPTIONS},
+            keyspace=self.config.keyspace, table=self.config.table,
+            table_schema=self.table.to_dict(),
+            contact=SealedContact(conn.hosts, conn.port, conn.cloud_bundle_path,
+                                  self.cluster_name))
 
-    def as_sealed(self, record: dict | None) -> "Target":
+    def as_sealed(self, record: SealedWrite | None) -> "Target":
         """This target writing the way a seal's :meth:`write_record` says: its columns and
         options, its table as sealed, and its cluster when that is not this target's (this
         target's credentials and TLS settings either way). Itself for seals that recorded
         nothing (they are written with the current options, as upserts: such a release had
         no change streams); seals written before the table and cluster were recorded write to
         the current ones."""
-        if not record:
+        if record is None:
             # sealed before seals recorded how (a release without change streams): upserts
             return replace(self, config=replace(self.config, write=replace(
                 self.config.write, op_column=None))) if self.config.write.op_column else self
-        write = replace(self.config.write, **{k: record[k] if k in record else SEALED_BEFORE[k]
-                                              for k in SEALED_WRITE_OPTIONS})
+        write = replace(self.config.write, **record.options())
         config, table = replace(self.config, write=write), self.table
-        if record.get("table_schema"):
-            table = TableSchema.from_dict(record["table_schema"])
-            config = replace(config, keyspace=record["keyspace"], table=record["table"])
-        contact = record.get("contact")
-        if contact and not self.is_cluster_of(contact):
+        if record.table_schema:
+            table = TableSchema.from_dict(record.table_schema)
+            config = replace(config, keyspace=record.keyspace, table=record.table)
+        contact = record.contact
+        if contact is not None and not self.is_cluster_of(contact):
             config = replace(config, connection=replace(
-                config.connection, hosts=tuple(contact["hosts"]), port=contact["port"],
-                cloud_bundle_path=contact.get("cloud_bundle_path")))
-        return replace(self, config=config, table=table, columns=tuple(record["columns"]),
-                       cluster_name=contact.get("cluster_name") if contact else self.cluster_name)
+                config.connection, hosts=contact.hosts, port=contact.port,
+                cloud_bundle_path=contact.cloud_bundle_path))
+        return replace(self, config=config, table=table, columns=record.columns,
+                       cluster_name=contact.cluster_name if contact else self.cluster_name)
 
-    def is_cluster_of(self, contact: dict) -> bool:
+    def is_cluster_of(self, contact: SealedContact) -> bool:
         """Whether a seal's ``contact`` is this target's cluster: the same cluster name when
         both are known (contact points change: a node's address, a new seed), else the same
         contact points. Two clusters of one name are taken for one: name clusters apart."""
-        if contact.get("cluster_name") and self.cluster_name:
-            return contact["cluster_name"] == self.cluster_name
+        if contact.cluster_name and self.cluster_name:
+            return contact.cluster_name == self.cluster_name
         conn = self.config.connection
-        return ((tuple(contact.get("hosts", ())), contact.get("port"),
-                 contact.get("cloud_bundle_path"))
+        return ((contact.hosts, contact.port, contact.cloud_bundle_path)
                 == (conn.hosts, conn.port, conn.cloud_bundle_path))
 
-    def unaccepted_lists(self, record: dict | None) -> tuple[str, ...]:
+    def unaccepted_lists(self, record: SealedWrite | None) -> tuple[str, ...]:
         """The non-frozen list columns (:attr:`recovery.cql.table.TableSchema.non_frozen_lists`) a batch
         sealed with ``record`` writes without its seal recording that the user accepted them
         at least once (``wal.lists.atLeastOnce``). None for a batch this release sealed: it

@@ -29,6 +29,7 @@ from .errors import WalCorrupted
 from .files import atomic_write, make_private_dirs
 from .layout import WalDir
 from .clock import now_us
+from .sealed_write import SealedWrite
 
 
 class Sealed(Protocol):
@@ -38,7 +39,7 @@ class Sealed(Protocol):
     batch: int
     seal_id: str
     base_ts_us: int
-    write: dict | None
+    write: SealedWrite | None
 
 
 S = TypeVar("S", bound=Sealed)    # a seal, amended or not
@@ -64,9 +65,8 @@ class Amendment:
         """``seal`` as this amendment writes it: a seal of the same segments and rows, with
         fewer columns in its ``write`` record and/or another base timestamp."""
         write = seal.write
-        if self.without_columns and write:
-            write = dict(write, columns=[c for c in write["columns"]
-                                         if c not in self.without_columns])
+        if self.without_columns and write is not None:
+            write = write.without_columns(self.without_columns)
         return replace(seal, write=write,
                        base_ts_us=seal.base_ts_us if self.base_ts_us is None else self.base_ts_us)
 

@@ -22,6 +22,7 @@ from .clock import now_us
 from . import format as fmt
 from .errors import BatchTooWide, WalCorrupted
 from .files import atomic_write
+from .sealed_write import SealedWrite
 from .layout import WalDir
 from .segment import SegmentRef
 
@@ -46,11 +47,9 @@ class Seal:
     commit_point: str = COMMIT_POINT_CHECKPOINT
     seal_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     sealed_at_us: int = field(default_factory=now_us)
-    #: How the rows are written (columns, TTL, write time, nulls), fixed when the batch is
-    #: sealed so that a restart with other options writes the same cells; never a secret.
-    #: Opaque here: its owner is ``recovery.target``. None in seals of format 1's first
-    #: releases: written with the options of the query as it runs.
-    write: dict | None = None
+    #: How and where the rows are written, fixed when the batch is sealed. None in seals of
+    #: format 1's first releases: written with the options of the query as it runs.
+    write: SealedWrite | None = None
 
     @property
     def rows(self) -> int:
@@ -78,7 +77,8 @@ class Seal:
             "batch": self.batch, "query_id": self.query_id, "seal_id": self.seal_id,
             "commit_point": self.commit_point, "base_ts_us": self.base_ts_us,
             "sealed_at_us": self.sealed_at_us, "rows": self.rows,
-            "segments": [s.to_dict() for s in self.segments], "write": self.write,
+            "segments": [s.to_dict() for s in self.segments],
+            "write": self.write.to_dict() if self.write is not None else None,
         }
 
     @classmethod
@@ -86,7 +86,8 @@ class Seal:
         return cls(batch=d["batch"], segments=tuple(SegmentRef.from_dict(s) for s in d["segments"]),
                    base_ts_us=d["base_ts_us"], query_id=d.get("query_id", ""),
                    commit_point=d["commit_point"], seal_id=d["seal_id"],
-                   sealed_at_us=d["sealed_at_us"], write=d.get("write"))
+                   sealed_at_us=d["sealed_at_us"],
+                   write=SealedWrite.from_dict(d["write"]) if d.get("write") else None)
 
 
 def encode_seal(seal: Seal) -> bytes:
@@ -201,7 +202,7 @@ def check_width(batch: int, segments: tuple[SegmentRef, ...]) -> None:
 
 
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
-               commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
+               commit_point: str = COMMIT_POINT_CHECKPOINT, write: SealedWrite | None = None,
                floor: TimestampFloor | None = None, seal_id: str | None = None) -> Seal:
     """Choose the winning segments' order, fix the timestamps, and write the seal.
     ``seal_id``: the one the caller announced (a foreachBatch writer's entry names it).

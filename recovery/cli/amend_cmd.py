@@ -137,7 +137,8 @@ def _seal(view: catalog.BatchView) -> Seal:
 
 def _without(wal: WalDir, view: catalog.BatchView, args) -> Amendment | None:
     seal = _seal(view)
-    columns = (amended(wal, seal).write or {}).get("columns", ())
+    write = amended(wal, seal).write
+    columns = write.columns if write is not None else ()
     gone = tuple(c for c in args.without if c in columns)
     if not gone:
         if args.batch is not None:

@@ -41,6 +41,7 @@ from wal import BatchRecord, BatchState, Seal, SegmentRef, SegmentWriter, WalDir
 from wal.entries import Entry, record_entry
 from wal.retention import remove_batch_files
 from wal.seal import COMMIT_POINT_CHECKPOINT, next_base_timestamp, now_us, seal_batch, write_seal
+from wal.sealed_write import SealedWrite
 
 Rows = Union[int, pa.RecordBatch, pa.Table]
 
@@ -215,11 +216,14 @@ class WalFactory:
         return path
 
     def seal(self, batch: int, segments: Sequence[SegmentRef],
-             commit_point: str = COMMIT_POINT_CHECKPOINT, write: dict | None = None,
+             commit_point: str = COMMIT_POINT_CHECKPOINT, write: SealedWrite | dict | None = None,
              sealed_at_us: int | None = None) -> Seal:
         """Seal ``segments`` as batch ``batch`` (deterministic timestamps and id if asked);
-        ``write``: the seal's record of how its rows are written (``Target.write_record``);
+        ``write``: the seal's record of how its rows are written (``Target.write_record``, or
+        a dict as a seal file holds it, an earlier release's, read as a seal file is);
         ``sealed_at_us``: when it was sealed (default: now), which its rows' TTLs count from."""
+        if isinstance(write, dict):
+            write = SealedWrite.from_dict(write) if write else None
         if not self.deterministic:
             return seal_batch(self.wal, batch, list(segments), "test-query", commit_point,
                               write=write)
@@ -260,7 +264,7 @@ class WalFactory:
 
     def sealed(self, batch: int, rows: Iterable[Rows] = (3, 2), chunk_rows: int | None = None,
                committed: bool | None = True, commit_point: str = COMMIT_POINT_CHECKPOINT,
-               losing_attempts: int = 0, write: dict | None = None,
+               losing_attempts: int = 0, write: SealedWrite | dict | None = None,
                sealed_at_us: int | None = None) -> BuiltBatch:
         """Staged, then sealed (seal file). ``committed``: write ``commits/N`` (True), or not
         (False / None: None also needs no checkpoint). ``write``, ``sealed_at_us``: as in
@@ -273,7 +277,7 @@ class WalFactory:
 
     def ingested(self, batch: int, rows: Iterable[Rows] = (3, 2),
                  chunk_rows: int | None = None, losing_attempts: int = 0,
-                 write: dict | None = None, sealed_at_us: int | None = None,
+                 write: SealedWrite | dict | None = None, sealed_at_us: int | None = None,
                  copy_rows: bool = True) -> BuiltBatch:
         """Sealed, committed by Spark, ingested: SEALED in the log, rows copied into it
         (``copy_rows`` False: the seal alone, as for a scale-out writer)."""
@@ -285,7 +289,7 @@ class WalFactory:
 
     def flushing(self, batch: int, rows: Iterable[Rows] = (3, 2),
                  chunk_rows: int | None = None, progress_rows: int | None = None,
-                 write: dict | None = None, sealed_at_us: int | None = None) -> BuiltBatch:
+                 write: SealedWrite | dict | None = None, sealed_at_us: int | None = None) -> BuiltBatch:
         """Ingested, flush begun; ``progress_rows``: chunks covering at least that many rows
         acknowledged (whole chunks, in flush order; None: no progress recorded). ``write``,
         ``sealed_at_us``: as in :meth:`seal`."""

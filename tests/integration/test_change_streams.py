@@ -192,7 +192,7 @@ def test_a_change_stream_ends_equal_to_its_source(spark, cassandra_node, cql, ke
     assert _table(cql, keyspace, table) == _applied(files)
     # The seal says how each batch is written, so a replay deletes what it deleted.
     seal = read_seal(stream_wal(cp), 1)
-    assert seal.write["op_column"] == "op" and seal.write["partition_delete_values"] == ["P"]
+    assert seal.write.op_column == "op" and seal.write.partition_delete_values == ("P",)
 
 
 @pytest.mark.parametrize("writer", ["data-source", "foreachBatch"])

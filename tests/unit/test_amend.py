@@ -20,6 +20,7 @@ from tests.helpers.walfactory import WalFactory
 from tests.helpers.flush_fakes import WRITES, RecordingUpserter, target
 from wal.amendments import Amendment, amended, read_amendment, write_amendment
 from wal.seal import Seal
+from wal.sealed_write import SealedWrite
 
 pytestmark = pytest.mark.unit
 
@@ -115,20 +116,20 @@ def test_an_amendment_of_another_seal_of_the_batch_is_not_applied(tmp_path):
     """An amendment names the seal it amends: a re-run of the batch (after a repair or a
     discard) seals other rows, and is written as sealed."""
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
-        built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})
+        built = f.sealed(0, rows=(3,), write=SealedWrite(("id", "name", "value")))
         write_amendment(f.wal, Amendment(0, ("name",), SEALED_AT + 9, seal_id="another-seal"))
         assert amended(f.wal, built.seal) == built.seal
         write_amendment(f.wal, Amendment(0, ("name",), SEALED_AT + 9,
                                          seal_id=built.seal.seal_id))
-        assert amended(f.wal, built.seal).write["columns"] == ["id", "value"]
+        assert amended(f.wal, built.seal).write.columns == ("id", "value")
 
 
 def test_an_amendment_is_applied_to_every_later_write_of_the_batch(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
-        built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})
+        built = f.sealed(0, rows=(3,), write=SealedWrite(("id", "name", "value")))
         write_amendment(f.wal, Amendment(0, ("name",), SEALED_AT + 9))
         seal = amended(f.wal, built.seal)
-        assert seal.write["columns"] == ["id", "value"] and seal.base_ts_us == SEALED_AT + 9
+        assert seal.write.columns == ("id", "value") and seal.base_ts_us == SEALED_AT + 9
         assert seal.segments == built.seal.segments and seal.rows == 3
         WRITES.clear()
         Replayer(f.wal, f.log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
@@ -142,7 +143,7 @@ def test_an_amendment_is_applied_to_every_later_write_of_the_batch(tmp_path):
 
 def test_a_restamped_batchs_amendment_goes_with_its_seal(tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
-        built = f.sealed(0, rows=(3,), write={"columns": ["id", "name", "value"]})
+        built = f.sealed(0, rows=(3,), write=SealedWrite(("id", "name", "value")))
         write_amendment(f.wal, Amendment(0, (), SEALED_AT + 9, seal_id=built.seal.seal_id))
         f.flushed(0)
         f.flushed(1)

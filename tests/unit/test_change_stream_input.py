@@ -17,10 +17,12 @@ from recovery.cql import changes
 from recovery.cql.config import WriteConfig
 from recovery.cql.errors import InvalidValueError, NullPrimaryKeyError, OptionError, SchemaError
 from recovery.cql.table import TableSchema
-from recovery.target import SEALED_WRITE_OPTIONS, RecordedTarget, Target
+from recovery.target import RecordedTarget, Target
 from sinks.worker import plan as plan_module
 from sinks.worker.options import parse_options
 from sinks.worker.validation import check_operations_and_keys, validate_schema
+from wal.seal import Seal
+from wal.sealed_write import SEALED_OPTIONS
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +53,7 @@ def test_the_op_options_become_the_write_config_and_the_seal_records_them():
     # What decides a row's operation travels with its seal: a restart with other options
     # replays a pending batch as it was sealed.
     assert {"op_column", "upsert_values", "delete_values",
-            "partition_delete_values"} <= set(SEALED_WRITE_OPTIONS)
+            "partition_delete_values"} <= set(SEALED_OPTIONS)
     sealed = Target(config, TABLE, ("k", "c", "v")).write_record()
     later = Target(parse_options(BASE), TABLE, ("k", "c", "v")).as_sealed(sealed)
     assert later.config.write.delete_values == ("d", "x")
@@ -219,7 +221,9 @@ def test_a_seal_that_recorded_no_write_options_is_written_as_upserts():
     KeyError 'Field "op" does not exist')."""
     target = Target(parse_options({**BASE, "op.column": "op"}), TABLE, ("k", "c", "v"))
     assert target.as_sealed(None).config.write.op_column is None
-    assert target.as_sealed({}).config.write.op_column is None
+    empty = Seal.from_dict({"batch": 0, "segments": [], "base_ts_us": 1, "commit_point": "seal",
+                            "seal_id": "s", "sealed_at_us": 1, "write": {}})
+    assert empty.write is None and target.as_sealed(empty.write).config.write.op_column is None
     assert target.as_sealed(target.write_record()).config.write.op_column == "op"
 
 

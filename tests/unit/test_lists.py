@@ -40,6 +40,7 @@ from tests.helpers.walfactory import WalFactory
 from wal.layout import WalDir
 from wal.recovery_policy import RecoveryPolicy
 from wal.seal import Seal, decode_seal, encode_seal
+from wal.sealed_write import SealedWrite
 from wal.states import BatchState
 
 pytestmark = pytest.mark.unit
@@ -137,7 +138,7 @@ def target(*opted_in: str, columns=("k", "l")) -> Target:
 
 def test_the_seal_records_the_opt_in_and_a_replay_writes_as_sealed():
     record = target("l").write_record()
-    assert record["lists_at_least_once"] == ("l",)
+    assert record.lists_at_least_once == ("l",)
     seal = decode_seal(encode_seal(Seal(3, (), 1, write=record)), "s")   # through JSON
     restarted = target()                                                  # the option dropped
     assert restarted.as_sealed(seal.write).config.write.lists_at_least_once == ("l",)
@@ -145,7 +146,8 @@ def test_the_seal_records_the_opt_in_and_a_replay_writes_as_sealed():
 
 
 def test_a_seal_written_before_the_option_existed_opts_nothing_in():
-    earlier = {k: v for k, v in target().write_record().items() if k != "lists_at_least_once"}
+    earlier = SealedWrite.from_dict({k: v for k, v in target().write_record().to_dict().items()
+                                     if k != "lists_at_least_once"})
     assert target("l").as_sealed(earlier).config.write.lists_at_least_once == ()
 
 

@@ -19,7 +19,11 @@ driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import struct
+
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -28,12 +32,13 @@ from cassandra.query import UNSET_VALUE, BoundStatement
 
 import recovery.cql.connection
 from recovery.cql.batch_age import BatchAge
-from recovery.target import SEALED_WRITE_OPTIONS, Target
+from recovery.target import Target
 from recovery.cql.upsert import Upserter
 from recovery.cql.config import WriteConfig
 from recovery import output as recovery_output
 from recovery.config import SinkConfig
 from wal.seal import Seal
+from wal.sealed_write import SEALED_OPTIONS, SealedWrite
 
 from tests.helpers.fake_cassandra import FakeCluster
 from tests.helpers.flights import COLUMNS, TABLE, chunk, flights_session
@@ -59,9 +64,9 @@ def sealed(t: Target) -> Seal:
 
 def test_the_seal_records_the_columns_and_the_cell_deciding_options_and_no_secret():
     t = target(ttl_column="ttl", writetime_micros=None, ignore_nulls=True)
-    record = t.write_record()
-    assert set(record) == set(SEALED_WRITE_OPTIONS) | {"columns", "keyspace", "table",
-                                                        "table_schema", "contact"}
+    record = t.write_record().to_dict()
+    assert set(record) == set(SEALED_OPTIONS) | {"columns", "keyspace", "table",
+                                                  "table_schema", "contact"}
     assert record["columns"] == COLUMN_NAMES and record["ttl_column"] == "ttl"
     assert record["ignore_nulls"] is True
     assert "password" not in repr(record)
@@ -291,8 +296,42 @@ def test_a_pending_batch_of_another_cluster_goes_to_that_cluster():
 
 
 def test_a_seal_of_an_earlier_release_is_written_to_the_current_table():
-    record = {k: v for k, v in target().write_record().items()
-              if k not in ("keyspace", "table", "table_schema", "contact")}
+    record = SealedWrite.from_dict({k: v for k, v in target().write_record().to_dict().items()
+                                    if k not in ("keyspace", "table", "table_schema", "contact")})
     now = _other_table(target(), "flights_v2", "prod")
     sealed = now.as_sealed(record)
     assert sealed.config.table == "flights_v2" and sealed.config.connection.hosts == ("10.0.0.9",)
+
+
+# -- the record's one owner: wal/sealed_write.py -------------------------------------------
+
+def test_every_sealed_option_is_a_write_option_a_replay_can_take():
+    assert set(SEALED_OPTIONS) <= {f.name for f in dataclasses.fields(WriteConfig)}
+    record = target(ttl_seconds=60, ignore_nulls=True).write_record()
+    assert WriteConfig(**record.options()).ttl_seconds == 60
+
+
+def test_the_format_page_lists_exactly_the_fields_a_seal_records():
+    """wal/FORMAT.md's seal layout and :class:`SealedWrite` name the same fields: a field added
+    to one and not the other fails here."""
+    page = (Path(__file__).parents[2] / "wal" / "FORMAT.md").read_text()
+    block = page.split('"write": {', 1)[1].split("```", 1)[0]
+    block = block.replace("{as target.json's \"table\"}", "")
+    contact = re.search(r'"contact": \{([^}]*)\}', block)
+    documented = set(re.findall(r'"(\w+)"', block[:contact.start()] + block[contact.end():]))
+    record = target().write_record().to_dict()
+    assert documented | {"contact"} == set(record)
+    assert set(re.findall(r'"(\w+)"', contact.group(1))) == set(record["contact"])
+
+
+def test_a_record_reads_back_as_written_and_an_earlier_release_s_as_it_was():
+    record = target(ttl_column="ttl", lists_at_least_once=("tags",)).write_record()
+    assert SealedWrite.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    # A release before seals said where: nothing of where is made up on the way back.
+    earlier = {"columns": ["id"], "ttl_seconds": None, "ttl_column": None,
+               "writetime_micros": None, "writetime_column": None, "ignore_nulls": False}
+    read = SealedWrite.from_dict(earlier)
+    assert (read.keyspace, read.table_schema, read.contact, read.op_column) == (None,) * 4
+    assert set(read.to_dict()) == set(earlier) | {"lists_at_least_once", "op_column",
+                                                  "upsert_values", "delete_values",
+                                                  "partition_delete_values"}
