@@ -7,9 +7,10 @@ from __future__ import annotations
 import functools
 import os
 import urllib.parse
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from . import schemes
+from .secrets import repr_without_secrets
 from .store import LocalStore, Store
 
 #: Where HDFS answers WebHDFS when neither the session's Hadoop configuration
@@ -26,14 +27,17 @@ class StoreAccess:
     driver, where there is a JVM: :meth:`of_hadoop_conf`), so that Python workers and tasks
     reach HDFS and S3 where Spark does. Empty fields fall back to the environment: boto3's
     usual chain (``AWS_*``, ``~/.aws``, instance roles), :data:`ENV_WEBHDFS`. Picklable; the
-    S3 keys are never shown (``repr``) nor written anywhere."""
+    S3 keys are never shown (:func:`wal.secrets.is_secret`: not in the repr) nor written
+    anywhere."""
 
     webhdfs: tuple[tuple[str, str], ...] = ()   # (hdfs://authority, http://host:port)
     s3_endpoint: str | None = None
     s3_region: str | None = None
     s3_path_style: bool = False
-    s3_access_key: str | None = field(default=None, repr=False)
-    s3_secret_key: str | None = field(default=None, repr=False)
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+
+    __repr__ = repr_without_secrets
 
     @classmethod
     def of_hadoop_conf(cls, get, default_fs: str | None = None) -> "StoreAccess":

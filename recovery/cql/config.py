@@ -3,7 +3,7 @@ configs, frozen and picklable (they travel to executors and flush worker process
 
 Built from the user's options by :func:`sinks.worker.options.parse_options`; recorded in the WAL's
 ``target.json`` by :meth:`public_dict`, which leaves every secret out (a field
-:func:`~recovery.cql.errors.is_secret` names, left out of the repr too: secrets still pickle,
+:func:`~wal.secrets.is_secret` names, left out of the repr too: secrets still pickle,
 since executors need them to connect).
 
 The field defaults here are the options' defaults, written nowhere else: the option table
@@ -21,7 +21,7 @@ from typing import Any
 
 from cassandra import ConsistencyLevel
 
-from .errors import is_secret
+from wal.secrets import is_secret, repr_without_secrets, shown_fields
 
 MAX_TTL_SECONDS = 630_720_000  # Cassandra's limit: 20 years.
 
@@ -143,9 +143,7 @@ class ConnectionConfig:
         return tuple(value for f in dataclasses.fields(self)
                      if is_secret(f.name) and (value := getattr(self, f.name)))
 
-    def __repr__(self) -> str:      # the dataclass's, without the secrets
-        shown = ", ".join(f"{name}={value!r}" for name, value in public_fields(self).items())
-        return f"{type(self).__qualname__}({shown})"
+    __repr__ = repr_without_secrets
 
 
 @dataclass(frozen=True)
@@ -196,6 +194,5 @@ _TUPLE_FIELDS = ("lists_at_least_once", "upsert_values", "delete_values",
 
 def public_fields(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """A config dataclass's fields as JSON-ready data, without its secrets
-    (:func:`~recovery.cql.errors.is_secret`) or those in ``exclude``."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-            if f.name not in exclude and not is_secret(f.name)}
+    (:func:`~wal.secrets.is_secret`) or those in ``exclude``."""
+    return {name: value for name, value in shown_fields(obj).items() if name not in exclude}

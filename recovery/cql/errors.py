@@ -19,8 +19,8 @@ back to the driver pickled. ``Exception`` pickles as ``cls(*self.args)``; becaus
 constructors take the context fields rather than the message, each class lists its fields in
 ``_fields`` and :meth:`SinkError.__reduce__` rebuilds it from them.
 
-Secrets: no message ever contains a password. :func:`is_secret` is the one rule of what is
-secret, for option names and config fields alike: :class:`OptionError` redacts the value of
+Secrets: no message ever contains a password. :func:`wal.secrets.is_secret` is the one rule of
+what is secret, for option names and config fields alike: :class:`OptionError` redacts the value of
 such an option, the configs leave such fields out of their repr and of ``target.json``
 (:mod:`recovery.cql.config`), a connection's errors have their values replaced
 (:mod:`recovery.cql.connection`) and ``docs/options.md`` marks such options.
@@ -44,18 +44,9 @@ from cassandra import (
     WriteTimeout,
 )
 
+from wal.secrets import is_secret
+
 REDACTED = "<redacted>"
-
-_SECRET_MARKERS = ("password", "secret")
-
-
-def is_secret(name: str) -> bool:
-    """True when the value of an option, or of a config field, of this name must never be
-    shown (passwords, secrets): the one place that says which are. By name, so that an option
-    the sink refuses or a field added later is covered without being listed."""
-    lowered = name.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
-
 
 class SinkError(Exception):
     """Base of every error the sink raises on purpose."""

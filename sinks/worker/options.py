@@ -25,7 +25,7 @@ Old spellings: SCC still accepts the names it deprecated (``throughput_mb_per_se
 giving both spellings different values is an error (SCC would let the old one win silently).
 
 Secrets (passwords): which options and config fields are secret is one rule,
-:func:`recovery.cql.errors.is_secret`; their values are redacted in errors, left out of the
+:func:`wal.secrets.is_secret`; their values are redacted in errors, left out of the
 configs' repr and of ``public_dict()``, which is what gets recorded in the write-ahead log.
 They still pickle: executors need them to connect.
 """
@@ -41,7 +41,8 @@ from typing import Any
 from recovery.config import SinkConfig, WalConfig
 from recovery.cql import credentials
 from recovery.cql.config import ConnectionConfig, WriteConfig
-from recovery.cql.errors import OptionError, is_secret
+from recovery.cql.errors import OptionError
+from wal.secrets import is_secret
 
 from . import option_values as values
 

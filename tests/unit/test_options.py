@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from recovery.cql.connection import _redact as redact_connection_error
-from recovery.cql.errors import REDACTED, OptionError, is_secret
+from recovery.cql.errors import REDACTED, OptionError
 from sinks.worker import options as options_module
 from sinks.worker.options import (
     OPTION_SPECS,
@@ -28,6 +28,8 @@ from sinks.worker.options import (
     parse_options,
 )
 from sinks.worker.options_doc import options_markdown
+from wal.secrets import is_secret
+from wal.stores import StoreAccess
 
 pytestmark = pytest.mark.unit
 
@@ -508,7 +510,7 @@ def test_which_values_are_secret_is_said_in_one_place():
     ``docs/options.md`` marks and :class:`OptionError` redacts; the config fields it names are
     left out of the repr, of ``public_dict`` (``target.json``) and replaced in a connection's
     errors. No second list may creep back: no field(repr=False), no SECRET_* list in the
-    packages, no OptionSpec(secret=...)."""
+    packages, no OptionSpec(secret=...). The WAL's store access follows the same rule."""
     assert {s.name for s in OPTION_SPECS if s.secret} == {
         "spark.cassandra.auth.password", "spark.cassandra.connection.ssl.keyStore.password",
         "spark.cassandra.connection.ssl.trustStore.password"}
@@ -527,17 +529,22 @@ def test_which_values_are_secret_is_said_in_one_place():
     for text in shown:
         assert SECRET not in text, text
     assert set(conn.secrets()) == {f"{SECRET}-{name}" for name in secret_fields}
+    # The WAL's store access: its S3 keys by the same rule (the bucket's endpoint is shown).
+    access = StoreAccess(s3_endpoint="http://s3.local", s3_access_key=f"{SECRET}-id",
+                         s3_secret_key=f"{SECRET}-key")
+    assert SECRET not in repr(access) and "http://s3.local" in repr(access)
+    assert pickle.loads(pickle.dumps(access)).s3_secret_key == f"{SECRET}-key"
 
     assert "secret" not in inspect.signature(OptionSpec).parameters
     second = []
-    for package in ("recovery", "sinks"):
+    for package in ("wal", "recovery", "sinks"):
         for path in sorted((REPO / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if (isinstance(node, ast.keyword) and node.arg == "repr"
                         and isinstance(node.value, ast.Constant) and node.value.value is False):
                     second.append(f"{path.relative_to(REPO)}: field(repr=False)")
                 if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-                        and "SECRET" in node.id and path.name != "errors.py"):
+                        and "SECRET" in node.id and path.name != "secrets.py"):
                     second.append(f"{path.relative_to(REPO)}: {node.id}")
                 if isinstance(node, ast.keyword) and node.arg == "secret":
                     second.append(f"{path.relative_to(REPO)}: secret=")
