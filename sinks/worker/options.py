@@ -70,12 +70,15 @@ class OptionSpec:
     section: str = "Write"
     target: str | None = None
     status: str = "supported"  # supported | ignored | refused
-    required: bool = False
     old_names: tuple[str, ...] = ()
     shown: Callable[[Any], str | None] = values.shown
     default: str | None = dataclasses.field(init=False)
+    #: Read, not given: the target field has no default (``keyspace``, ``table``).
+    required: bool = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
+        field = None if self.target is None else _config_field(self.target)
+        object.__setattr__(self, "required", field is not None and _has_no_default(field))
         default = None if self.target is None else self.shown(config_default(self.target))
         object.__setattr__(self, "default", default)
 
@@ -114,14 +117,22 @@ def config_default(target: str) -> Any:
     """The default of the config field an option's ``target`` names (None for a required
     field, which has none): the one place a default is written. A per-row option's is its
     constant's."""
-    section, name = target.split(".")
-    name = PER_ROW_TARGETS.get(name, (name,))[0] if section == "write" else name
-    found = {f.name: f for f in dataclasses.fields(CONFIGS[section])}[name]
+    found = _config_field(target)
     if found.default is not dataclasses.MISSING:
         return found.default
     if found.default_factory is not dataclasses.MISSING:
         return found.default_factory()
     return None
+
+
+def _config_field(target: str) -> dataclasses.Field:
+    section, name = target.split(".")
+    name = PER_ROW_TARGETS.get(name, (name,))[0] if section == "write" else name
+    return {f.name: f for f in dataclasses.fields(CONFIGS[section])}[name]
+
+
+def _has_no_default(field: dataclasses.Field) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 _LWT_REASON = (
@@ -160,12 +171,12 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
         "keyspace", values.nonempty,
         "Keyspace of the target table.",
-        section=_T, target="sink.keyspace", required=True,
+        section=_T, target="sink.keyspace",
     ),
     _spec(
         "table", values.nonempty,
         "Target table. It must exist; counter tables are refused.",
-        section=_T, target="sink.table", required=True,
+        section=_T, target="sink.table",
     ),
     _spec(
         "checkpointLocation", values.nonempty,

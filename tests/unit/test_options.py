@@ -128,6 +128,12 @@ def test_an_option_default_is_written_once_in_the_config_dataclasses():
     assert OPTION_BY_NAME["spark.cassandra.output.ttl"].default == "0"
     assert OPTION_BY_NAME["spark.cassandra.output.batch.size.rows"].default == "auto"
     assert OPTION_BY_NAME["op.upsertValues"].default == "c,u,r"
+    # What is required is read the same way: a field without a default (SinkConfig's
+    # keyspace and table), never said again beside the option.
+    assert "required" not in inspect.signature(OptionSpec).parameters
+    assert {s.name for s in OPTION_SPECS if s.required} == {"keyspace", "table"}
+    with pytest.raises(OptionError, match="required"):
+        parse_options({"keyspace": "ks"})
 
 
 def test_option_names_are_unique_ignoring_case():
