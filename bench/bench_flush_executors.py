@@ -366,7 +366,7 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
         shutil.copytree(pristine, wal.root)
 
     def flush(profile: cProfile.Profile | None = None, concurrency: int | None = None) -> dict:
-        log = WalLog.open_writer(wal)
+        wal_log = WalLog.open_writer(wal)
         target = load_target(wal)
         if concurrency is not None:
             write = replace(target.config.write, concurrent_writes=concurrency)
@@ -375,11 +375,11 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
         try:
             seal = read_seal(wal, 1)
             upserter = output.upserter(seal)    # connect and prepare outside the timings
-            replayer = Replayer(wal, log, lambda _seal: upserter, prep["checkpoint"])
+            replayer = Replayer(wal, wal_log, lambda _seal: upserter, prep["checkpoint"])
             if profile:
                 profile.enable()
             w0, c0 = time.perf_counter(), time.process_time()
-            log.ingest(seal)
+            wal_log.ingest(seal)
             w1, c1 = time.perf_counter(), time.process_time()
             report = replayer.run(RecoveryPolicy.QUERY_START)
             w2, c2 = time.perf_counter(), time.process_time()
@@ -390,7 +390,7 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
                     "upsert_s": w2 - w1, "upsert_cpu_s": c2 - c1}
         finally:
             output.close()
-            log.close()
+            wal_log.close()
 
     fresh()
     plain = flush()

@@ -119,9 +119,9 @@ def stage_arrow(workdir: str, batches: list[pa.RecordBatch], compression: str | 
         ref = writer.finish()
     stage_s, stage_cpu = time.perf_counter() - t0, time.process_time() - c0
     seal = seal_batch(wal, 0, [ref])
-    with WalLog.open_writer(wal) as log:
+    with WalLog.open_writer(wal) as wal_log:
         t0, c0 = time.perf_counter(), time.process_time()
-        log.ingest(seal)
+        wal_log.ingest(seal)
         ingest_s, ingest_cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"seconds": stage_s, "cpu_seconds": stage_cpu, "disk_bytes": ref.bytes,
             "ingest_seconds": ingest_s, "ingest_cpu_seconds": ingest_cpu,

@@ -71,7 +71,7 @@ def measure(root: str, profile: bool) -> dict:
     clock = time.process_time
     out: dict = {}
     started = clock()
-    log = WalLog.open_writer(wal)
+    wal_log = WalLog.open_writer(wal)
     out["open"] = clock() - started
     profiler = None
     if profile:
@@ -80,25 +80,25 @@ def measure(root: str, profile: bool) -> dict:
         profiler.enable()
     try:
         t = clock()
-        views = catalog.describe(wal, log, cp, RecoveryPolicy.QUERY_FLUSHER)
+        views = catalog.describe(wal, wal_log, cp, RecoveryPolicy.QUERY_FLUSHER)
         pending = [v.batch for v in views if v.action == RecoveryAction.REPLAY]
         batch = pending[0]
         out["plan"], t = clock() - t, clock()
         seal = read_seal(wal, batch)
         out["seal_read"], t = clock() - t, clock()
-        log.ingest(seal)
+        wal_log.ingest(seal)
         out["ingest"], t = clock() - t, clock()
-        log.begin_flush(batch)
+        wal_log.begin_flush(batch)
         done = 0
         for i, ref in enumerate(seal.segments):
             done += ref.rows
-            log.record_progress(batch, i + 1, 0, done)
+            wal_log.record_progress(batch, i + 1, 0, done)
         out["progress"], t = clock() - t, clock()
-        log.mark_flushed(batch)
+        wal_log.mark_flushed(batch)
         wal.write_flushed_through(batch)
         out["mark"], t = clock() - t, clock()
         remove_batch_files(wal, batch, keep_seal=True)
-        apply_retention(wal, log, RetentionPolicy())
+        apply_retention(wal, wal_log, RetentionPolicy())
         out["retention"], t = clock() - t, clock()
         health = read_health(wal, cp)
         backlog = backlog_bytes(wal, pending[-1] + 1)
@@ -106,7 +106,7 @@ def measure(root: str, profile: bool) -> dict:
     finally:
         if profiler is not None:
             profiler.disable()
-        log.close()
+        wal_log.close()
     out["total"] = sum(out[p] for p in PHASES)
     out["pending_before"] = len(pending)
     out["pending_after"] = health.pending_batches

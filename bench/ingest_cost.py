@@ -41,13 +41,13 @@ def one_round(table, rows: int, copy_rows: bool) -> tuple[float, float]:
                     w.append(rb)
                 refs.append(w.finish())
         seal = seal_batch(wal, 0, refs, "q", "checkpoint")
-        log = WalLog.open_writer(wal)
+        wal_log = WalLog.open_writer(wal)
         try:
             c0, w0 = time.process_time(), time.perf_counter()
-            log.ingest(seal, copy_rows=copy_rows)
+            wal_log.ingest(seal, copy_rows=copy_rows)
             return time.process_time() - c0, time.perf_counter() - w0
         finally:
-            log.close()
+            wal_log.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

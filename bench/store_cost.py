@@ -348,8 +348,8 @@ class Stream:
         self.wal.write_target({"keyspace": "bench", "table": "t", "columns": ["id", "name"]})
         write_pointer(self.cp, self.wal.location)
         self.flusher_wal = WalDir.at(self.wal_uri)        # QueryFlusher's: the same working copy
-        self.log = WalLog.open_writer(self.flusher_wal)
-        self.replayer = Replayer(self.flusher_wal, self.log, lambda seal: NullUpserter(),
+        self.wal_log = WalLog.open_writer(self.flusher_wal)
+        self.replayer = Replayer(self.flusher_wal, self.wal_log, lambda seal: NullUpserter(),
                                  self.cp, retention=RetentionPolicy(keep_batches=10))
         self.replayer.run(RecoveryPolicy.QUERY_START)
 
@@ -377,7 +377,7 @@ class Stream:
         return self.replayer.run(RecoveryPolicy.QUERY_FLUSHER)
 
     def close(self) -> None:
-        self.log.close()
+        self.wal_log.close()
 
 
 def count_requests(store: str, cp: str, spark_store, args, recorder: MotoRecorder | None

@@ -290,12 +290,12 @@ class Watcher:
         st.committed = len(committed)
         root = self.wal_root()
         if root is not None:
-            log = WalLog.open_reader(WalDir(root))
-            if log is not None:
+            wal_log = WalLog.open_reader(WalDir(root))
+            if wal_log is not None:
                 try:
-                    st.flushed = log.flushed_through() + 1
+                    st.flushed = wal_log.flushed_through() + 1
                 finally:
-                    log.close()
+                    wal_log.close()
         batches = batch_files(self.checkpoint)
         st.flights_committed = self.flights_in(batches, max(committed, default=-1) + 1)
         st.flights_flushed = self.flights_in(batches, st.flushed)

@@ -311,7 +311,7 @@ class ExecutorsWriter:
         if close is not None:
             close()
 
-    def write(self, log_: WalLog, seal: Seal, record: BatchRecord,
+    def write(self, wal_log: WalLog, seal: Seal, record: BatchRecord,
               age: BatchAge | None = None) -> Iterator[Acknowledged | SegmentAcknowledged]:
         done = {segment for segment, _ in record.acknowledged}
         tasks = segment_tasks(seal, record.next_segment, record.next_chunk, done)

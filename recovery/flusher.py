@@ -160,10 +160,10 @@ class QueryFlusher:
             record_run(self.wal, run[1], run[0])    # which run ran its batches from there on
         self._fingerprint = self._recorded_fingerprint()
         self.target = load_target(self.wal, session_conf)
-        self.log = open_writer_waiting(self.wal, 30)
+        self.wal_log = open_writer_waiting(self.wal, 30)
         self.counters = FlushCounters()        # retries, replays, written: status, metrics
         self.output = self._output(self.target)
-        self.replayer = Replayer(self.wal, self.log, lambda seal: self.output.upserter(seal),
+        self.replayer = Replayer(self.wal, self.wal_log, lambda seal: self.output.upserter(seal),
                                  checkpoint, retention=retention_of(self.target),
                                  on_written=self._written, before_write=self._before_write)
         self.replayer.current_run = run
@@ -211,10 +211,10 @@ class QueryFlusher:
         never committed (:meth:`recover` of a scale-out mode)."""
         with self._lock:
             try:
-                if self.log.closed or isinstance(self.last_error, WalStorageError):
+                if self.wal_log.closed or isinstance(self.last_error, WalStorageError):
                     # RocksDB refuses every write after an I/O error until it is reopened
                     # (and a reopen that failed left it closed: tried again now).
-                    self.log.reopen()
+                    self.wal_log.reopen()
                 self._follow_target()
                 if not self.target.config.wal.flush:
                     return
@@ -289,7 +289,7 @@ class QueryFlusher:
         (:func:`check_not_dropped`), and say once that a batch an earlier release sealed with
         a non-frozen list column is written at least once."""
         self.output.check_not_dropped(seal, self.wal.location,
-                                      rows=lambda: sealed_rows(self.wal, self.log, seal))
+                                      rows=lambda: sealed_rows(self.wal, self.wal_log, seal))
         if seal.batch in self._lists_said:
             return
         columns = self.target.unaccepted_lists(seal.write)
@@ -314,9 +314,9 @@ class QueryFlusher:
             query_id = ckpt.open_checkpoint(self.checkpoint).query_id() or self.checkpoint
             self._marker = MarkerWriter(self.target, query_id)
             if self._marker_due is None:
-                self._marker_due = self.log.flushed_through()
+                self._marker_due = self.wal_log.flushed_through()
         batch = self._marker_due
-        record = self.log.get(batch) if batch is not None and batch >= 0 else None
+        record = self.wal_log.get(batch) if batch is not None and batch >= 0 else None
         if record is None or record.seal is None or record.state is not BatchState.FLUSHED:
             self._marker_due = None        # retention took it: the next batch's will come
             return
@@ -570,7 +570,7 @@ class QueryFlusher:
                 or self._blocked_reason is not None or not self.target.config.wal.flush):
             return None
         try:
-            batch = self.log.flushed_through() + 1
+            batch = self.wal_log.flushed_through() + 1
         except WalStorageError:      # closed after an I/O error: the timer's drain reopens it
             return None
         return None if batch == self._seen_committed else batch
@@ -606,7 +606,7 @@ class QueryFlusher:
                 self._finish(finish_within_s)
             self._close_executors()
             self.output.close()
-            self.log.close()
+            self.wal_log.close()
             self.stopped.set()
 
     def mark_exiting(self) -> None:

@@ -226,18 +226,18 @@ def max_bytes_of(recorded: RecordedTarget | None) -> int | None:
 
 
 def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | None = None,
-                lag_after_s: float = LAG_AFTER_S, log: WalLog | None = None,
+                lag_after_s: float = LAG_AFTER_S, wal_log: WalLog | None = None,
                 views: list[BatchView] | None = None, failing: str | None = None) -> Health:
-    """The WAL's figures now. ``log``: a reader already open (else one is opened and closed
+    """The WAL's figures now. ``wal_log``: a reader already open (else one is opened and closed
     here); ``views``: the catalog already described with it (``inspect`` shows both)."""
-    reader = log if log is not None else WalLog.open_reader(wal)
+    reader = wal_log if wal_log is not None else WalLog.open_reader(wal)
     try:
         if views is None:
             views = catalog.describe(wal, reader, checkpoint, RecoveryPolicy.QUERY_FLUSHER)
         flushed_through = max(reader.flushed_through() if reader is not None else -1,
                               wal.read_flushed_through())
     finally:
-        if log is None and reader is not None:
+        if wal_log is None and reader is not None:
             reader.close()
     recorded = _recorded(wal)
     return health_of(wal, views, blocked_reason=wal.read_blocked(),

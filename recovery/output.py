@@ -210,17 +210,17 @@ def smallest_stamps(rows: Iterable[pa.RecordBatch], stamp_column: str,
     return out
 
 
-def sealed_rows(wal, log: WalLog, seal: Seal) -> Iterable[pa.RecordBatch]:
+def sealed_rows(wal, wal_log: WalLog, seal: Seal) -> Iterable[pa.RecordBatch]:
     """The rows of ``seal``'s batch: from the log where they were copied in, else from its
     sealed segments (verified as they are read; a WAL on a store's fetched first, where the
     working copy left them on the store for the tasks)."""
-    record = log.get(seal.batch)
+    record = wal_log.get(seal.batch)
     if record is None or not record.rows_in_log:
         if wal.remote:
             wal.remote.fetch_segments(wal.root, [ref.name for ref in seal.segments])
         yield from segment_rows(wal, seal)
         return
-    for chunk in log.chunks(seal.batch):
+    for chunk in wal_log.chunks(seal.batch):
         yield decode_chunk(chunk.payload)
 
 

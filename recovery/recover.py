@@ -38,12 +38,12 @@ def open_writer_waiting(wal: WalDir, seconds: float) -> WalLog:
             return WalLog.open_writer(wal)
 
 
-def _before_write(wal: WalDir, log: WalLog, target: Target, output: CassandraOutput,
+def _before_write(wal: WalDir, wal_log: WalLog, target: Target, output: CassandraOutput,
                   seal: Seal) -> None:
     """What the flusher does before a batch's rows: refuse a batch a dropped column would
     hide; say that a batch an earlier release sealed with a non-frozen list column is written
     at least once (each batch is written once in a replay of the whole WAL)."""
-    output.check_not_dropped(seal, wal.location, rows=lambda: sealed_rows(wal, log, seal))
+    output.check_not_dropped(seal, wal.location, rows=lambda: sealed_rows(wal, wal_log, seal))
     columns = target.unaccepted_lists(seal.write)
     if columns:
         events.lists_at_least_once(wal.root, seal.batch, columns)

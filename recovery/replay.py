@@ -150,7 +150,7 @@ class RowWriter(Protocol):
     #: its own: the driver's working copy fetches none, and checks none of them first
     reads_store: bool
 
-    def write(self, log: WalLog, seal: Seal, record: BatchRecord,
+    def write(self, wal_log: WalLog, seal: Seal, record: BatchRecord,
               age: BatchAge | None = None
               ) -> Iterator[Acknowledged | SegmentAcknowledged]: ...
 
@@ -172,11 +172,11 @@ class DriverWriter:
     def reset(self) -> None:
         """Nothing of its own to forget: the factory's owner closed the session."""
 
-    def write(self, log: WalLog, seal: Seal, record: BatchRecord,
+    def write(self, wal_log: WalLog, seal: Seal, record: BatchRecord,
               age: BatchAge | None = None) -> Iterator[Acknowledged]:
         age = age or batch_age.measure(seal.sealed_at_us)
         done = {segment for segment, _ in record.acknowledged}   # by another mode's tasks
-        chunks = (c for c in log.chunks(seal.batch, record.next_segment, record.next_chunk)
+        chunks = (c for c in wal_log.chunks(seal.batch, record.next_segment, record.next_chunk)
                   if c.segment_index not in done)
         first = next(chunks, None)
         if first is None:
@@ -193,13 +193,14 @@ class Replayer:
     """Executes recovery's plan with one WAL writer; rows go through a :class:`RowWriter`
     (by default a :class:`DriverWriter` over ``upserter_factory``)."""
 
-    def __init__(self, wal: WalDir, log_: WalLog, upserter_factory: Callable[[Seal], object] | None,
+    def __init__(self, wal: WalDir, wal_log: WalLog,
+                 upserter_factory: Callable[[Seal], object] | None,
                  checkpoint: str | None, retention: RetentionPolicy | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
                  crash_prefix: str = "flush", writer: RowWriter | None = None,
                  on_written: Callable[[WrittenBatch], None] | None = None,
                  before_write: Callable[[Seal], None] | None = None):
-        self.wal, self.log, self.checkpoint = wal, log_, checkpoint
+        self.wal, self.wal_log, self.checkpoint = wal, wal_log, checkpoint
         self.on_written = on_written
         self.before_write = before_write    # each flush of a batch, ingested, before its rows
         self.writer = writer if writer is not None else DriverWriter(upserter_factory)
@@ -214,7 +215,7 @@ class Replayer:
 
     def plan(self, policy: RecoveryPolicy,
              committed: tuple[int, list[int] | None] | None = None) -> list[BatchView]:
-        return catalog.describe(self.wal, self.log, self.checkpoint, policy,
+        return catalog.describe(self.wal, self.wal_log, self.checkpoint, policy,
                                 committed=committed, current_run=self.current_run)
 
     def run(self, policy: RecoveryPolicy, crash_prefix: str | None = None,
@@ -229,7 +230,7 @@ class Replayer:
             self._crash_prefix = crash_prefix
         writer = writer if writer is not None else self.writer
         report, started = ReplayReport(), clock.monotonic()
-        committed = catalog.committed_through(self.log, self.checkpoint)
+        committed = catalog.committed_through(self.wal_log, self.checkpoint)
         if self.wal.remote:
             # The store is the WAL: bring what it holds into the working copy, *after* reading
             # Spark's commits. Spark writes commits/N only once N's seal is published, so every
@@ -256,7 +257,7 @@ class Replayer:
                     # what an earlier run left of it is garbage.
                     if view.detail == catalog.LEFT_BY_ANOTHER_RUN:
                         remove_batch_files(self.wal, view.batch)
-                    self.log.note_skipped(view.batch)
+                    self.wal_log.note_skipped(view.batch)
                     self.wal.write_flushed_through(view.batch)
                     continue
                 if view.state is ViewState.FLUSHED:
@@ -300,7 +301,7 @@ class Replayer:
                                                  seal.sealed_at_us, now_us(),
                                                  resumed=view.record is not None))
         if self.retention is not None:
-            report.removed_by_retention = apply_retention(self.wal, self.log, self.retention)
+            report.removed_by_retention = apply_retention(self.wal, self.wal_log, self.retention)
         report.seconds = clock.monotonic() - started
         return report
 
@@ -328,12 +329,12 @@ class Replayer:
     def note_committed(self, committed: tuple[int, list[int] | None] | None = None) -> None:
         """Record in the log the highest batch Spark's checkpoint shows committed, before Spark
         purges its ``commits/N`` (``catalog.committed_through``, or ``committed`` as read)."""
-        highest, listed = committed or catalog.committed_through(self.log, self.checkpoint)
+        highest, listed = committed or catalog.committed_through(self.wal_log, self.checkpoint)
         if listed:
-            self.log.note_committed(highest)
+            self.wal_log.note_committed(highest)
 
     def discard(self, view: BatchView) -> None:
-        self.log.discard(view.batch, "never committed by Spark")
+        self.wal_log.discard(view.batch, "never committed by Spark")
         remove_batch_files(self.wal, view.batch)
         log.info("discarded batch %d (never committed by Spark)", view.batch)
 
@@ -347,10 +348,10 @@ class Replayer:
         batch = view.batch
         crash_point(f"{self._crash_prefix}.before_ingest")
         try:
-            record = view.record or self.log.ingest(view.seal, copy_rows=writer.reads_log,
+            record = view.record or self.wal_log.ingest(view.seal, copy_rows=writer.reads_log,
                                                     verify=not writer.reads_store)
             if writer.reads_log and not record.rows_in_log:   # a scale-out writer's before
-                record = self.log.copy_rows(batch)
+                record = self.wal_log.copy_rows(batch)
         except WalCorrupted as exc:
             self._unless_written_elsewhere(view)
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
@@ -359,23 +360,23 @@ class Replayer:
             self.before_write(seal)
         remove_unsealed_segments(self.wal, batch, {s.name for s in seal.segments})
         if record.state == BatchState.SEALED:
-            record = self.log.begin_flush(batch)
+            record = self.wal_log.begin_flush(batch)
         progress = Progress(batch, record.flushed_rows, seal.rows)
         # Rows of segments acknowledged beyond the prefix, not yet passed by it: the prefix's
         # own rows are what a progress key records.
         beyond = dict(record.acknowledged)
         written = 0
         try:
-            for ack in writer.write(self.log, seal, record, self.age_of(seal)):
+            for ack in writer.write(self.wal_log, seal, record, self.age_of(seal)):
                 written += ack.rows
                 progress.rows_done += ack.rows
                 if isinstance(ack, SegmentAcknowledged):
                     beyond[ack.segment] = ack.rows
-                    self.log.record_acknowledged(batch, ack.segment, ack.rows)
+                    self.wal_log.record_acknowledged(batch, ack.segment, ack.rows)
                 else:
                     for segment in [s for s in beyond if s < ack.next_segment]:
                         del beyond[segment]
-                    self.log.record_progress(batch, ack.next_segment, ack.next_chunk,
+                    self.wal_log.record_progress(batch, ack.next_segment, ack.next_chunk,
                                              progress.rows_done - sum(beyond.values()))
                 if self.on_progress:
                     self.on_progress(progress)
@@ -384,7 +385,7 @@ class Replayer:
             self._unless_written_elsewhere(view)
             raise RecoveryBlocked(batch, str(exc), RUNBOOK) from None
         crash_point(f"{self._crash_prefix}.before_mark")
-        self.log.mark_flushed(batch)
+        self.wal_log.mark_flushed(batch)
         self.wal.write_flushed_through(batch)
         # Rows copied into the log stay there for retention; the staged files go, so that the
         # segments folder holds exactly the backlog that wal.maxBytes caps.
@@ -413,15 +414,15 @@ class Replayer:
         if not self._written_elsewhere(view.batch, store_now=True):
             return
         self.wal.remote.pull_state(self.wal.root)
-        record = self.log.get(view.batch) or self.log.ingest(view.seal, copy_rows=False,
+        record = self.wal_log.get(view.batch) or self.wal_log.ingest(view.seal, copy_rows=False,
                                                                verify=False)
         self._mark_written_elsewhere(record)
         raise _WrittenElsewhere(view.batch)
 
     def _mark_written_elsewhere(self, record: BatchRecord) -> None:
         if record.state == BatchState.SEALED:
-            self.log.begin_flush(record.batch)
-        self.log.mark_flushed(record.batch)
+            self.wal_log.begin_flush(record.batch)
+        self.wal_log.mark_flushed(record.batch)
         remove_batch_files(self.wal, record.batch, keep_seal=True)
         log.warning("batch %d was written whole by another flusher of this WAL on %s (its "
                     "flushed marker is at %d): marked flushed here, not written again",

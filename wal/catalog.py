@@ -104,7 +104,8 @@ def _seal_or_error(wal: WalDir, batch: int) -> tuple[Seal | None, str]:
         return None, str(exc)
 
 
-def committed_through(log: WalLog | None, checkpoint: str | None) -> tuple[int, list[int] | None]:
+def committed_through(wal_log: WalLog | None,
+                      checkpoint: str | None) -> tuple[int, list[int] | None]:
     """The highest batch id known to be committed, and the ``commits/N`` ids the checkpoint
     lists (None: the checkpoint was not read).
 
@@ -115,7 +116,7 @@ def committed_through(log: WalLog | None, checkpoint: str | None) -> tuple[int, 
     at hand. A checkpoint folder that does not exist (a mistyped path) is not read: it must not
     make committed batches look uncommitted.
     """
-    recorded = log.committed_through() if log else -1
+    recorded = wal_log.committed_through() if wal_log else -1
     if not checkpoint or not ckpt.exists(checkpoint):
         return recorded, None
     listed = ckpt.committed_batches(checkpoint)
@@ -133,7 +134,7 @@ def describe_read_only(wal: WalDir, checkpoint: str | None,
             reader.close()
 
 
-def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
+def describe(wal: WalDir, wal_log: WalLog | None, checkpoint: str | None,
              policy: RecoveryPolicy = RecoveryPolicy.QUERY_START,
              committed: tuple[int, list[int] | None] | None = None,
              current_run: tuple[str, int] | None = None) -> list[BatchView]:
@@ -151,9 +152,9 @@ def describe(wal: WalDir, log: WalLog | None, checkpoint: str | None,
     # done with it, so every file of a batch read as committed is listed below (a batch with
     # none is one this WAL's foreachBatch writer was never called for: SKIPPED).
     highest, listed = committed if committed is not None else \
-        committed_through(log, checkpoint)
-    records = {r.batch: r for r in (log.records() if log else [])}
-    flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
+        committed_through(wal_log, checkpoint)
+    records = {r.batch: r for r in (wal_log.records() if wal_log else [])}
+    flushed_through = max(wal_log.flushed_through() if wal_log else -1, wal.read_flushed_through())
     staged_ids = set(wal.staged_batch_ids())
     sealed_ids = set(wal.sealed_batch_ids())
     entered_ids = set(entered_batch_ids(wal))

@@ -279,14 +279,14 @@ class WalLog:
             if str(exc).startswith("IO error"):   # a full or read-only disk: transient
                 raise WalStorageError(wal.log, str(exc)) from None
             raise
-        log = cls(wal, db, writable=True)
+        wal_log = cls(wal, db, writable=True)
         found = db.get(fmt.KEY_META_FORMAT)
         if found is None:
-            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode(), log._sync)
+            db.put(fmt.KEY_META_FORMAT, str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode(), wal_log._sync)
             found = str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()
         elif found == b"1":
             try:
-                log._upgrade_from_format_1()
+                wal_log._upgrade_from_format_1()
             except BaseException:
                 db.close()
                 raise
@@ -295,13 +295,13 @@ class WalLog:
             db.close()
             raise UnsupportedFormat(wal.log, found.decode(errors="replace"),
                                     fmt.LOG_FORMAT_VERSION)
-        log.stored_format = int(found)
-        under_way = log.repair_under_way()
+        wal_log.stored_format = int(found)
+        under_way = wal_log.repair_under_way()
         if under_way is not None and not repairing:
             db.close()
             raise WalRepairing(wal.root, int(under_way.get("from", -1)),
                                str(under_way.get("keep", "")))
-        return log
+        return wal_log
 
     @classmethod
     def open_reader(cls, wal: WalDir) -> "WalLog | None":

@@ -295,18 +295,18 @@ def plan_repair(wals: list[tuple[WalDir, WalLog | None]], checkpoint: str, from_
     checks were made then). ``force``: no run of the query is live anywhere (a WAL with no
     target yet is then no run's first batch: :func:`_check_no_unseen_run`). Reads only."""
     if check:
-        for wal, _log in wals:
+        for wal, _ in wals:
             _check_where(wal, checkpoint)
         _check_checkpoint(checkpoint)
         if not force:
-            for wal, _log in wals:
+            for wal, _ in wals:
                 _check_no_unseen_run(wal)
     offsets = offset_ids(checkpoint)
     if check:
         _check_offsets(checkpoint, offsets, from_batch)
-    kept_as = _kept_as([w for w, _log in wals])
-    plans = tuple(_plan_wal(wal, log, checkpoint, from_batch, kept)
-                  for (wal, log), kept in zip(wals, kept_as))
+    kept_as = _kept_as([w for w, _ in wals])
+    plans = tuple(_plan_wal(wal, wal_log, checkpoint, from_batch, kept)
+                  for (wal, wal_log), kept in zip(wals, kept_as))
     written = [p for p in plans if p.written]
     if check and written and not rewrite:
         said = "; ".join(f"{spell(p.written)} of {p.wal}" for p in written)
@@ -343,18 +343,18 @@ class _Planned:
         return self.plan.wal
 
 
-def _plan_wal(wal: WalDir, log: WalLog | None, checkpoint: str, from_batch: int,
+def _plan_wal(wal: WalDir, wal_log: WalLog | None, checkpoint: str, from_batch: int,
               kept_as: str) -> _Planned:
-    views = catalog.describe(wal, log, checkpoint)
+    views = catalog.describe(wal, wal_log, checkpoint)
     later = [v for v in views if v.batch >= from_batch]
-    flushed_through = max(log.flushed_through() if log else -1, wal.read_flushed_through())
+    flushed_through = max(wal_log.flushed_through() if wal_log else -1, wal.read_flushed_through())
     skipped = {v.batch for v in later if v.state is ViewState.SKIPPED}
     # Up to flushed_through every batch was written (retention may have forgotten it since),
     # but for one a foreachBatch writer was never called for; after it, what the log says.
     written = {v.batch for v in later if v.state in (ViewState.FLUSHED, ViewState.FLUSHING)} | \
         (set(range(from_batch, flushed_through + 1)) - skipped)
-    log_flushed = log.flushed_through() if log else -1
-    committed = log.committed_through() if log else -1
+    log_flushed = wal_log.flushed_through() if wal_log else -1
+    committed = wal_log.committed_through() if wal_log else -1
     lowest = from_batch - 1
     markers = {"m/committed_through": [committed, min(committed, lowest)],
                "m/flushed_through": [log_flushed, min(log_flushed, lowest)],
@@ -472,12 +472,12 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
     finish (a log is fenced) is finished, with the kept copy it began."""
     checkpoint = os.path.abspath(checkpoint)
     wals = checkpoint_wals(wal, checkpoint) if is_local(checkpoint) else [wal]
-    logs: list[WalLog] = []
+    wal_logs: list[WalLog] = []
     try:
         for each in wals:
-            logs.append(WalLog.open_writer(each, repairing=True))
-        under_way = next((f for f in (log.repair_under_way() for log in logs) if f), None)
-        pairs = list(zip(wals, logs))
+            wal_logs.append(WalLog.open_writer(each, repairing=True))
+        under_way = next((f for f in (each.repair_under_way() for each in wal_logs) if f), None)
+        pairs = list(zip(wals, wal_logs))
         if under_way is not None:
             if int(under_way["from"]) != from_batch or under_way["checkpoint"] != checkpoint:
                 raise RepairRefused(
@@ -495,8 +495,8 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
                                     "name a new folder (nothing was changed)", usage=True)
             fence = {"from": from_batch, "checkpoint": checkpoint, "keep": keep,
                      "started_at_us": now_us()}
-            for log in logs:
-                log.begin_repair(fence)
+            for wal_log in wal_logs:
+                wal_log.begin_repair(fence)
         kept_as = _write_manifest(keep, plan, pairs, rewrite)
         for each, wal_plan in zip(wals, plan.wals):
             where = os.path.join(keep, kept_as.get(each.root, wal_plan.kept_as))
@@ -506,21 +506,21 @@ def repair(wal: WalDir, checkpoint: str, from_batch: int, *, rewrite: bool = Fal
         for relative in plan.checkpoint_files:
             _move(checkpoint, relative, os.path.join(keep, KEPT_CHECKPOINT))
         unblocked = True
-        for each, log in pairs:
+        for each, wal_log in pairs:
             _lower_flushed_through(each, from_batch)
             _lower_entries_since(each, from_batch)
             _lower_moved(each, from_batch)
-            log.rewind(from_batch)          # the last step that matters: lifts the fence
+            wal_log.rewind(from_batch)          # the last step that matters: lifts the fence
             if any(v.action is RecoveryAction.ERROR
-                   for v in catalog.describe(each, log, checkpoint)):
+                   for v in catalog.describe(each, wal_log, checkpoint)):
                 unblocked = False
             else:
                 each.write_blocked(None)
         _finish_manifest(keep)
         return RepairReport(plan, keep, under_way is not None, unblocked)
     finally:
-        for log in logs:
-            log.close()
+        for wal_log in wal_logs:
+            wal_log.close()
 
 
 def _lower_entries_since(wal: WalDir, from_batch: int) -> None:
@@ -566,8 +566,8 @@ def _write_manifest(keep: str, plan: RepairPlan, wals: list[tuple[WalDir, WalLog
             manifest = json.loads(f.read())
         manifest.setdefault("resumed_at", []).append(clock.wall_s())
     except FileNotFoundError:
-        records = {w.root: [json.loads(r.to_json()) for r in log.records()
-                            if r.batch >= plan.from_batch] for w, log in wals}
+        records = {w.root: [json.loads(r.to_json()) for r in wal_log.records()
+                            if r.batch >= plan.from_batch] for w, wal_log in wals}
         manifest = {"status": "started", "started_at": clock.wall_s(), "rewrite": rewrite,
                     "plan": plan.to_dict(), "log_records": records}
     atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n")

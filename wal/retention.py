@@ -143,9 +143,9 @@ def remove_unsealed_segments(wal: WalDir, batch: int, keep: set[str]) -> int:
     return removed
 
 
-def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[int]:
+def apply_retention(wal: WalDir, wal_log: WalLog, policy: RetentionPolicy) -> list[int]:
     """Forget finished batches beyond the policy. Returns the batch ids removed."""
-    finished = [r for r in log.records()
+    finished = [r for r in wal_log.records()
                 if r.state in (BatchState.FLUSHED, BatchState.DISCARDED)]
     finished.sort(key=lambda r: r.batch, reverse=True)
     # The newest flushed batch keeps its seal: the next batch's timestamps start above it, even
@@ -162,14 +162,14 @@ def apply_retention(wal: WalDir, log: WalLog, policy: RetentionPolicy) -> list[i
             remove_batch_files(wal, record.batch, keep_seal=record.batch == newest_flushed)
         # A DISCARDED batch's files went with the discard; any there now are Spark's re-run of
         # that batch (same id), staging or sealed and not yet ingested: never ours to delete.
-        log.forget(record.batch)
+        wal_log.forget(record.batch)
         removed.append(record.batch)
     # Seals kept only for their timestamps become redundant once a newer batch is flushed;
     # the newest seal at or below flushed_through stays, whatever moved the mark past it (in
     # a foreachBatch WAL, batches its writer was never called for): the next batch's
     # timestamps start above it.
-    through = log.flushed_through()
-    known = {r.batch for r in log.records()}
+    through = wal_log.flushed_through()
+    known = {r.batch for r in wal_log.records()}
     sealed = wal.sealed_batch_ids()
     floor = max((b for b in sealed if b <= through), default=None)
     for batch in sealed:

@@ -127,12 +127,12 @@ class Source:
 class LogSource(Source):
     kind = "log"
 
-    def __init__(self, wal: WalDir, log: WalLog, seal: Seal):
-        self.wal, self.log, self.seal = wal, log, seal
+    def __init__(self, wal: WalDir, wal_log: WalLog, seal: Seal):
+        self.wal, self.wal_log, self.seal = wal, wal_log, seal
 
     def pieces(self, partition):
         rows = [0] * len(self.seal.segments)
-        for chunk in guarded(self.log.chunks(self.seal.batch), self.wal):
+        for chunk in guarded(self.wal_log.chunks(self.seal.batch), self.wal):
             ref = self.seal.segments[chunk.segment_index]
             rows[chunk.segment_index] += chunk.rows
             if partition is None or ref.partition == partition:
@@ -207,17 +207,17 @@ class UnsealedSource(Source):
                 seen += chunk.rows
 
 
-def choose_source(wal: WalDir, log: WalLog | None, batch: int) -> Source:
+def choose_source(wal: WalDir, wal_log: WalLog | None, batch: int) -> Source:
     """Where to read ``batch`` from; CliError when the WAL holds no rows for it."""
     with log_errors(wal):
-        record = log.get(batch) if log is not None else None
-        flushed_through = max(log.flushed_through() if log is not None else -1,
+        record = wal_log.get(batch) if wal_log is not None else None
+        flushed_through = max(wal_log.flushed_through() if wal_log is not None else -1,
                               wal.read_flushed_through())
     in_log = record is not None and record.seal is not None and record.state in (
         BatchState.SEALED, BatchState.FLUSHING, BatchState.FLUSHED)
     if in_log and record.rows_in_log and (record.state != BatchState.FLUSHED
-                                          or _log_has_rows(wal, log, batch)):
-        return LogSource(wal, log, record.seal)
+                                          or _log_has_rows(wal, wal_log, batch)):
+        return LogSource(wal, wal_log, record.seal)
     discarded = record is not None and record.state == BatchState.DISCARDED
     reason = f" ({record.reason})" if discarded and record.reason else ""
     seal = read_seal(wal, batch)
@@ -251,9 +251,9 @@ def choose_source(wal: WalDir, log: WalLog | None, batch: int) -> Source:
                    f"run 'cassandra-wal inspect {wal.root}' to list its batches")
 
 
-def _log_has_rows(wal: WalDir, log: WalLog, batch: int) -> bool:
+def _log_has_rows(wal: WalDir, wal_log: WalLog, batch: int) -> bool:
     with log_errors(wal):
-        return next(iter(log.chunks(batch)), None) is not None
+        return next(iter(wal_log.chunks(batch)), None) is not None
 
 
 def _decode(piece: Piece, batch: int, path: str) -> pa.RecordBatch:
@@ -294,9 +294,9 @@ def json_schema(schema: pa.Schema | None, batch: int, source: Source) -> dict:
 
 def run(args) -> int:
     wal = read_only_wal(args.wal_dir, segments=True)
-    log = WalLog.open_reader(wal)
+    wal_log = WalLog.open_reader(wal)
     try:
-        source = choose_source(wal, log, args.batch)
+        source = choose_source(wal, wal_log, args.batch)
         if isinstance(source, UnsealedSource):
             note(f"batch {args.batch} {source.why}: these rows come from its "
                  f"{len(source.names)} unsealed segment file(s), losing task attempts "
@@ -312,8 +312,8 @@ def run(args) -> int:
             where = "" if args.partition is None else f" in partition {args.partition}"
             note(f"batch {args.batch} holds no rows{where}")
     finally:
-        if log is not None:
-            log.close()
+        if wal_log is not None:
+            wal_log.close()
     return EXIT_OK
 
 

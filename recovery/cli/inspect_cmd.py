@@ -193,21 +193,21 @@ CLEAR = "\x1b[H\x1b[2J"          # cursor home, clear screen
 def show(wal: WalDir, checkpoint: str | None, source: str | None, as_json: bool,
          compact: bool = False) -> None:
     """One look at the WAL: health first, then every batch, then totals."""
-    log = WalLog.open_reader(wal)
+    wal_log = WalLog.open_reader(wal)
     try:
         with log_errors(wal):
-            views = describe(wal, log, checkpoint, RecoveryPolicy.QUERY_START)
-            flushed_through = max(log.flushed_through() if log is not None else -1,
+            views = describe(wal, wal_log, checkpoint, RecoveryPolicy.QUERY_START)
+            flushed_through = max(wal_log.flushed_through() if wal_log is not None else -1,
                                   wal.read_flushed_through())
-            health = read_health(wal, checkpoint, log=log, views=views)
+            health = read_health(wal, checkpoint, wal_log=wal_log, views=views)
     finally:
-        if log is not None:
-            log.close()
+        if wal_log is not None:
+            wal_log.close()
     size = wal_size(wal)
     summary = totals(views)
     head = {"path": shown(wal), "format_version": FORMAT_VERSION,
             "checkpoint": checkpoint, "checkpoint_source": source,
-            "log": log is not None, "flushed_through": flushed_through}
+            "log": wal_log is not None, "flushed_through": flushed_through}
     out = sys.stdout
     if as_json:
         json.dump({"wal": head, "health": health.to_dict(),
@@ -218,7 +218,7 @@ def show(wal: WalDir, checkpoint: str | None, source: str | None, as_json: bool,
         return
     if flushed_through >= 0:
         log_line = f"flushed through batch {flushed_through}"
-    elif log is None:
+    elif wal_log is None:
         log_line = "none yet"
     else:
         log_line = "nothing flushed yet"

@@ -165,31 +165,31 @@ class Verifier:
     def check_log(self, seals: dict[int, Seal]) -> tuple[dict[int, BatchRecord], int, set[int]]:
         """Returns (records, flushed_through, batches whose rows the log fully holds)."""
         try:
-            log = WalLog.open_reader(self.wal)
+            wal_log = WalLog.open_reader(self.wal)
         except WalCorrupted as exc:
             self.corrupted(exc, segment="log/")
             return {}, self.wal.read_flushed_through(), set()
-        if log is None:
+        if wal_log is None:
             self.add(INFO, "no log yet (nothing was ingested)", path=self.wal.log)
             return {}, self.wal.read_flushed_through(), set()
         self.checked["log"] = True
         try:
             try:
                 with log_errors(self.wal):
-                    records = {r.batch: r for r in log.records()}
-                    log_through = log.flushed_through()
+                    records = {r.batch: r for r in wal_log.records()}
+                    log_through = wal_log.flushed_through()
             except WalCorrupted as exc:
                 self.corrupted(exc, segment="log/")
                 return {}, self.wal.read_flushed_through(), set()
             held = set()
             for batch in sorted(records):
-                if self.check_record(log, records[batch], seals.get(batch), log_through):
+                if self.check_record(wal_log, records[batch], seals.get(batch), log_through):
                     held.add(batch)
             return records, max(log_through, self.wal.read_flushed_through()), held
         finally:
-            log.close()
+            wal_log.close()
 
-    def check_record(self, log: WalLog, record: BatchRecord, seal_file: Seal | None,
+    def check_record(self, wal_log: WalLog, record: BatchRecord, seal_file: Seal | None,
                      log_through: int) -> bool:
         """Check one batch record and its rows; True when the log holds all its rows.
         ``log_through``: the log's own ``m/flushed_through``."""
@@ -222,7 +222,7 @@ class Verifier:
         rows = [0] * len(seal.segments)
         chunks = [0] * len(seal.segments)
         try:
-            for chunk in guarded(log.chunks(batch), self.wal):
+            for chunk in guarded(wal_log.chunks(batch), self.wal):
                 if chunk.segment_index >= len(seal.segments):
                     self.add(ERROR, f"log rows of segment #{chunk.segment_index}, the seal has "
                              f"{len(seal.segments)}", batch, key, self.wal.log)
@@ -424,10 +424,11 @@ def run(args) -> int:
               file=out)
         print(file=out)
     c = verifier.checked
-    log = (f"log: {c['log_batches']} batches, {c['log_chunks']} row chunks "
-           f"({human_bytes(c['log_bytes'])})" if c["log"] else "no log")
+    log_summary = (f"log: {c['log_batches']} batches, {c['log_chunks']} row chunks "
+                   f"({human_bytes(c['log_bytes'])})" if c["log"] else "no log")
     print(f"checked  format version {c['format_version']}, {c['seals']} seals, "
-          f"{c['segments']} segment files ({human_bytes(c['segment_bytes'])}), {log}", file=out)
+          f"{c['segments']} segment files ({human_bytes(c['segment_bytes'])}), {log_summary}",
+          file=out)
     tail = f"{_count(counts[WARNING], 'warning')}, {_count(counts[INFO], 'note')}"
     if ok:
         print(f"result   OK: no corruption found ({tail})", file=out)

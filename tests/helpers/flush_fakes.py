@@ -84,7 +84,7 @@ class LocalJob:
     def __call__(self, batch, tasks, fn):
         self.jobs.append([t.index for t in tasks])
         if self.factory is not None:
-            self.states_during_job.append(self.factory.log.get(batch).state.value)
+            self.states_during_job.append(self.factory.wal_log.get(batch).state.value)
         self.task_lists.append(cloudpickle.dumps(tasks))
         self.closures.append(cloudpickle.dumps(fn))
         if self.fail_job:

@@ -163,7 +163,7 @@ class WalFactory:
         self.wal.write_target(target)
         self.deterministic = deterministic
         self.built: dict[int, BuiltBatch] = {}
-        self._log: WalLog | None = None
+        self._wal_log: WalLog | None = None
 
     # -- plumbing ----------------------------------------------------------------------
     @property
@@ -171,16 +171,16 @@ class WalFactory:
         return self.wal.root
 
     @property
-    def log(self) -> WalLog:
+    def wal_log(self) -> WalLog:
         """The log, opened for writing on first use (held until :meth:`close`)."""
-        if self._log is None:
-            self._log = WalLog.open_writer(self.wal)
-        return self._log
+        if self._wal_log is None:
+            self._wal_log = WalLog.open_writer(self.wal)
+        return self._wal_log
 
     def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if self._wal_log is not None:
+            self._wal_log.close()
+            self._wal_log = None
 
     def __enter__(self) -> "WalFactory":
         return self
@@ -284,7 +284,7 @@ class WalFactory:
         built = self.sealed(batch, rows, chunk_rows, committed=self.checkpoint is not None,
                             losing_attempts=losing_attempts, write=write,
                             sealed_at_us=sealed_at_us)
-        built.record = self.log.ingest(built.seal, copy_rows=copy_rows)
+        built.record = self.wal_log.ingest(built.seal, copy_rows=copy_rows)
         return built
 
     def flushing(self, batch: int, rows: Iterable[Rows] = (3, 2),
@@ -294,17 +294,17 @@ class WalFactory:
         acknowledged (whole chunks, in flush order; None: no progress recorded). ``write``,
         ``sealed_at_us``: as in :meth:`seal`."""
         built = self.ingested(batch, rows, chunk_rows, write=write, sealed_at_us=sealed_at_us)
-        built.record = self.log.begin_flush(batch)
+        built.record = self.wal_log.begin_flush(batch)
         if progress_rows is not None:
             next_segment, next_chunk, done = 0, 0, 0
-            for chunk in self.log.chunks(batch):
+            for chunk in self.wal_log.chunks(batch):
                 if done >= progress_rows:
                     next_segment, next_chunk = chunk.segment_index, chunk.chunk_index
                     break
                 done += chunk.rows
             else:
                 next_segment, next_chunk = len(built.seal.segments), 0
-            built.record = self.log.record_progress(batch, next_segment, next_chunk, done)
+            built.record = self.wal_log.record_progress(batch, next_segment, next_chunk, done)
         return built
 
     def flushed(self, batch: int, rows: Iterable[Rows] = (3, 2),
@@ -321,12 +321,12 @@ class WalFactory:
         discarded batch included), FLUSHED, the ``flushed_through`` marker, its files removed
         (seal kept) unless ``keep_segments``."""
         built = self.built[batch]
-        record = self.log.get(batch)
+        record = self.wal_log.get(batch)
         if record is None or record.state == BatchState.DISCARDED:
-            record = self.log.ingest(built.seal)
+            record = self.wal_log.ingest(built.seal)
         if record.state == BatchState.SEALED:
-            self.log.begin_flush(batch)
-        built.record = self.log.mark_flushed(batch)
+            self.wal_log.begin_flush(batch)
+        built.record = self.wal_log.mark_flushed(batch)
         self.wal.write_flushed_through(batch)
         if not keep_segments:
             remove_batch_files(self.wal, batch, keep_seal=True)
@@ -340,7 +340,7 @@ class WalFactory:
         discard cut short by a crash, or, with a seal, what a re-run of the batch looks like)."""
         built = (self.sealed(batch, rows, committed=False) if sealed
                  else self.staged(batch, rows))
-        built.record = self.log.discard(batch, reason)
+        built.record = self.wal_log.discard(batch, reason)
         if not keep_files:
             remove_batch_files(self.wal, batch)
         return built

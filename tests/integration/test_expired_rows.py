@@ -59,7 +59,7 @@ def test_a_row_that_expired_while_pending_hides_an_older_cell_of_another_writer(
         assert rows[i].name == f"row-{i}" and rows[i].note == "note"
         assert 3500 < rows[i].ttl <= 3600
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
-        assert f.log.get(0).state is BatchState.FLUSHED
+        assert f.wal_log.get(0).state is BatchState.FLUSHED
 
 
 def test_an_expired_row_of_static_columns_alone_deletes_them_by_partition(

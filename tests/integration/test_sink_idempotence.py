@@ -37,11 +37,11 @@ def _snapshot(cql, keyspace) -> dict[int, dict]:
             for r in cql.execute(f"SELECT id, {select} FROM {keyspace}.cells")}
 
 
-def _sealed_timestamps(log: WalLog, batch: int, columns=("id",)) -> dict[int, int]:
+def _sealed_timestamps(wal_log: WalLog, batch: int, columns=("id",)) -> dict[int, int]:
     """id -> the write timestamp its row gets from the seal: base_ts_us + position in batch."""
-    record = log.get(batch)
+    record = wal_log.get(batch)
     out = {}
-    for chunk in log.chunks(batch):
+    for chunk in wal_log.chunks(batch):
         ids = decode_chunk(chunk.payload).column("id").to_pylist()
         for j, row_id in enumerate(ids):
             out[row_id] = record.seal.base_ts_us + chunk.first_row + j
@@ -74,16 +74,16 @@ def test_replaying_a_flushed_stream_batch_changes_nothing(spark, cassandra_node,
     flushed = _snapshot(cql, keyspace)
     assert sorted(flushed) == sorted(r["id"] for f in files for r in f)
     wal = stream_wal(cp)
-    log = wait_log_released(wal)        # the query's flusher has let go of the log
+    wal_log = wait_log_released(wal)        # the query's flusher has let go of the log
     output = CassandraOutput(load_target(wal))
     try:
         # Every cell carries the timestamp its seal fixed.
         for batch in (0, 1):
-            assert log.get(batch).state is BatchState.FLUSHED
-            for row_id, ts in _sealed_timestamps(log, batch).items():
+            assert wal_log.get(batch).state is BatchState.FLUSHED
+            for row_id, ts in _sealed_timestamps(wal_log, batch).items():
                 assert [flushed[row_id][f"wt_{c}"] for c in CELLS] == [ts] * 3, row_id
         # Batch 1's timestamps are all above batch 0's.
-        assert log.get(1).seal.base_ts_us > log.get(0).seal.last_ts_us
+        assert wal_log.get(1).seal.base_ts_us > wal_log.get(0).seal.last_ts_us
 
         _other_writer(cql, keyspace, insert_id=11, update_id=3)
         before_replay = _snapshot(cql, keyspace)
@@ -93,13 +93,13 @@ def test_replaying_a_flushed_stream_batch_changes_nothing(spark, cassandra_node,
         # Replay both sealed batches, chunk by chunk, exactly as the flusher writes them.
         upserter = output.upserter()
         for batch in (0, 1):
-            seal = log.get(batch).seal
-            for chunk in log.chunks(batch):
+            seal = wal_log.get(batch).seal
+            for chunk in wal_log.chunks(batch):
                 upserter.write_chunk(decode_chunk(chunk.payload), seal.base_ts_us + chunk.first_row,
                                      batch)
     finally:
         output.close()
-        log.close()
+        wal_log.close()
 
     after_replay = _snapshot(cql, keyspace)
     assert after_replay == before_replay
@@ -130,15 +130,15 @@ def test_replayer_on_a_fresh_copy_of_a_sealed_batch_writes_the_same_cells(
     shutil.copytree(wal.root, copy.root)
 
     def replay(which: WalDir):
-        log = WalLog.open_writer(which)
+        wal_log = WalLog.open_writer(which)
         output = CassandraOutput(load_target(which))
         try:
-            report = Replayer(which, log, output.upserter, checkpoint=None).run(
+            report = Replayer(which, wal_log, output.upserter, checkpoint=None).run(
                 RecoveryPolicy.QUERY_START)
-            return report, log.get(batch), _sealed_timestamps(log, batch)
+            return report, wal_log.get(batch), _sealed_timestamps(wal_log, batch)
         finally:
             output.close()
-            log.close()
+            wal_log.close()
 
     report, record, stamps = replay(wal)
     assert report.replayed == [batch] and report.rows_written == 25

@@ -281,7 +281,7 @@ def _close(w: World) -> None:
     for q in w.queries:
         for flusher in q.run.flushers.values() if q.run is not None else ():
             try:
-                flusher.log.close()
+                flusher.wal_log.close()
             except Exception:   # noqa: BLE001 - best effort on the way out
                 pass
 

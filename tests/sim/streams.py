@@ -476,7 +476,7 @@ class Streams:
                 with self.driver_process(q, flushing=True, run=run):
                     flusher.stop()
             else:
-                flusher.log.close()                # a killed process releases its lock
+                flusher.wal_log.close()                # a killed process releases its lock
         # The process is gone, and with it whatever still referenced its RocksDB handle (an
         # iterator in a kept exception's traceback would otherwise hold the lock until a GC).
         del flusher, flushers, run

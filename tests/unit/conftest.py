@@ -16,9 +16,9 @@ def wal(tmp_path) -> WalDir:
 
 
 @pytest.fixture
-def log(wal):
-    with WalLog.open_writer(wal) as opened:
-        yield opened
+def wal_log(wal):
+    with WalLog.open_writer(wal) as wal_log:
+        yield wal_log
 
 
 @pytest.fixture(autouse=True)

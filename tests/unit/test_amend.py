@@ -132,7 +132,7 @@ def test_an_amendment_is_applied_to_every_later_write_of_the_batch(tmp_path):
         assert seal.write.columns == ("id", "value") and seal.base_ts_us == SEALED_AT + 9
         assert seal.segments == built.seal.segments and seal.rows == 3
         WRITES.clear()
-        Replayer(f.wal, f.log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
+        Replayer(f.wal, f.wal_log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
         assert [first for _, first, _ in WRITES] == [SEALED_AT + 9]
         # The newest flushed seal stays for the next batch's timestamps, and so does its
         # amendment: the next batch starts above the re-stamped rows, not the sealed ones.
@@ -148,7 +148,7 @@ def test_a_restamped_batchs_amendment_goes_with_its_seal(tmp_path):
         f.flushed(0)
         f.flushed(1)
         from wal.retention import RetentionPolicy, apply_retention
-        apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=0))
+        apply_retention(f.wal, f.wal_log, RetentionPolicy(keep_batches=0))
         assert read_amendment(f.wal, 0) is None and f.wal.sealed_batch_ids() == [1]
 
 
@@ -477,10 +477,10 @@ def test_a_writetime_batch_sealed_by_a_clock_ahead_blocks_on_its_rows_timestamps
     f, out, seal = _wt_wal(tmp_path, monkeypatch, _wt_rows([USER_TS, USER_TS + 1]),
                            sealed_at_us=drop_us + 40_000_000, drop_us=drop_us,
                            copy_rows=copy_rows)
-    hidden = out.dropped_after_seal(seal, lambda: sealed_rows(f.wal, f.log, seal))
+    hidden = out.dropped_after_seal(seal, lambda: sealed_rows(f.wal, f.wal_log, seal))
     assert [c for c, _ in hidden] == ["name"]
     with pytest.raises(ColumnDroppedAfterSeal) as info:
-        out.check_not_dropped(seal, f.root, rows=lambda: sealed_rows(f.wal, f.log, seal))
+        out.check_not_dropped(seal, f.root, rows=lambda: sealed_rows(f.wal, f.wal_log, seal))
     assert "batch 0 writes name, dropped after" in str(info.value)
     assert "--restamp" not in str(info.value)
     f.close()
@@ -500,7 +500,7 @@ def test_a_writetime_batch_whose_values_are_above_the_drop_lands(tmp_path, monke
     f, out, seal = _wt_wal(tmp_path, monkeypatch, rows, sealed_at_us=SEALED_AT,
                            drop_us=drop_us)
     # the row below the drop has no value in name: no cell of it to hide
-    assert out.dropped_after_seal(seal, lambda: sealed_rows(f.wal, f.log, seal)) == []
+    assert out.dropped_after_seal(seal, lambda: sealed_rows(f.wal, f.wal_log, seal)) == []
     f.close()
 
 

@@ -245,5 +245,5 @@ def test_recover_refuses_the_checkpoint_of_another_query(tmp_path, capsys):
     bind(wal, str(ours))
     code, err = _recover(capsys, wal.root, "--checkpoint", theirs)
     assert code == 2 and str(theirs) in err and str(ours) in err and "nothing was changed" in err
-    with WalLog.open_writer(wal) as log:
-        assert log.committed_through() == -1
+    with WalLog.open_writer(wal) as wal_log:
+        assert wal_log.committed_through() == -1

@@ -298,7 +298,7 @@ def test_dump_same_rows_before_and_after_ingest(capsys, tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         built = f.sealed(0, rows=[typed_rows(5), 3], chunk_rows=2)
         before = cli(capsys, "dump", tmp_path / "wal", "--batch", 0)
-        f.log.ingest(built.seal)
+        f.wal_log.ingest(built.seal)
         after = cli(capsys, "dump", tmp_path / "wal", "--batch", 0)
     assert before.code == after.code == 0
     assert before.out == after.out and len(before.lines()) == 8
@@ -363,7 +363,7 @@ def test_batches_removed_by_retention(capsys, tmp_path):
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         for batch in range(3):
             f.flushed(batch)
-        apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=0))
+        apply_retention(f.wal, f.wal_log, RetentionPolicy(keep_batches=0))
     wal = tmp_path / "wal"
     assert os.path.exists(os.path.join(wal, "seals", fmt.batch_name(2) + fmt.SEAL_SUFFIX))
     views = {b["batch"]: b for b in cli(capsys, "inspect", wal, "--json").json()["batches"]}
@@ -490,7 +490,7 @@ def test_verify_beside_a_sink_that_flushes_and_removes_batches_while_it_reads(
         def flush_1_2_discard_3():
             f.flush(1)
             f.flush(2)
-            f.log.discard(3, "never committed by Spark")
+            f.wal_log.discard(3, "never committed by Spark")
             remove_batch_files(wal, 3)
 
         races = {wal.segments: flush_1_2_discard_3,     # after the log was read
@@ -536,12 +536,12 @@ def _live_wal(root: Path) -> WalFactory:
 SINK_STEPS = (
     ("flush 2", lambda f: f.flush(2)),
     ("flush 3", lambda f: f.flush(3)),
-    ("discard 4", lambda f: (f.log.discard(4, "never committed by Spark"),
+    ("discard 4", lambda f: (f.wal_log.discard(4, "never committed by Spark"),
                              remove_batch_files(f.wal, 4))),
     ("re-run of 4 sealed", lambda f: f.sealed(4)),
     ("flush 4", lambda f: f.flush(4)),
     ("flush 5", lambda f: f.flush(5)),
-    ("retention", lambda f: apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=1))),
+    ("retention", lambda f: apply_retention(f.wal, f.wal_log, RetentionPolicy(keep_batches=1))),
 )
 
 
@@ -597,8 +597,8 @@ def test_dump_of_a_batch_the_sink_flushes_meanwhile_says_run_again(capsys, tmp_p
         f.sealed(0, rows=(3, 2))
         choose = dump_cmd.choose_source
 
-        def racing_choose(wal, log, batch):
-            source = choose(wal, log, batch)
+        def racing_choose(wal, wal_log, batch):
+            source = choose(wal, wal_log, batch)
             f.flush(batch)
             return source
 
@@ -792,7 +792,7 @@ WRITER = textwrap.dedent("""
     wal = WalDir(root).create()
     os.makedirs(os.path.join(cp, "commits"), exist_ok=True)
     wal.write_target({"keyspace": "ks", "table": "t", "checkpoint_location": cp})
-    log = WalLog.open_writer(wal)
+    wal_log = WalLog.open_writer(wal)
     deadline = time.monotonic() + 60
     batch = 0
     while not os.path.exists(stop) and time.monotonic() < deadline:
@@ -806,16 +806,16 @@ WRITER = textwrap.dedent("""
         seal = seal_batch(wal, batch, refs)
         with open(os.path.join(cp, "commits", str(batch)), "w") as f:
             f.write("v1\\n")
-        log.ingest(seal)
-        log.begin_flush(batch)
-        log.record_progress(batch, 1, 0, 30)
-        log.mark_flushed(batch)
+        wal_log.ingest(seal)
+        wal_log.begin_flush(batch)
+        wal_log.record_progress(batch, 1, 0, 30)
+        wal_log.mark_flushed(batch)
         wal.write_flushed_through(batch)                # as recovery.replay does
         remove_batch_files(wal, batch, keep_seal=True)
-        apply_retention(wal, log, RetentionPolicy(keep_batches=4))
+        apply_retention(wal, wal_log, RetentionPolicy(keep_batches=4))
         print(f"batch {batch}", flush=True)
         batch += 1
-    log.close()
+    wal_log.close()
     print("done", flush=True)
 """)
 

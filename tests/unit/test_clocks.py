@@ -62,7 +62,7 @@ class Recording:
         self.ages: dict[int, list[BatchAge]] = {}
         self.failing = False
 
-    def write(self, log, seal, record, age=None):
+    def write(self, wal_log, seal, record, age=None):
         self.ages.setdefault(seal.batch, []).append(age)
         if self.failing:
             raise FlushFailed(seal.batch, "injected: Cassandra away")
@@ -81,7 +81,7 @@ def test_the_driver_measures_each_pending_batch_once_and_a_clock_step_later_chan
         f.sealed(3, sealed_at_us=now_us() - 60 * S)
         f.sealed(4, sealed_at_us=now_us() - 30 * S)
         writer = Recording()
-        replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=writer)
+        replayer = Replayer(f.wal, f.wal_log, None, f.checkpoint, writer=writer)
         writer.failing = True
         with pytest.raises(FlushFailed):
             replayer.run(RecoveryPolicy.QUERY_FLUSHER)
@@ -93,5 +93,5 @@ def test_the_driver_measures_each_pending_batch_once_and_a_clock_step_later_chan
         assert writer.ages[3][1] == first            # the same measure, counted on
         (fourth,) = writer.ages[4]                   # measured at the first drain too
         assert 30 * S <= fourth.age_at(clock.monotonic_ns()) < 40 * S
-        assert f.log.get(4).state is BatchState.FLUSHED
+        assert f.wal_log.get(4).state is BatchState.FLUSHED
         assert replayer._ages == {}                  # written: forgotten

@@ -129,10 +129,10 @@ def test_concurrent_tasks_stage_one_batch_while_the_log_is_locked(tmp_path):
     # The commit picks one attempt per partition (here the retry of partition 3).
     winners = [r for r in refs if (r.partition, r.attempt) != (3, 0)]
     seal = seal_batch(wal, BATCH, winners, query_id="q")
-    with WalLog.open_writer(wal) as log:
-        log.ingest(seal)
+    with WalLog.open_writer(wal) as wal_log:
+        wal_log.ingest(seal)
         got = []
-        for chunk in log.chunks(BATCH):
+        for chunk in wal_log.chunks(BATCH):
             assert chunk.first_row == len(got)
             got += decode_chunk(chunk.payload).column("id").to_pylist()
     want = [i for p in range(7) for i in expected_ids(p, 1 if p == 3 else 0)]

@@ -41,7 +41,7 @@ def writer(wal_root: str, job: LocalJob) -> ExecutorsWriter:
 
 
 def replayer(f: WalFactory, w: ExecutorsWriter) -> Replayer:
-    return Replayer(f.wal, f.log, None, f.checkpoint, writer=w)
+    return Replayer(f.wal, f.wal_log, None, f.checkpoint, writer=w)
 
 
 def ids_written(batch: int | None = None) -> list[int]:
@@ -69,7 +69,7 @@ def test_marks_flushed_only_after_every_segment_is_acknowledged(tmp_path):
         assert job.jobs == [[0, 1, 2]]                  # one job, one task per segment
         assert job.states_during_job == ["flushing"]    # not marked while the tasks ran
         assert ids_written(0) == list(range(10))
-        record = f.log.get(0)
+        record = f.wal_log.get(0)
         assert record.state is BatchState.FLUSHED and record.flushed_rows == 10
         assert f.wal.read_flushed_through() == 0
         assert not os.path.exists(f.wal.batch_segments(0))     # files go once FLUSHED
@@ -81,7 +81,7 @@ def test_a_segment_without_a_result_leaves_the_batch_unmarked(tmp_path):
         with pytest.raises(FlushFailed, match="returned no result"):
             replayer(f, writer(f.root, LocalJob(f, drop_results={1}))).run(
                 RecoveryPolicy.QUERY_FLUSHER)
-        record = f.log.get(0)
+        record = f.wal_log.get(0)
         assert record.state is BatchState.FLUSHING
         assert (record.next_segment, record.next_chunk, record.flushed_rows) == (1, 0, 5)
         assert record.acknowledged == ((2, 2),)       # segment 2's task answered: kept
@@ -97,12 +97,12 @@ def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_p
         r = replayer(f, writer(f.root, job))
         with pytest.raises(FlushFailed, match="injected"):
             r.run(RecoveryPolicy.QUERY_FLUSHER)
-        record = f.log.get(0)
+        record = f.wal_log.get(0)
         assert record.state is BatchState.FLUSHING
         # Segments 0 and 2 were written by their tasks: the prefix, and 2 on its own.
         assert (record.next_segment, record.flushed_rows, record.acknowledged) == (1, 5, ((2, 2),))
         assert set(ids_written(0)) == {0, 1, 2, 8, 9}
-        assert ids_written(1) == [] and f.log.get(1) is None     # nothing later was touched
+        assert ids_written(1) == [] and f.wal_log.get(1) is None     # nothing later was touched
         assert f.wal.read_flushed_through() == -1
         assert os.path.exists(f.wal.segment_path(f.built[0].segments[1].name))
 
@@ -112,8 +112,8 @@ def test_a_failed_task_leaves_the_batch_unmarked_and_the_retry_finishes_it(tmp_p
         assert report.replayed == [0, 1]
         assert job.jobs[1] == [1]           # the retry writes only the unacknowledged one
         assert ids_written(0) == [3, 4, 5, 6, 7]
-        assert f.log.get(0).state is BatchState.FLUSHED and f.log.get(0).flushed_rows == 10
-        assert f.log.get(1).state is BatchState.FLUSHED
+        assert f.wal_log.get(0).state is BatchState.FLUSHED and f.wal_log.get(0).flushed_rows == 10
+        assert f.wal_log.get(1).state is BatchState.FLUSHED
         assert f.wal.read_flushed_through() == 1
 
 
@@ -123,7 +123,7 @@ def test_a_failed_job_acknowledges_nothing(tmp_path):
         with pytest.raises(FlushFailed, match="executor lost"):
             replayer(f, writer(f.root, LocalJob(f, fail_job=True))).run(
                 RecoveryPolicy.QUERY_FLUSHER)
-        record = f.log.get(0)
+        record = f.wal_log.get(0)
         assert record.state is BatchState.FLUSHING and record.flushed_rows == 0
         assert f.wal.read_flushed_through() == -1
 
@@ -139,7 +139,7 @@ def test_a_segment_corrupted_after_ingest_blocks_without_writing_any_of_it(tmp_p
         assert info.value.batch == 0 and "checksum" in str(info.value)
         # Not one row of segment 1 (ids 3..8), although its first chunks were intact.
         assert not set(ids_written(0)) & set(range(3, 9))
-        assert f.log.get(0).state is BatchState.FLUSHING
+        assert f.wal_log.get(0).state is BatchState.FLUSHING
         assert ids_written(1) == []
 
 
@@ -179,14 +179,14 @@ def test_resumes_inside_a_segment_at_the_driver_modes_progress(tmp_path):
     rest, from chunk 1 of segment 1, at the same timestamps."""
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         built = f.flushing(0, rows=(4, 6), chunk_rows=2, progress_rows=6)
-        record = f.log.get(0)
+        record = f.wal_log.get(0)
         assert (record.next_segment, record.next_chunk) == (1, 1)
         job = LocalJob(f)
         replayer(f, writer(f.root, job)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert job.jobs == [[1]]
         assert ids_written(0) == [6, 7, 8, 9]
         assert {ids[0]: ts - built.seal.base_ts_us for _, ts, ids in WRITES} == {6: 6, 8: 8}
-        assert f.log.get(0).state is BatchState.FLUSHED and f.log.get(0).flushed_rows == 10
+        assert f.wal_log.get(0).state is BatchState.FLUSHED and f.wal_log.get(0).flushed_rows == 10
 
 
 # -- what travels --------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def test_the_flusher_writes_from_the_executors_when_asked_and_recovery_leaves_th
         assert runs[0] is None and flusher.replays[0] is False   # query start: discards only
         assert isinstance(runs[1], ExecutorsWriter) and flusher.replays[1] is True
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp_path):
@@ -275,7 +275,7 @@ def test_the_flusher_writes_from_the_driver_by_default_or_once_spark_stopped(tmp
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs[:2] == [None, None] and isinstance(runs[2], ExecutorsWriter)
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 # -- the flusher follows the options of the query as it runs now ----------------------------------
@@ -315,7 +315,7 @@ def test_a_restart_that_turns_the_flush_on_is_followed_without_a_second_restart(
         assert flusher.target.config.wal.flush is True
         assert flusher.replayer.retention.keep_batches == 3
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_new_contact_points_reach_the_next_connection_and_old_sessions_are_closed(tmp_path):
@@ -332,7 +332,7 @@ def test_new_contact_points_reach_the_next_connection_and_old_sessions_are_close
         conn = flusher.output.current_target().config.connection
         assert (conn.hosts, conn.port) == (("10.0.0.5",), 9142)
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_an_unchanged_fingerprint_keeps_the_session(tmp_path):
@@ -343,7 +343,7 @@ def test_an_unchanged_fingerprint_keeps_the_session(tmp_path):
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert flusher.output is output and len(runs) == 2
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_a_flush_task_runs_the_tasks_of_its_rows_and_returns_their_results_pickled():
@@ -392,7 +392,7 @@ def test_through_spark_connect_without_tls_a_flush_with_credentials_stays_in_the
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert isinstance(runs[2], ExecutorsWriter)      # nothing secret: through the server
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 class _FailingSession:
@@ -454,9 +454,9 @@ def test_a_scale_out_start_discards_at_once_and_leaves_the_committed_backlog_to_
         flusher.recover()
         assert WRITES == [] and job.jobs == []                    # nothing written at start
         assert flusher.last_report.discarded == [2] and flusher.last_report.backlog_from == 0
-        assert flusher.log.get(2).state is BatchState.DISCARDED
+        assert flusher.wal_log.get(2).state is BatchState.DISCARDED
         assert not os.path.exists(flusher.wal.batch_segments(2))
-        assert flusher.log.get(0) is None                        # untouched, not even ingested
+        assert flusher.wal_log.get(0) is None                        # untouched, not even ingested
         assert flusher.wal.read_flushed_through() == -1
         assert flusher._wake.is_set() and flusher.backlog_from == 0   # the thread: at once
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
@@ -518,7 +518,7 @@ def test_auto_writes_from_the_executors_on_a_cluster_or_a_store_else_from_the_dr
         assert runs[2] is None and flusher.flush_mode() == "driver"   # Spark stopped
     finally:
         flusher.wal.__dict__["remote"] = None      # the cached property, as found
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_auto_without_spark_writes_from_the_driver(tmp_path):
@@ -527,7 +527,7 @@ def test_auto_without_spark_writes_from_the_driver(tmp_path):
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs == [None] and flusher.flush_mode() == "driver"
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_sinks_recover_through_connect_without_tls_writes_from_this_process(tmp_path,

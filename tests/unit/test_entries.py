@@ -24,13 +24,13 @@ pytestmark = pytest.mark.unit
 
 def replay(f: WalFactory, policy: RecoveryPolicy = RecoveryPolicy.QUERY_FLUSHER):
     WRITES.clear()
-    return Replayer(f.wal, f.log, lambda seal: RecordingUpserter(), f.checkpoint).run(
+    return Replayer(f.wal, f.wal_log, lambda seal: RecordingUpserter(), f.checkpoint).run(
         policy)
 
 
 def views(f: WalFactory, policy: RecoveryPolicy = RecoveryPolicy.QUERY_FLUSHER
           ) -> dict[int, catalog.BatchView]:
-    return {v.batch: v for v in catalog.describe(f.wal, f.log, f.checkpoint, policy)}
+    return {v.batch: v for v in catalog.describe(f.wal, f.wal_log, f.checkpoint, policy)}
 
 
 def test_a_committed_batch_the_writer_was_never_called_for_is_skipped_and_passed(tmp_path):
@@ -46,10 +46,10 @@ def test_a_committed_batch_the_writer_was_never_called_for_is_skipped_and_passed
         assert (seen[2].state, seen[2].action) == (ViewState.SKIPPED, RecoveryAction.NOTHING)
         report = replay(f)
         assert report.replayed == [3]
-        assert f.log.flushed_through() == 3 and f.wal.read_flushed_through() == 3
+        assert f.wal_log.flushed_through() == 3 and f.wal.read_flushed_through() == 3
         f.commit(4)                      # a skipped batch at the end moves the mark too
         replay(f)
-        assert f.log.flushed_through() == 4 and f.wal.read_flushed_through() == 4
+        assert f.wal_log.flushed_through() == 4 and f.wal.read_flushed_through() == 4
 
 
 def test_a_skipped_batch_after_one_the_flusher_cannot_write_yet_waits_its_turn(tmp_path):
@@ -57,14 +57,14 @@ def test_a_skipped_batch_after_one_the_flusher_cannot_write_yet_waits_its_turn(t
         f.entered(0)
         f.sealed(0)
         f.commit(1)
-        log = f.log
+        wal_log = f.wal_log
 
         def failing(seal):
             raise ConnectionError("Cassandra away")
 
         with pytest.raises(ConnectionError):
-            Replayer(f.wal, log, failing, f.checkpoint).run(RecoveryPolicy.QUERY_FLUSHER)
-        assert log.flushed_through() == -1 and f.wal.read_flushed_through() == -1
+            Replayer(f.wal, wal_log, failing, f.checkpoint).run(RecoveryPolicy.QUERY_FLUSHER)
+        assert wal_log.flushed_through() == -1 and f.wal.read_flushed_through() == -1
 
 
 def test_an_entered_batch_without_a_seal_that_spark_committed_blocks_naming_it(tmp_path):
@@ -138,8 +138,8 @@ def test_the_catalog_reads_sparks_commits_before_the_files(tmp_path, monkeypatch
         f.flushed(0)
         real = catalog.committed_through
 
-        def commits_then_the_writer_runs(log, checkpoint):
-            out = real(log, checkpoint)
+        def commits_then_the_writer_runs(wal_log, checkpoint):
+            out = real(wal_log, checkpoint)
             if not os.path.exists(f.wal.seal_path(1)):
                 f.entered(1)
                 f.sealed(1)
@@ -173,7 +173,7 @@ def test_a_batch_a_later_run_committed_without_the_writer_is_skipped_over_an_ear
         report = replay(f)
         assert report.replayed == [] and WRITES == []
         assert f.wal.sealed_batch_ids() == [0] and entered_batch_ids(f.wal) == []
-        assert f.log.flushed_through() == 1
+        assert f.wal_log.flushed_through() == 1
 
 
 def test_an_entry_of_the_run_that_committed_the_batch_still_blocks(tmp_path):

@@ -162,7 +162,7 @@ def test_the_replayer_through_worker_processes_writes_each_row_once_at_its_seale
         pool = ProcessPool(2)
         try:
             w = ExecutorsWriter(pool, f.root, target, open_upserter=file_recording_upserter)
-            report = Replayer(f.wal, f.log, None, f.checkpoint, writer=w).run(True)
+            report = Replayer(f.wal, f.wal_log, None, f.checkpoint, writer=w).run(True)
             pids = set(pool.pids)
         finally:
             pool.close()
@@ -176,7 +176,8 @@ def test_the_replayer_through_worker_processes_writes_each_row_once_at_its_seale
             for _, first_ts, chunk_ids, _ in mine:                           # sealed timestamps
                 assert first_ts == base + chunk_ids[0] - batch * 1000
         assert {w[3] for w in done} == pids and len(pids) == 2             # both workers wrote
-        assert f.log.get(0).state is BatchState.FLUSHED and f.log.get(1).state is BatchState.FLUSHED
+        assert f.wal_log.get(0).state is BatchState.FLUSHED
+        assert f.wal_log.get(1).state is BatchState.FLUSHED
         assert f.wal.read_flushed_through() == 1
 
 
@@ -269,18 +270,18 @@ def test_when_a_worker_dies_the_segments_the_other_wrote_are_not_written_again(
 
         run_job.close = pool.close
         writer = ExecutorsWriter(run_job, f.root, target, open_upserter=file_recording_upserter)
-        replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=writer)
+        replayer = Replayer(f.wal, f.wal_log, None, f.checkpoint, writer=writer)
         try:
             with pytest.raises(FlushFailed, match="a flush worker process died"):
                 replayer.run(RecoveryPolicy.QUERY_FLUSHER)
-            kept = f.log.get(0)
+            kept = f.wal_log.get(0)
             assert (kept.next_segment, kept.acknowledged, kept.flushed_rows) == (1, ((2, 2),), 5)
             before = len((tmp_path / "writes.jsonl").read_text().splitlines())
             replayer.run(RecoveryPolicy.QUERY_FLUSHER)
             again = [json.loads(line)[2] for line in
                      (tmp_path / "writes.jsonl").read_text().splitlines()[before:]]
             assert sorted(i for ids in again for i in ids) == [3, 4, 5, 6]   # segment 1 only
-            assert f.log.get(0).state is BatchState.FLUSHED
+            assert f.wal_log.get(0).state is BatchState.FLUSHED
         finally:
             pool.close()
 

@@ -276,7 +276,7 @@ def test_a_batch_sealed_with_a_list_column_by_an_earlier_release_drains_with_one
         assert isinstance(flusher.last_error, OperationTimedOut)
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)    # the rest
         assert flusher.last_error is None
-        assert [r.state for r in flusher.log.records()] == [BatchState.FLUSHED] * 3
+        assert [r.state for r in flusher.wal_log.records()] == [BatchState.FLUSHED] * 3
     finally:
         flusher.stop()
     assert sorted(i for _, ids in node.written for i in ids) == [0, 1, 2, 3, 10, 11, 20, 21]

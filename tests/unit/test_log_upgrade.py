@@ -72,12 +72,12 @@ def test_a_reader_reads_a_format_1_log_as_it_is(old_wal, capsys):
 
 def test_a_writer_upgrades_it_and_the_pending_batches_drain_from_their_progress(old_wal):
     wal, cp, expected = old_wal
-    with WalLog.open_writer(wal) as log:
-        before = {r.batch: r for r in log.records()}
+    with WalLog.open_writer(wal) as wal_log:
+        before = {r.batch: r for r in wal_log.records()}
         writes: list = []
-        report = Replayer(wal, log, lambda seal: Recorder(writes), cp).run(True)
+        report = Replayer(wal, wal_log, lambda seal: Recorder(writes), cp).run(True)
         assert report.replayed == [1, 2, 3, 4]
-        assert all(r.state is BatchState.FLUSHED for r in log.records()
+        assert all(r.state is BatchState.FLUSHED for r in wal_log.records()
                    if r.batch in (1, 2, 3, 4))
     assert format_of(wal) == str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()   # every row in it
     assert before[1].seal.seal_id == expected["seals"]["1"]["seal_id"]
@@ -110,8 +110,8 @@ def test_an_upgrade_cut_short_leaves_format_1_and_is_done_at_the_next_open(old_w
         WalLog.open_writer(wal)
     monkeypatch.undo()
     assert format_of(wal) == b"1"
-    with WalLog.open_writer(wal) as log:
-        assert log.get(1).flushed_rows == expected["progress"]["flushed_rows"]
+    with WalLog.open_writer(wal) as wal_log:
+        assert wal_log.get(1).flushed_rows == expected["progress"]["flushed_rows"]
     assert format_of(wal) == str(fmt.LOG_FORMAT_ROWS_IN_LOG).encode()   # every row in it
 
 
@@ -139,13 +139,13 @@ def bytes_per_acknowledgement(tmp_path, segments: int) -> float:
 
     with WalFactory(tmp_path / f"wal-{segments}", checkpoint=tmp_path / f"cp-{segments}") as f:
         f.ingested(0, rows=(1,) * segments)
-        f.log.begin_flush(0)
-        counting = CountingDb(f.log._db)
-        f.log._db = counting
+        f.wal_log.begin_flush(0)
+        counting = CountingDb(f.wal_log._db)
+        f.wal_log._db = counting
         for index in range(segments):
-            f.log.record_progress(0, index + 1, 0, index + 1)
-        f.log._db = counting._db
-        assert f.log.get(0).next_segment == segments
+            f.wal_log.record_progress(0, index + 1, 0, index + 1)
+        f.wal_log._db = counting._db
+        assert f.wal_log.get(0).next_segment == segments
         return counting.bytes / segments
 
 
@@ -225,8 +225,8 @@ def test_a_batch_wider_than_the_logs_keys_is_refused_before_its_seal(tmp_path):
     assert "coalesce" in str(refused.value) and "spark.sql.shuffle.partitions" in str(refused.value)
     assert not Path(wal.seal_path(3)).exists()
     seal = Seal(batch=3, segments=tuple(refs), base_ts_us=1)
-    with WalLog.open_writer(wal) as log, pytest.raises(BatchTooWide):
-        log.ingest(seal)
+    with WalLog.open_writer(wal) as wal_log, pytest.raises(BatchTooWide):
+        wal_log.ingest(seal)
     with pytest.raises(BatchTooWide, match="chunks in one segment"):
         seal_batch(wal, 4, [SegmentRef("4/0.seg", 0, 0, 1, fmt.MAX_CHUNKS_PER_SEGMENT + 1, 1, 0)])
 
@@ -238,9 +238,9 @@ def test_unreadable_progress_is_corruption_naming_the_batch(tmp_path):
 
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.ingested(5, rows=(2, 2))
-        f.log.begin_flush(5)
-        f.log.record_progress(5, 1, 0, 2)
-        f.log.db.put(fmt.progress_key(5, 1, 0), b"garbage")
+        f.wal_log.begin_flush(5)
+        f.wal_log.record_progress(5, 1, 0, 2)
+        f.wal_log.db.put(fmt.progress_key(5, 1, 0), b"garbage")
         with pytest.raises(WalCorrupted) as damaged:
-            f.log.get(5)
+            f.wal_log.get(5)
         assert damaged.value.batch == 5 and "progress" in str(damaged.value)

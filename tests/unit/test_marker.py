@@ -61,13 +61,13 @@ def test_a_batchs_figures_come_from_its_record_kept_from_ingest_to_flushed(tmp_p
     target = Target(SinkConfig("ks", "t", write=WriteConfig()), table, ("id", "name"))
     with WalFactory(tmp_path / "wal") as f:
         sealed = f.sealed(3, rows=[4, 2], write=target.write_record(), committed=None)
-        taken = f.log.ingest(sealed.seal).taken_at_us
+        taken = f.wal_log.ingest(sealed.seal).taken_at_us
         assert taken is not None
-        assert f.log.begin_flush(3).taken_at_us == taken
-        assert f.log.record_progress(3, 1, 0, 4).taken_at_us == taken
-        done = f.log.mark_flushed(3)
-        assert done.taken_at_us == taken == f.log.get(3).taken_at_us
-        figures = Completeness.of(f.log.get(3), target, 1_800_000)
+        assert f.wal_log.begin_flush(3).taken_at_us == taken
+        assert f.wal_log.record_progress(3, 1, 0, 4).taken_at_us == taken
+        done = f.wal_log.mark_flushed(3)
+        assert done.taken_at_us == taken == f.wal_log.get(3).taken_at_us
+        figures = Completeness.of(f.wal_log.get(3), target, 1_800_000)
     assert figures == Completeness("ks.t", 3, 6, taken, done.updated_at_us, 1_800_000,
                                    sealed.seal.base_ts_us + 5)
     assert done.updated_at_us >= taken

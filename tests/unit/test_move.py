@@ -54,17 +54,17 @@ def test_a_move_back_skips_what_the_other_wal_wrote_and_its_own_leftovers(tmp_pa
                                                                      checkpoint=cp) as y:
         x.flushed(0)
         x.flushed(1)
-        x.log.note_committed(1)                      # what X's flusher saw committed
+        x.wal_log.note_committed(1)                      # what X's flusher saw committed
         x.sealed(2, committed=False, rows=(7,))      # never committed: re-run through Y
         follow_move(x.wal, y.wal, str(cp))
         y.sealed(2)
         y.flush(2)
         # X's flusher, until the registry sees the move, must not take Spark's commits/2
         # (through Y) for X's own: its leftover seal replayed, or a missing batch.
-        seen = {v.batch: v for v in catalog.describe(x.wal, x.log, str(cp))}
+        seen = {v.batch: v for v in catalog.describe(x.wal, x.wal_log, str(cp))}
         assert (seen[2].state, seen[2].action) == ("moved", RecoveryAction.NOTHING)
         WRITES.clear()
-        Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(True)
+        Replayer(x.wal, x.wal_log, lambda s: RecordingUpserter(), str(cp)).run(True)
         assert WRITES == [] and x.wal.read_blocked() is None
         y.sealed(3)
         y.flush(3)
@@ -75,10 +75,10 @@ def test_a_move_back_skips_what_the_other_wal_wrote_and_its_own_leftovers(tmp_pa
         assert read_seal(x.wal, 3).last_ts_us == read_seal(y.wal, 3).last_ts_us
         assert next_base_timestamp(x.wal, 4, clock_us=1) == read_seal(y.wal, 3).last_ts_us + 1
         WRITES.clear()
-        report = Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(False)
+        report = Replayer(x.wal, x.wal_log, lambda s: RecordingUpserter(), str(cp)).run(False)
         assert WRITES == [] and report.replayed == []
         assert all(v.action == RecoveryAction.NOTHING
-                   for v in catalog.describe(x.wal, x.log, str(cp)))
+                   for v in catalog.describe(x.wal, x.wal_log, str(cp)))
 
 
 def test_a_move_back_to_a_wal_left_with_committed_batches_to_write_is_refused(tmp_path):
@@ -88,7 +88,7 @@ def test_a_move_back_to_a_wal_left_with_committed_batches_to_write_is_refused(tm
                                                                      checkpoint=cp) as y:
         x.flushed(0)
         x.sealed(1)
-        x.log.note_committed(1)
+        x.wal_log.note_committed(1)
         x.close()
         with pytest.raises(WalMoveRefused) as info:
             follow_move(y.wal, x.wal, str(cp))
@@ -103,8 +103,8 @@ def test_a_move_back_to_a_wal_left_with_committed_batches_to_write_is_refused(tm
 def _views(f: WalFactory) -> dict[int, catalog.BatchView]:
     from wal.log import WalLog
 
-    with WalLog.open_writer(f.wal) as log:
-        return {v.batch: v for v in catalog.describe(f.wal, log, f.checkpoint, True)}
+    with WalLog.open_writer(f.wal) as wal_log:
+        return {v.batch: v for v in catalog.describe(f.wal, wal_log, f.checkpoint, True)}
 
 
 @pytest.mark.parametrize("entry_seal_id", ["", "sA"], ids=["entry-of-a-release-before",
@@ -199,13 +199,13 @@ def _moved_away_and_written_elsewhere(tmp_path):
     y = WalFactory(tmp_path / "y", checkpoint=cp)
     x.flushed(0)
     x.flushed(1)
-    x.log.note_committed(1)
+    x.wal_log.note_committed(1)
     x.sealed(2, committed=False, rows=(7,))          # never committed: re-run through Y
     follow_move(x.wal, y.wal, str(cp))
     y.sealed(2)
     y.flush(2)
-    Replayer(x.wal, x.log, lambda s: RecordingUpserter(), str(cp)).run(True)
-    assert x.log.committed_through() == 2             # noted from Spark's commits/2 (via Y)
+    Replayer(x.wal, x.wal_log, lambda s: RecordingUpserter(), str(cp)).run(True)
+    assert x.wal_log.committed_through() == 2             # noted from Spark's commits/2 (via Y)
     y.sealed(3)
     y.flush(3)
     x.close()
@@ -219,8 +219,8 @@ def _batch_4_through_y_is_written(tmp_path, cp) -> None:
     y4 = WalFactory(tmp_path / "y", checkpoint=cp)
     y4.sealed(4)                                     # committed by Spark through Y
     WRITES.clear()
-    report = Replayer(y4.wal, y4.log, lambda s: RecordingUpserter(), str(cp)).run(True)
-    views = {v.batch: v for v in catalog.describe(y4.wal, y4.log, str(cp))}
+    report = Replayer(y4.wal, y4.wal_log, lambda s: RecordingUpserter(), str(cp)).run(True)
+    views = {v.batch: v for v in catalog.describe(y4.wal, y4.wal_log, str(cp))}
     y4.close()
     assert report.replayed == [4] and views[4].state == "flushed", (
         f"batch 4, committed through Y, is {views[4].state}/{views[4].action}: "

@@ -49,7 +49,7 @@ def _stage(wal, batch: int):
 
 
 @pytest.mark.parametrize("policy", list(RecoveryPolicy), ids=lambda p: p.name.lower())
-def test_a_batch_spark_never_committed_is_discarded_or_waits_by_policy(wal, log, tmp_path,
+def test_a_batch_spark_never_committed_is_discarded_or_waits_by_policy(wal, wal_log, tmp_path,
                                                                        policy):
     cp = tmp_path / "cp"
     (cp / "commits").mkdir(parents=True)
@@ -57,7 +57,7 @@ def test_a_batch_spark_never_committed_is_discarded_or_waits_by_policy(wal, log,
     for batch in (0, 1):
         seal_batch(wal, batch, [_stage(wal, batch)])    # 0 committed, 1 not
     _stage(wal, 2)                                      # 2 staged only
-    views = {v.batch: v.action for v in describe(wal, log, str(cp), policy)}
+    views = {v.batch: v.action for v in describe(wal, wal_log, str(cp), policy)}
     undecided = RecoveryAction.DISCARD if BEFORE[policy][0] is False else RecoveryAction.WAIT
     assert views == {0: RecoveryAction.REPLAY, 1: undecided, 2: undecided}
 
@@ -73,7 +73,7 @@ def test_the_flusher_writes_through_its_mode_only_while_the_query_runs(tmp_path)
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert runs[0] is None and isinstance(runs[1], ExecutorsWriter)
     finally:
-        flusher.log.close()
+        flusher.wal_log.close()
 
 
 def test_a_batch_jobs_flush_is_the_batch_job_policy(tmp_path, monkeypatch):

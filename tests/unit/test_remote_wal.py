@@ -76,12 +76,12 @@ class Stream:
         open(os.path.join(self.checkpoint, "commits", str(batch)), "w").close()
 
     def flush(self, policy: RecoveryPolicy = RecoveryPolicy.QUERY_START):
-        log = WalLog.open_writer(self.wal)
+        wal_log = WalLog.open_writer(self.wal)
         try:
-            return Replayer(self.wal, log, lambda seal: RecordingUpserter(),
+            return Replayer(self.wal, wal_log, lambda seal: RecordingUpserter(),
                             self.checkpoint).run(policy)
         finally:
-            log.close()
+            wal_log.close()
 
 
 def test_a_task_publishes_its_segment_and_keeps_nothing_in_its_spool(tmp_path):
@@ -419,7 +419,7 @@ def test_the_flusher_writes_a_batch_when_spark_commits_it_without_waiting_for_th
     f._wake, f._stop = threading.Event(), threading.Event()
     f._commits_dir, f._seen_committed = str(commits), None
     f.target = SimpleNamespace(config=SinkConfig("ks", "t"))
-    f.log = SimpleNamespace(flushed_through=lambda: flushed["through"])
+    f.wal_log = SimpleNamespace(flushed_through=lambda: flushed["through"])
     f.warm_up = lambda: None
     drains = []
 
@@ -634,18 +634,18 @@ def test_tasks_that_read_the_store_get_every_row_and_no_segment_reaches_the_driv
     s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
     s.commit(0)
     s.seal(1, [s.stage(1, 0, 4, 100)])        # sealed, never committed: waits
-    log = WalLog.open_writer(s.wal)
+    wal_log = WalLog.open_writer(s.wal)
     try:
-        report = Replayer(s.wal, log, None, s.checkpoint,
+        report = Replayer(s.wal, wal_log, None, s.checkpoint,
                           writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
         assert report.replayed == [0] and report.waiting_at == 1
         assert sorted(i for _, _, ids in WRITES for i in ids) == [0, 1, 2, 3, 4]
         assert working_copy_segments(s) == []            # not one segment fetched
         assert s.wal.staged_batch_ids() == [1]           # yet the copy sees what is staged
-        assert not log.get(0).rows_in_log
-        assert not [k for k in log._db.keys(from_key=b"r/") if k.startswith(b"r/")]
+        assert not wal_log.get(0).rows_in_log
+        assert not [k for k in wal_log._db.keys(from_key=b"r/") if k.startswith(b"r/")]
     finally:
-        log.close()
+        wal_log.close()
     assert s.store.list("segments") == [k for k in s.store.list("segments")
                                          if "/" + fmt.batch_name(1) + "/" in "/" + k]
 
@@ -660,21 +660,21 @@ def test_the_drivers_writer_takes_over_a_store_batch_the_tasks_began(tmp_path):
     s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3), s.stage(0, 2, 2, 5)])
     s.commit(0)
     FAIL_IDS.add(3)                                         # segment 1 fails
-    log = WalLog.open_writer(s.wal)
+    wal_log = WalLog.open_writer(s.wal)
     try:
-        replayer = Replayer(s.wal, log, lambda seal: RecordingUpserter(), s.checkpoint,
+        replayer = Replayer(s.wal, wal_log, lambda seal: RecordingUpserter(), s.checkpoint,
                             writer=tasks_on_the_store(s))
         with pytest.raises(Exception):
             replayer.run(RecoveryPolicy.QUERY_FLUSHER)
-        assert working_copy_segments(s) == [] and log.get(0).acknowledged == ((2, 2),)
+        assert working_copy_segments(s) == [] and wal_log.get(0).acknowledged == ((2, 2),)
         first = len(WRITES)
         FAIL_IDS.clear()
         report = replayer.run(RecoveryPolicy.QUERY_FLUSHER,
                               writer=DriverWriter(lambda seal: RecordingUpserter()))
-        assert report.replayed == [0] and log.get(0).rows_in_log
+        assert report.replayed == [0] and wal_log.get(0).rows_in_log
         assert sorted(i for _, _, ids in WRITES[first:] for i in ids) == [3, 4]
     finally:
-        log.close()
+        wal_log.close()
 
 
 def test_a_batch_another_host_flushed_since_is_marked_here_not_blocked_on_its_gone_segments(
@@ -691,28 +691,28 @@ def test_a_batch_another_host_flushed_since_is_marked_here_not_blocked_on_its_go
     s.commit(0)
     host_a = s.wal
     FAIL_IDS.add(3)
-    log = WalLog.open_writer(host_a)
+    wal_log = WalLog.open_writer(host_a)
     try:
         with pytest.raises(Exception):
-            Replayer(host_a, log, None, s.checkpoint,
+            Replayer(host_a, wal_log, None, s.checkpoint,
                      writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
     finally:
-        log.close()
+        wal_log.close()
     FAIL_IDS.clear()
     s.host("host-b")
     assert s.flush().replayed == [0]                      # host B's recover: every row
     assert s.store.list("segments") == []
     WRITES.clear()
     s.wal = host_a
-    log = WalLog.open_writer(host_a)
+    wal_log = WalLog.open_writer(host_a)
     try:
-        report = Replayer(host_a, log, None, s.checkpoint,
+        report = Replayer(host_a, wal_log, None, s.checkpoint,
                           writer=DriverWriter(lambda seal: RecordingUpserter())
                           ).run(RecoveryPolicy.QUERY_START)
-        assert log.get(0).state is BatchState.FLUSHED and report.replayed == []
+        assert wal_log.get(0).state is BatchState.FLUSHED and report.replayed == []
         assert WRITES == []
     finally:
-        log.close()
+        wal_log.close()
 
 
 def test_a_batch_another_host_finishes_while_the_tasks_read_it_is_marked_not_blocked(tmp_path):
@@ -737,14 +737,14 @@ def test_a_batch_another_host_finishes_while_the_tasks_read_it_is_marked_not_blo
 
     writer = ExecutorsWriter(OvertakenJob(), host_a.root, target,
                              open_upserter=recording_upserter, store_uri=s.uri)
-    log = WalLog.open_writer(host_a)
+    wal_log = WalLog.open_writer(host_a)
     try:
-        report = Replayer(host_a, log, None, s.checkpoint, writer=writer).run(
+        report = Replayer(host_a, wal_log, None, s.checkpoint, writer=writer).run(
             RecoveryPolicy.QUERY_FLUSHER)
-        assert report.replayed == [] and log.get(0).state is BatchState.FLUSHED
+        assert report.replayed == [] and wal_log.get(0).state is BatchState.FLUSHED
         assert host_a.read_blocked() is None and s.store.read("blocked.json") is None
     finally:
-        log.close()
+        wal_log.close()
 
 
 def test_a_segment_lost_from_the_store_still_blocks_naming_it(tmp_path):
@@ -756,15 +756,15 @@ def test_a_segment_lost_from_the_store_still_blocks_naming_it(tmp_path):
     s.seal(0, [s.stage(0, 0, 3, 0), ref])
     s.commit(0)
     s.store.delete(f"segments/{ref.name}")
-    log = WalLog.open_writer(s.wal)
+    wal_log = WalLog.open_writer(s.wal)
     try:
         with pytest.raises(RecoveryBlocked) as info:
-            Replayer(s.wal, log, None, s.checkpoint,
+            Replayer(s.wal, wal_log, None, s.checkpoint,
                      writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
-        assert ref.name in str(info.value) and log.get(0).state is BatchState.FLUSHING
+        assert ref.name in str(info.value) and wal_log.get(0).state is BatchState.FLUSHING
         assert "wal.flush.mode=driver" not in str(info.value)
     finally:
-        log.close()
+        wal_log.close()
 
 
 def test_verify_and_dump_of_a_scale_out_working_copy_read_its_segments_from_the_store(
@@ -781,13 +781,13 @@ def test_verify_and_dump_of_a_scale_out_working_copy_read_its_segments_from_the_
     s.seal(0, [s.stage(0, 0, 3, 0), s.stage(0, 1, 2, 3)])
     s.commit(0)
     FAIL_IDS.add(3)                          # the drain stops part-way: batch 0 FLUSHING
-    log = WalLog.open_writer(s.wal)
+    wal_log = WalLog.open_writer(s.wal)
     try:
         with pytest.raises(Exception):
-            Replayer(s.wal, log, None, s.checkpoint,
+            Replayer(s.wal, wal_log, None, s.checkpoint,
                      writer=tasks_on_the_store(s)).run(RecoveryPolicy.QUERY_FLUSHER)
     finally:
-        log.close()
+        wal_log.close()
     assert working_copy_segments(s) == []
     capsys.readouterr()
     assert main(["verify", s.wal.root]) == 0

@@ -66,8 +66,8 @@ def build(tmp_path: Path, flushed: int = 1, ingested: tuple[int, ...] = ()) -> t
         if b < 4:
             spark_committed(f, b)
         if b in ingested:
-            f.log.ingest(f.built[b].seal)
-    f.log.note_committed(3)
+            f.wal_log.ingest(f.built[b].seal)
+    f.wal_log.note_committed(3)
     f.close()
     return f, cp
 
@@ -85,17 +85,17 @@ def tree(root: Path) -> dict[str, str]:
 def everything(f: WalFactory, cp: Path) -> tuple:
     """The WAL's files (but RocksDB's, which any open rewrites), what its log holds, and the
     checkpoint's files."""
-    with WalLog.open_writer(f.wal, repairing=True) as log:
-        held = ([r.to_json() for r in log.records()], log.committed_through(),
-                log.flushed_through(), log.repair_under_way())
+    with WalLog.open_writer(f.wal, repairing=True) as wal_log:
+        held = ([r.to_json() for r in wal_log.records()], wal_log.committed_through(),
+                wal_log.flushed_through(), wal_log.repair_under_way())
     files = {p: h for p, h in tree(Path(f.root)).items() if not p.startswith("log/")}
     return files, held, tree(cp)
 
 
 def views(f: WalFactory, policy: RecoveryPolicy = RecoveryPolicy.QUERY_FLUSHER
           ) -> dict[int, catalog.BatchView]:
-    with WalLog.open_writer(f.wal) as log:
-        return {v.batch: v for v in catalog.describe(f.wal, log, f.checkpoint, policy)}
+    with WalLog.open_writer(f.wal) as wal_log:
+        return {v.batch: v for v in catalog.describe(f.wal, wal_log, f.checkpoint, policy)}
 
 
 def old_runbook_step_4(f: WalFactory, cp: Path, k: int) -> None:
@@ -198,11 +198,11 @@ def test_repair_keeps_what_it_removes_lowers_the_markers_and_unblocks(tmp_path):
     assert sorted(os.listdir(cp / "offsets")) == [".0.crc", "0"]
     assert sorted(os.listdir(cp / "commits")) == [".0.crc", "0"]
 
-    with WalLog.open_writer(f.wal) as log:          # no fence left
-        assert [r.batch for r in log.records()] == [0]
-        assert list(log.chunks(1)) == []
-        assert log.committed_through() == 0 and log.flushed_through() == 0
-        assert log.repair_under_way() is None
+    with WalLog.open_writer(f.wal) as wal_log:          # no fence left
+        assert [r.batch for r in wal_log.records()] == [0]
+        assert list(wal_log.chunks(1)) == []
+        assert wal_log.committed_through() == 0 and wal_log.flushed_through() == 0
+        assert wal_log.repair_under_way() is None
     assert f.wal.read_flushed_through() == 0
     assert f.wal.read_blocked() is None and report.unblocked
 
@@ -221,8 +221,8 @@ def test_lowering_the_flushed_markers_takes_rewrite_and_then_lowers_them(tmp_pat
     assert not refused.value.usage
     report = repair(f.wal, str(cp), 1, rewrite=True)
     assert report.plan.wals[0].written == ((1, 2),)
-    with WalLog.open_writer(f.wal) as log:
-        assert log.flushed_through() == 0 and log.committed_through() == 0
+    with WalLog.open_writer(f.wal) as wal_log:
+        assert wal_log.flushed_through() == 0 and wal_log.committed_through() == 0
     assert f.wal.read_flushed_through() == 0
     spark_reruns(f, cp, 1)
     assert views(f)[1].action == RecoveryAction.WAIT, "the re-run of 1 would be taken for written"
@@ -230,8 +230,8 @@ def test_lowering_the_flushed_markers_takes_rewrite_and_then_lowers_them(tmp_pat
 
 def test_a_flushing_batch_counts_as_written(tmp_path):
     f, cp = build(tmp_path, flushed=1, ingested=(1,))
-    with WalLog.open_writer(f.wal) as log:
-        log.begin_flush(1)                  # rows of it may be in Cassandra
+    with WalLog.open_writer(f.wal) as wal_log:
+        wal_log.begin_flush(1)                  # rows of it may be in Cassandra
     with pytest.raises(RepairRefused, match="batch 1 "):
         repair(f.wal, str(cp), 1)
 
@@ -242,9 +242,9 @@ def test_repair_from_0_forgets_every_batch_and_every_marker(tmp_path):
     assert not (cp / "offsets").exists() or os.listdir(cp / "offsets") == []
     assert f.wal.sealed_batch_ids() == [] and f.wal.read_flushed_through() == -1
     assert not os.path.exists(os.path.join(f.root, fmt.FLUSHED_THROUGH_FILE))
-    with WalLog.open_writer(f.wal) as log:
-        assert log.records() == [] and log.committed_through() == -1
-        assert log.flushed_through() == -1
+    with WalLog.open_writer(f.wal) as wal_log:
+        assert wal_log.records() == [] and wal_log.committed_through() == -1
+        assert wal_log.flushed_through() == -1
 
 
 def test_a_batch_a_foreach_batch_function_lost_is_repaired(tmp_path):
@@ -307,9 +307,9 @@ def test_every_wal_of_a_foreach_batch_functions_checkpoint_is_repaired(tmp_path)
     assert sorted(os.listdir(kept_b / "seals")) == ["00000000000000000002.seal"]
     for f in (a, b):
         assert f.wal.read_flushed_through() == 1 and f.wal.read_blocked() is None
-        with WalLog.open_writer(f.wal) as log:
-            assert log.flushed_through() == 1 and log.committed_through() <= 1
-            assert [r.batch for r in log.records()] == [0, 1]
+        with WalLog.open_writer(f.wal) as wal_log:
+            assert wal_log.flushed_through() == 1 and wal_log.committed_through() <= 1
+            assert [r.batch for r in wal_log.records()] == [0, 1]
     spark_reruns(b, cp, 2)
     assert views(b)[2].action == RecoveryAction.WAIT
 
@@ -334,8 +334,8 @@ def test_a_repair_of_two_wals_cut_short_between_them_is_finished_from_either(
         WalLog.open_writer(b.wal)
     report = repair(a.wal, str(cp), 2, rewrite=True)
     assert report.resumed
-    with WalLog.open_writer(b.wal) as log:
-        assert log.flushed_through() == 1 and [r.batch for r in log.records()] == [0, 1]
+    with WalLog.open_writer(b.wal) as wal_log:
+        assert wal_log.flushed_through() == 1 and [r.batch for r in wal_log.records()] == [0, 1]
     assert json.loads((Path(report.keep) / fmt.REPAIR_FILE).read_text())["status"] == "done"
 
 
@@ -432,8 +432,8 @@ def test_a_repair_cut_short_fences_the_wal_until_it_is_run_again(tmp_path, monke
         ("offsets/", "commits/")) and p.split("/")[1].lstrip(".")[:1] in "1234"}
     manifest = json.loads((keep / fmt.REPAIR_FILE).read_text())
     assert manifest["status"] == "done" and len(manifest["resumed_at"]) == 1
-    with WalLog.open_writer(f.wal) as log:
-        assert log.committed_through() == 0 and [r.batch for r in log.records()] == [0]
+    with WalLog.open_writer(f.wal) as wal_log:
+        assert wal_log.committed_through() == 0 and [r.batch for r in wal_log.records()] == [0]
 
 
 # -------------------------------------------------------------------------------- CLI
@@ -626,7 +626,7 @@ def test_a_repair_of_the_wal_moved_away_from_lowers_its_moved_marker(tmp_path):
         spark_planned(cp, b)
         x.flushed(b)
         spark_committed(x, b)
-    x.log.note_committed(3)
+    x.wal_log.note_committed(3)
     x.close()
     y = WalFactory(tmp_path / "y", checkpoint=cp)
     follow_move(x.wal, y.wal, str(cp))
@@ -647,8 +647,8 @@ def test_a_repair_of_the_wal_moved_away_from_lowers_its_moved_marker(tmp_path):
         spark_committed(y, b)
         y.flush(b)
     y.close()
-    with WalLog.open_writer(x.wal) as log:
-        broken = [(v.batch, v.detail) for v in catalog.describe(x.wal, log, str(cp))
+    with WalLog.open_writer(x.wal) as wal_log:
+        broken = [(v.batch, v.detail) for v in catalog.describe(x.wal, wal_log, str(cp))
                   if v.action == RecoveryAction.ERROR]
     refused = None
     try:

@@ -45,15 +45,15 @@ def test_files_of_a_batch_flushed_before_a_crash_are_removed_by_the_next_run(tmp
         f.sealed(1, rows=(4,))
         monkeypatch.setattr(replay, "remove_batch_files", killed)
         with pytest.raises(Killed):
-            Replayer(f.wal, f.log, lambda seal: RecordingUpserter(), f.checkpoint).run(
+            Replayer(f.wal, f.wal_log, lambda seal: RecordingUpserter(), f.checkpoint).run(
                 RecoveryPolicy.QUERY_START)
-        assert f.log.get(0).state is BatchState.FLUSHED
+        assert f.wal_log.get(0).state is BatchState.FLUSHED
         assert f.wal.read_flushed_through() == 0
         assert f.wal.staged_batch_ids() == [0, 1]      # batch 0 is done, its files are not gone
         monkeypatch.undo()
         WRITES.clear()
 
-        report = Replayer(f.wal, f.log, lambda seal: RecordingUpserter(), f.checkpoint).run(
+        report = Replayer(f.wal, f.wal_log, lambda seal: RecordingUpserter(), f.checkpoint).run(
             RecoveryPolicy.QUERY_START)
         assert report.replayed == [1]
         assert {batch for batch, _, _ in WRITES} == {1}   # no row of batch 0 written again
@@ -65,7 +65,7 @@ def test_a_flushed_batch_without_files_and_other_batches_are_left_alone(tmp_path
     with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
         f.flushed(0)
         f.sealed(1, committed=False)                   # Spark may still commit it
-        report = Replayer(f.wal, f.log, lambda seal: RecordingUpserter(), f.checkpoint).run(
+        report = Replayer(f.wal, f.wal_log, lambda seal: RecordingUpserter(), f.checkpoint).run(
             RecoveryPolicy.QUERY_FLUSHER)
         assert report.replayed == [] and report.waiting_at == 1
         assert f.wal.staged_batch_ids() == [1]         # the undecided batch keeps its files

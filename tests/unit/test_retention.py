@@ -54,14 +54,14 @@ def seal(wal: WalDir, batch: int, rows: int = 100):
     return seal_batch(wal, batch, [stage(wal, batch, rows=rows)])
 
 
-def flush(wal: WalDir, log: WalLog, batch: int, rows: int = 100):
-    log.ingest(seal(wal, batch, rows))
-    log.begin_flush(batch)
-    return log.mark_flushed(batch)
+def flush(wal: WalDir, wal_log: WalLog, batch: int, rows: int = 100):
+    wal_log.ingest(seal(wal, batch, rows))
+    wal_log.begin_flush(batch)
+    return wal_log.mark_flushed(batch)
 
 
-def kept(log: WalLog) -> list[int]:
-    return [r.batch for r in log.records()]
+def kept(wal_log: WalLog) -> list[int]:
+    return [r.batch for r in wal_log.records()]
 
 
 def has_files(wal: WalDir, batch: int) -> tuple[bool, bool]:
@@ -70,34 +70,34 @@ def has_files(wal: WalDir, batch: int) -> tuple[bool, bool]:
 
 # -- keep_batches -------------------------------------------------------------------------
 
-def test_keep_batches_keeps_the_newest_finished_batches(wal, log, clock):
+def test_keep_batches_keeps_the_newest_finished_batches(wal, wal_log, clock):
     for b in range(6):
-        flush(wal, log, b)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=2)) == [0, 1, 2, 3]
-    assert kept(log) == [4, 5]
+        flush(wal, wal_log, b)
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=2)) == [0, 1, 2, 3]
+    assert kept(wal_log) == [4, 5]
     assert [has_files(wal, b) for b in range(6)] == [(False, False)] * 4 + [(True, True)] * 2
 
 
-def test_keep_batches_counts_discarded_batches_as_finished(wal, log, clock):
-    flush(wal, log, 0)
-    log.discard(1, "never committed")
-    flush(wal, log, 2)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1)) == [0, 1]
-    assert kept(log) == [2]
+def test_keep_batches_counts_discarded_batches_as_finished(wal, wal_log, clock):
+    flush(wal, wal_log, 0)
+    wal_log.discard(1, "never committed")
+    flush(wal, wal_log, 2)
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1)) == [0, 1]
+    assert kept(wal_log) == [2]
 
 
-def test_keep_batches_larger_than_the_log_removes_nothing(wal, log, clock):
+def test_keep_batches_larger_than_the_log_removes_nothing(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=10)) == []
-    assert kept(log) == [0, 1, 2]
+        flush(wal, wal_log, b)
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=10)) == []
+    assert kept(wal_log) == [0, 1, 2]
 
 
-def test_keep_batches_zero_removes_every_finished_batch(wal, log, clock):
+def test_keep_batches_zero_removes_every_finished_batch(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0)) == [0, 1, 2]
-    assert kept(log) == []
+        flush(wal, wal_log, b)
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0)) == [0, 1, 2]
+    assert kept(wal_log) == []
 
 
 def test_negative_keep_batches_is_rejected():
@@ -105,161 +105,161 @@ def test_negative_keep_batches_is_rejected():
         RetentionPolicy(keep_batches=-1)
 
 
-def test_retention_twice_removes_nothing_more(wal, log, clock):
+def test_retention_twice_removes_nothing_more(wal, wal_log, clock):
     for b in range(4):
-        flush(wal, log, b)
+        flush(wal, wal_log, b)
     policy = RetentionPolicy(keep_batches=2)
-    assert apply_retention(wal, log, policy) == [0, 1]
-    assert apply_retention(wal, log, policy) == []
+    assert apply_retention(wal, wal_log, policy) == [0, 1]
+    assert apply_retention(wal, wal_log, policy) == []
 
 
 # -- keep_seconds -------------------------------------------------------------------------
 
-def test_batch_beyond_keep_batches_but_young_is_kept(wal, log, clock):
+def test_batch_beyond_keep_batches_but_young_is_kept(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
+        flush(wal, wal_log, b)
     clock.advance(59)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1, keep_seconds=60)) == []
-    assert kept(log) == [0, 1, 2]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1, keep_seconds=60)) == []
+    assert kept(wal_log) == [0, 1, 2]
 
 
-def test_batch_beyond_keep_batches_and_old_is_removed(wal, log, clock):
+def test_batch_beyond_keep_batches_and_old_is_removed(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
+        flush(wal, wal_log, b)
     clock.advance(60)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1, keep_seconds=60)) == [0, 1]
-    assert kept(log) == [2]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1, keep_seconds=60)) == [0, 1]
+    assert kept(wal_log) == [2]
 
 
-def test_only_the_old_batches_beyond_keep_batches_are_removed(wal, log, clock):
-    flush(wal, log, 0)
-    flush(wal, log, 1)
+def test_only_the_old_batches_beyond_keep_batches_are_removed(wal, wal_log, clock):
+    flush(wal, wal_log, 0)
+    flush(wal, wal_log, 1)
     clock.advance(120)
-    flush(wal, log, 2)
-    flush(wal, log, 3)
+    flush(wal, wal_log, 2)
+    flush(wal, wal_log, 3)
     clock.advance(30)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1, keep_seconds=60)) == [0, 1]
-    assert kept(log) == [2, 3]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1, keep_seconds=60)) == [0, 1]
+    assert kept(wal_log) == [2, 3]
 
 
-def test_batch_within_keep_batches_is_kept_however_old(wal, log, clock):
+def test_batch_within_keep_batches_is_kept_however_old(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
+        flush(wal, wal_log, b)
     clock.advance(10 * 365 * 86400)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=3, keep_seconds=1)) == []
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=3, keep_seconds=1)) == []
 
 
-def test_keep_seconds_alone_with_keep_batches_zero(wal, log, clock):
-    flush(wal, log, 0)
+def test_keep_seconds_alone_with_keep_batches_zero(wal, wal_log, clock):
+    flush(wal, wal_log, 0)
     clock.advance(100)
-    flush(wal, log, 1)
+    flush(wal, wal_log, 1)
     clock.advance(10)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == [0]
-    assert kept(log) == [1]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == [0]
+    assert kept(wal_log) == [1]
 
 
-def test_age_counts_from_when_the_batch_finished_not_when_it_was_sealed(wal, log, clock):
-    log.ingest(seal(wal, 0))
-    log.begin_flush(0)
+def test_age_counts_from_when_the_batch_finished_not_when_it_was_sealed(wal, wal_log, clock):
+    wal_log.ingest(seal(wal, 0))
+    wal_log.begin_flush(0)
     clock.advance(1000)         # a slow flush
-    log.mark_flushed(0)
-    flush(wal, log, 1)
+    wal_log.mark_flushed(0)
+    flush(wal, wal_log, 1)
     clock.advance(10)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == []
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == []
 
 
 # -- what is never removed ----------------------------------------------------------------
 
-def test_forgetting_a_discarded_batch_leaves_the_files_of_sparks_rerun(wal, log, clock):
+def test_forgetting_a_discarded_batch_leaves_the_files_of_sparks_rerun(wal, wal_log, clock):
     # Recovery discarded batch 1 (never committed) and removed its files; Spark re-ran it
     # with the same id, staged and sealed, not ingested yet. Forgetting the old DISCARDED
     # record must not delete the re-run's files: they are a committed batch's only copy.
-    flush(wal, log, 0)
+    flush(wal, wal_log, 0)
     seal(wal, 1)
-    log.discard(1, "never committed")
+    wal_log.discard(1, "never committed")
     remove_batch_files(wal, 1)
     rerun = seal(wal, 1)
     clock.advance(100)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == [0, 1]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0, keep_seconds=50)) == [0, 1]
     assert has_files(wal, 1) == (True, True)
     assert read_seal(wal, 1).seal_id == rerun.seal_id
 
 
-def test_unfinished_batches_are_never_removed(wal, log, clock):
-    log.ingest(seal(wal, 0))
-    log.ingest(seal(wal, 1))
-    log.begin_flush(1)
-    flush(wal, log, 2)
+def test_unfinished_batches_are_never_removed(wal, wal_log, clock):
+    wal_log.ingest(seal(wal, 0))
+    wal_log.ingest(seal(wal, 1))
+    wal_log.begin_flush(1)
+    flush(wal, wal_log, 2)
     clock.advance(10_000)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0, keep_seconds=1)) == [2]
-    assert [(r.batch, r.state) for r in log.records()] == \
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0, keep_seconds=1)) == [2]
+    assert [(r.batch, r.state) for r in wal_log.records()] == \
         [(0, BatchState.SEALED), (1, BatchState.FLUSHING)]
     assert has_files(wal, 0) == has_files(wal, 1) == (True, True)
 
 
-def test_staged_and_sealed_batches_outside_the_log_are_untouched(wal, log, clock):
-    flush(wal, log, 0)
+def test_staged_and_sealed_batches_outside_the_log_are_untouched(wal, wal_log, clock):
+    flush(wal, wal_log, 0)
     stage(wal, 1)
     seal(wal, 2)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0)) == [0]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0)) == [0]
     assert wal.staged_batch_ids() == [1, 2]
     # Batch 0 keeps its seal: it is the newest *flushed* batch, whose last timestamp the next
     # seal must exceed even if the undecided seal 2 is later discarded.
     assert wal.sealed_batch_ids() == [0, 2]
 
 
-def test_newest_seal_is_kept_when_its_batch_is_removed(wal, log, clock):
+def test_newest_seal_is_kept_when_its_batch_is_removed(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
-    apply_retention(wal, log, RetentionPolicy(keep_batches=0))
+        flush(wal, wal_log, b)
+    apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0))
     assert wal.sealed_batch_ids() == [2]
     assert has_files(wal, 2) == (False, True)
     assert read_seal(wal, 2).rows == 100
 
 
-def test_newest_seal_is_kept_when_a_later_batch_was_discarded(wal, log, clock):
+def test_newest_seal_is_kept_when_a_later_batch_was_discarded(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
-    log.discard(3, "never committed")
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1)) == [0, 1, 2]
+        flush(wal, wal_log, b)
+    wal_log.discard(3, "never committed")
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1)) == [0, 1, 2]
     assert wal.sealed_batch_ids() == [2]
 
 
-def test_newest_flushed_seal_is_kept_when_a_newer_seal_was_discarded(wal, log, clock):
+def test_newest_flushed_seal_is_kept_when_a_newer_seal_was_discarded(wal, wal_log, clock):
     """A newer seal that Spark never committed must not displace the timestamps' floor."""
     for b in range(3):
-        flush(wal, log, b)
+        flush(wal, wal_log, b)
     seal(wal, 3)                       # sealed, then Spark never committed it
-    log.discard(3, "never committed")
+    wal_log.discard(3, "never committed")
     remove_batch_files(wal, 3)         # as recovery's discard does
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=0)) == [0, 1, 2, 3]
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0)) == [0, 1, 2, 3]
     assert wal.sealed_batch_ids() == [2]
     assert next_base_timestamp(wal, 3, clock_us=0) == read_seal(wal, 2).last_ts_us + 1
 
 
-def test_kept_seal_is_removed_once_a_newer_batch_is_flushed(wal, log, clock):
+def test_kept_seal_is_removed_once_a_newer_batch_is_flushed(wal, wal_log, clock):
     for b in range(3):
-        flush(wal, log, b)
-    apply_retention(wal, log, RetentionPolicy(keep_batches=0))
+        flush(wal, wal_log, b)
+    apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0))
     assert wal.sealed_batch_ids() == [2]
-    flush(wal, log, 3)
-    assert apply_retention(wal, log, RetentionPolicy(keep_batches=1)) == []
+    flush(wal, wal_log, 3)
+    assert apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1)) == []
     assert wal.sealed_batch_ids() == [3]
-    assert kept(log) == [3]
+    assert kept(wal_log) == [3]
 
 
-def test_timestamps_stay_increasing_after_retention(wal, log, clock):
-    last = max(flush(wal, log, b).seal.last_ts_us for b in range(3))
-    apply_retention(wal, log, RetentionPolicy(keep_batches=0))
+def test_timestamps_stay_increasing_after_retention(wal, wal_log, clock):
+    last = max(flush(wal, wal_log, b).seal.last_ts_us for b in range(3))
+    apply_retention(wal, wal_log, RetentionPolicy(keep_batches=0))
     assert next_base_timestamp(wal, 3, clock_us=0) == last + 1
 
 
-def test_retention_removes_rows_record_segments_and_seal(wal, log, clock):
-    flush(wal, log, 0)
-    flush(wal, log, 1)
-    apply_retention(wal, log, RetentionPolicy(keep_batches=1))
-    assert log.get(0) is None
-    assert list(log.chunks(0)) == []
+def test_retention_removes_rows_record_segments_and_seal(wal, wal_log, clock):
+    flush(wal, wal_log, 0)
+    flush(wal, wal_log, 1)
+    apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1))
+    assert wal_log.get(0) is None
+    assert list(wal_log.chunks(0)) == []
     assert has_files(wal, 0) == (False, False)
     assert wal.staged_batch_ids() == [1]
 
@@ -313,7 +313,7 @@ def test_wal_size_of_a_fresh_wal_is_tiny(wal):
     assert size.total == 0
 
 
-def test_wal_size_grows_with_staged_data_and_shrinks_after_retention(wal, log, clock):
+def test_wal_size_grows_with_staged_data_and_shrinks_after_retention(wal, wal_log, clock):
     before = wal_size(wal)
     refs = [stage(wal, 0, partition=p, rows=2000) for p in range(3)]
     staged = wal_size(wal)
@@ -321,21 +321,21 @@ def test_wal_size_grows_with_staged_data_and_shrinks_after_retention(wal, log, c
     assert staged.total >= before.total + staged.segments
     sealed = seal_batch(wal, 0, refs)
     assert wal_size(wal).seals == os.path.getsize(wal.seal_path(0))
-    log.ingest(sealed)
-    log.begin_flush(0)
-    log.mark_flushed(0)
-    flush(wal, log, 1, rows=10)
+    wal_log.ingest(sealed)
+    wal_log.begin_flush(0)
+    wal_log.mark_flushed(0)
+    flush(wal, wal_log, 1, rows=10)
     grown = wal_size(wal)
     assert grown.total > staged.total
-    apply_retention(wal, log, RetentionPolicy(keep_batches=1))
+    apply_retention(wal, wal_log, RetentionPolicy(keep_batches=1))
     after = wal_size(wal)
     assert after.segments < grown.segments
     assert after.total < grown.total
     assert after.segments == grown.segments - sum(r.bytes for r in refs)
 
 
-def test_wal_size_total_is_the_sum_of_its_parts(wal, log, clock):
-    flush(wal, log, 0)
+def test_wal_size_total_is_the_sum_of_its_parts(wal, wal_log, clock):
+    flush(wal, wal_log, 0)
     size = wal_size(wal)
     assert size.total == size.segments + size.log + size.seals
     assert size.log > 0
@@ -361,10 +361,10 @@ def test_the_floor_seal_stays_when_only_skipped_batches_follow_it(tmp_path):
         floor = last_written_ts_us(f.wal, read_seal(f.wal, 0))
         f.commit(1)
         f.commit(2)                     # the writer was not called for 1 and 2: skipped
-        Replayer(f.wal, f.log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
-        assert f.log.flushed_through() == 2
+        Replayer(f.wal, f.wal_log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
+        assert f.wal_log.flushed_through() == 2
         for _ in range(2):
-            apply_retention(f.wal, f.log, RetentionPolicy(keep_batches=0))
+            apply_retention(f.wal, f.wal_log, RetentionPolicy(keep_batches=0))
         assert next_base_timestamp(f.wal, 3, clock_us=0) > floor
 
 

@@ -121,7 +121,7 @@ ALL_IDS = [i for s in range(len(ROWS)) for i in ids_of_segment(s)]
 
 
 def write(writer, f: WalFactory) -> list[Acknowledged]:
-    return list(writer.write(f.log, f.built[BATCH].seal, f.log.get(BATCH)))
+    return list(writer.write(f.wal_log, f.built[BATCH].seal, f.wal_log.get(BATCH)))
 
 
 def test_every_row_is_written_once_at_its_sealed_timestamp(writer, wal, tmp_path):
@@ -141,7 +141,7 @@ def test_acknowledgements_are_growing_prefixes_in_seal_order(writer, wal, tmp_pa
 
 
 def test_a_write_resumes_after_the_acknowledged_prefix(writer, wal, tmp_path):
-    wal.log.record_progress(BATCH, 1, 0, ROWS[0])    # segment 0 acknowledged
+    wal.wal_log.record_progress(BATCH, 1, 0, ROWS[0])    # segment 0 acknowledged
     acks = write(writer, wal)
     assert sorted(row for row, _ in written(tmp_path)) == ids_of_segment(1) + ids_of_segment(2)
     assert sum(a.rows for a in acks) == ROWS[1] + ROWS[2]
@@ -157,9 +157,9 @@ def test_a_damaged_chunk_raises_before_any_of_its_rows_is_written(writer, wal, t
         fh.seek(0)
         fh.write(data)
     key = fmt.rows_key(BATCH, 1, 1)
-    value = bytearray(wal.log._db[key])
+    value = bytearray(wal.wal_log._db[key])
     value[-1] ^= 0xFF
-    wal.log._db[key] = bytes(value)
+    wal.wal_log._db[key] = bytes(value)
     with pytest.raises(WalCorrupted):
         write(writer, wal)
     damaged = ids_of_segment(1)[2:]             # the chunk of rows 2.. of segment 1
@@ -171,7 +171,7 @@ def test_a_failed_write_raises_having_acknowledged_only_rows_written(writer, wal
     monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(2)[0]))
     acks = []
     with pytest.raises(Exception) as raised:
-        for ack in writer.write(wal.log, wal.built[BATCH].seal, wal.log.get(BATCH)):
+        for ack in writer.write(wal.wal_log, wal.built[BATCH].seal, wal.wal_log.get(BATCH)):
             acks.append(ack)
     assert is_transient(raised.value), raised.value        # the batch is kept and retried
     done = {row for row, _ in written(tmp_path)}
@@ -181,9 +181,9 @@ def test_a_failed_write_raises_having_acknowledged_only_rows_written(writer, wal
 
 
 def test_the_writer_leaves_the_log_alone(writer, wal, tmp_path):
-    before = wal.log.get(BATCH)
+    before = wal.wal_log.get(BATCH)
     write(writer, wal)
-    after = wal.log.get(BATCH)
+    after = wal.wal_log.get(BATCH)
     assert after.state is BatchState.FLUSHING
     assert (after.next_segment, after.next_chunk, after.flushed_rows) == \
         (before.next_segment, before.next_chunk, before.flushed_rows)
@@ -199,10 +199,10 @@ def test_written_twice_the_cells_are_the_same(writer, wal, tmp_path):
 
 def test_through_the_replayer_the_batch_is_marked_once_every_row_is_written(writer, wal,
                                                                             tmp_path):
-    replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
+    replayer = Replayer(wal.wal, wal.wal_log, None, wal.checkpoint, writer=writer)
     report = replayer.run(RecoveryPolicy.QUERY_FLUSHER)
     assert report.replayed == [BATCH]
-    assert wal.log.get(BATCH).state is BatchState.FLUSHED
+    assert wal.wal_log.get(BATCH).state is BatchState.FLUSHED
     assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
 
 
@@ -210,21 +210,21 @@ def failed_flush(writer, wal, monkeypatch, segment: int) -> Replayer:
     """A Replayer whose flush of the batch failed at the first row of ``segment`` (which it
     keeps failing until ``FAIL_ENV`` is cleared)."""
     monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(segment)[0]))
-    replayer = Replayer(wal.wal, wal.log, None, wal.checkpoint, writer=writer)
+    replayer = Replayer(wal.wal, wal.wal_log, None, wal.checkpoint, writer=writer)
     with pytest.raises(Exception):
         replayer.run(RecoveryPolicy.QUERY_FLUSHER)
-    assert wal.log.get(BATCH).state is BatchState.FLUSHING
+    assert wal.wal_log.get(BATCH).state is BatchState.FLUSHING
     return replayer
 
 
 def test_through_the_replayer_a_failure_keeps_the_batch_and_a_retry_writes_the_rest(
         writer, wal, tmp_path, monkeypatch):
     replayer = failed_flush(writer, wal, monkeypatch, 2)
-    progress = wal.log.get(BATCH)
+    progress = wal.wal_log.get(BATCH)
     monkeypatch.setenv(FAIL_ENV, "")
     writer.reset()                               # as the flusher does after a failure
     replayer.run(RecoveryPolicy.QUERY_FLUSHER)
-    assert wal.log.get(BATCH).state is BatchState.FLUSHED
+    assert wal.wal_log.get(BATCH).state is BatchState.FLUSHED
     rows = written(tmp_path)
     assert sorted(set(row for row, _ in rows)) == ALL_IDS
     rewritten = [row for row in ALL_IDS if [r for r, _ in rows].count(row) > 1]
@@ -244,8 +244,8 @@ def acknowledged_ids(acks) -> set[int]:
 
 
 def test_a_write_skips_the_segments_acknowledged_beyond_the_prefix(writer, wal, tmp_path):
-    wal.log.record_acknowledged(BATCH, 1, ROWS[1])     # segment 1 written whole, 0 failed
-    record = wal.log.get(BATCH)
+    wal.wal_log.record_acknowledged(BATCH, 1, ROWS[1])     # segment 1 written whole, 0 failed
+    record = wal.wal_log.get(BATCH)
     assert record.acknowledged == ((1, ROWS[1]),) and record.flushed_rows == ROWS[1]
     acks = write(writer, wal)
     assert sorted(row for row, _ in written(tmp_path)) == ids_of_segment(0) + ids_of_segment(2)
@@ -258,7 +258,7 @@ def test_after_a_failed_segment_each_later_segment_written_whole_is_acknowledged
     monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(1)[0]))     # segment 1 fails at once
     acks = []
     with pytest.raises(Exception) as raised:
-        for ack in writer.write(wal.log, wal.built[BATCH].seal, wal.log.get(BATCH)):
+        for ack in writer.write(wal.wal_log, wal.built[BATCH].seal, wal.wal_log.get(BATCH)):
             acks.append(ack)
     assert is_transient(raised.value), raised.value
     done = {row for row, _ in written(tmp_path)}
@@ -272,7 +272,7 @@ def test_after_a_failed_segment_each_later_segment_written_whole_is_acknowledged
 def test_through_the_replayer_a_retry_writes_only_the_segments_not_acknowledged(
         writer, wal, tmp_path, monkeypatch):
     replayer = failed_flush(writer, wal, monkeypatch, 1)
-    kept = wal.log.get(BATCH)
+    kept = wal.wal_log.get(BATCH)
     scale_out = isinstance(writer, ExecutorsWriter)
     assert kept.acknowledged == (((2, ROWS[2]),) if scale_out else ())
     assert kept.flushed_rows == ROWS[0] + (ROWS[2] if scale_out else 0)
@@ -280,7 +280,7 @@ def test_through_the_replayer_a_retry_writes_only_the_segments_not_acknowledged(
     monkeypatch.setenv(FAIL_ENV, "")
     writer.reset()
     replayer.run(RecoveryPolicy.QUERY_FLUSHER)
-    assert wal.log.get(BATCH).state is BatchState.FLUSHED
+    assert wal.wal_log.get(BATCH).state is BatchState.FLUSHED
     again = sorted(row for row, _ in written(tmp_path)[first:])
     assert again == ids_of_segment(1) + ([] if scale_out else ids_of_segment(2))
     assert sorted(set(row for row, _ in written(tmp_path))) == ALL_IDS
@@ -303,14 +303,15 @@ def test_through_the_replayer_the_rows_are_copied_into_the_log_only_for_a_writer
     every row went through the driver's log first, whatever the mode); the driver's writer
     reads the log's copy, which retention keeps."""
     f = sealed_wal
-    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
-    record = f.log.get(BATCH)
+    Replayer(f.wal, f.wal_log, None, f.checkpoint,
+             writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
+    record = f.wal_log.get(BATCH)
     assert record.state is BatchState.FLUSHED
     assert sorted(row for row, _ in written(tmp_path)) == ALL_IDS
     base = f.built[BATCH].seal.base_ts_us
     assert all(ts == base + (row - BATCH * 1000) for row, ts in written(tmp_path))
     prefix = fmt.rows_prefix(BATCH)
-    copied = [k for k in f.log._db.keys(from_key=prefix) if k.startswith(prefix)]
+    copied = [k for k in f.wal_log._db.keys(from_key=prefix) if k.startswith(prefix)]
     assert record.rows_in_log == writer.reads_log == bool(copied)
 
 
@@ -332,13 +333,14 @@ def test_a_damaged_segment_blocks_before_any_row_of_the_batch_is_written(
         fh.seek(0)
         fh.write(data)
     with pytest.raises(RecoveryBlocked) as info:
-        Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
+        Replayer(f.wal, f.wal_log, None, f.checkpoint,
+                 writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
     assert info.value.batch == BATCH and seal.segments[1].name in str(info.value)
     if not writer.reads_store:
-        assert written(tmp_path) == [] and f.log.get(BATCH) is None
+        assert written(tmp_path) == [] and f.wal_log.get(BATCH) is None
         return
     assert sorted(row for row, _ in written(tmp_path)) == ids_of_segment(0) + ids_of_segment(2)
-    left = f.log.get(BATCH)
+    left = f.wal_log.get(BATCH)
     assert left.state is BatchState.FLUSHING and left.next_segment == 1
     assert left.acknowledged == ((2, ROWS[2]),)
 
@@ -352,16 +354,16 @@ def test_a_batch_a_scale_out_writer_left_is_finished_by_the_drivers_writer(
     monkeypatch.setenv(FAIL_ENV, str(ids_of_segment(1)[0]))
     f = sealed_wal
     tasks = ExecutorsWriter(LocalJob(), f.root, target, open_upserter=contract_upserter)
-    replayer = Replayer(f.wal, f.log, None, f.checkpoint, writer=tasks)
+    replayer = Replayer(f.wal, f.wal_log, None, f.checkpoint, writer=tasks)
     with pytest.raises(Exception):
         replayer.run(RecoveryPolicy.QUERY_FLUSHER)
-    left = f.log.get(BATCH)
+    left = f.wal_log.get(BATCH)
     assert left.state is BatchState.FLUSHING and not left.rows_in_log
     assert left.acknowledged == ((2, ROWS[2]),)
     first = len(written(tmp_path))
     monkeypatch.setenv(FAIL_ENV, "")
     replayer.run(RecoveryPolicy.QUERY_FLUSHER, writer=DriverWriter(lambda seal: ContractUpserter()))
-    assert f.log.get(BATCH).state is BatchState.FLUSHED
+    assert f.wal_log.get(BATCH).state is BatchState.FLUSHED
     assert sorted(row for row, _ in written(tmp_path)[first:]) == ids_of_segment(1)
     base = f.built[BATCH].seal.base_ts_us
     assert sorted(set(written(tmp_path))) == [(row, base + row - BATCH * 1000)
@@ -434,8 +436,9 @@ def ttl_wal(tmp_path, sealed_ago_s: float):
 
 def flush(writer, f: WalFactory) -> None:
     """What the flusher does: the Replayer takes the batch in hand and has the writer write it."""
-    Replayer(f.wal, f.log, None, f.checkpoint, writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
-    assert f.log.get(BATCH).state is BatchState.FLUSHED
+    Replayer(f.wal, f.wal_log, None, f.checkpoint,
+             writer=writer).run(RecoveryPolicy.QUERY_FLUSHER)
+    assert f.wal_log.get(BATCH).state is BatchState.FLUSHED
 
 
 def sent(tmp_path) -> list[dict]:

@@ -89,7 +89,7 @@ def blocked(flusher: QueryFlusher) -> bool:
 
 
 def states(flusher: QueryFlusher) -> list:
-    return [r.state for r in flusher.log.records()]
+    return [r.state for r in flusher.wal_log.records()]
 
 
 @pytest.mark.parametrize("error", [
@@ -266,14 +266,14 @@ def test_a_full_disk_under_the_log_waits_and_the_log_is_reopened_once_it_has_roo
         outage = Outage(OSError(111, "refused"))
         outage.down = False
         fake_cassandra(monkeypatch, flusher, outage)
-        full = FullDisk(flusher.log._db)
-        flusher.log._db = full
+        full = FullDisk(flusher.wal_log._db)
+        flusher.wal_log._db = full
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert isinstance(flusher.last_error, WalStorageError) and not blocked(flusher)
         # The operator frees the disk; RocksDB would still refuse writes until reopened:
         # the next drain reopens the log (dropping the failing handle) and finishes.
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
-        assert flusher.log._db is not full
+        assert flusher.wal_log._db is not full
         assert flusher.last_error is None and not blocked(flusher)
         assert states(flusher) == [BatchState.FLUSHED, BatchState.FLUSHED]
 
@@ -358,7 +358,7 @@ def test_a_reopen_that_fails_leaves_the_log_closed_and_the_next_drain_opens_it(
         outage = Outage(OSError(111, "refused"))
         outage.down = False
         fake_cassandra(monkeypatch, flusher, outage)
-        flusher.log._db = FullDisk(flusher.log._db)
+        flusher.wal_log._db = FullDisk(flusher.wal_log._db)
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
         assert isinstance(flusher.last_error, WalStorageError)
         real = WalLog.open_writer
@@ -368,7 +368,7 @@ def test_a_reopen_that_fails_leaves_the_log_closed_and_the_next_drain_opens_it(
 
         monkeypatch.setattr(WalLog, "open_writer", classmethod(lambda cls, wal: still_full(wal)))
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)
-        assert flusher.log.closed and isinstance(flusher.last_error, WalStorageError)
+        assert flusher.wal_log.closed and isinstance(flusher.last_error, WalStorageError)
         assert flusher._next_commit_to_watch() is None       # the loop's look survives it
         flusher.drain(RecoveryPolicy.QUERY_FLUSHER)                    # again: no AttributeError
         assert isinstance(flusher.last_error, WalStorageError) and not blocked(flusher)

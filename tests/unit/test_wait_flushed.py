@@ -84,10 +84,10 @@ def pointed(f: WalFactory) -> None:
 
 def mark_flushed(f: WalFactory, batch: int) -> None:
     """What the flusher does to a committed batch (as WalFactory.flushed)."""
-    if f.log.get(batch) is None:
-        f.log.ingest(f.built[batch].seal)
-    f.log.begin_flush(batch)
-    f.log.mark_flushed(batch)
+    if f.wal_log.get(batch) is None:
+        f.wal_log.ingest(f.built[batch].seal)
+    f.wal_log.begin_flush(batch)
+    f.wal_log.mark_flushed(batch)
     f.wal.write_flushed_through(batch)
     remove_batch_files(f.wal, batch, keep_seal=True)
 
