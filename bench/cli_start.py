@@ -3,7 +3,7 @@ WAL, as a shell runs them (the venv's console script, a new process each time).
 
 The commands alternate, one run of each per round, so that a busy moment of the (shared)
 machine hits all of them alike; reported: the median, min and max wall time of each over the
-rounds. ``python -c pass`` (the interpreter alone) is measured beside them as the floor, and
+rounds. ``python -c pass`` (the interpreter alone) is measured beside them as the baseline, and
 ``python -c 'import pyspark'`` as what importing Spark would add. Each command is also run
 once with ``-X importtime`` to record whether it imported pyspark (``inspect``, ``dump`` and
 ``verify`` must not: ``tests/unit/test_architecture.py``).

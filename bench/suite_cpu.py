@@ -6,7 +6,7 @@ used before the command started: the machine's own agents and kernel threads cou
 their share of the run), and prints the CPU by kind:
 Cassandra nodes, Spark driver JVMs, local-cluster executors, HDFS, Spark's Python workers, the
 simulation's processes, pytest itself, the install. A process that lives less than a sample's
-interval is missed, so the figures are a floor.
+interval is missed, so the figures are a lower bound.
 
     python3 bench/suite_cpu.py --out /tmp/cpu.json -- scripts/test    # the standard library only
     python3 bench/suite_cpu.py --report /tmp/cpu.json                 # the table again

@@ -44,9 +44,9 @@ def _recorded_target(wal: WalDir, creds: Mapping[str, str]) -> Target:
 
 def flush_shared_wal(jobs: TableJobs, creds: Mapping[str, str]) -> None:
     """A WAL of the earlier layout at the table root (every job in one WAL): write what it
-    holds, carry its timestamps into the floor, and remove it, before this job seals. Under
+    holds, raise the table's last timestamp to its own, and remove it, before this job seals. Under
     the table's lock, so that one job does it and none seals meanwhile."""
-    with jobs.floor.locked():
+    with jobs.timestamps.locked():
         wal = jobs.shared_wal()
         if wal is None:
             return
@@ -57,7 +57,7 @@ def flush_shared_wal(jobs: TableJobs, creds: Mapping[str, str]) -> None:
                 f"{wal.root} holds a WAL whose batch {report.waiting_at} waits for a Spark "
                 f"checkpoint (a stream's WAL?): batch jobs need a wal.path of their own; "
                 f"see docs/runbook.md to recover that WAL")
-        jobs.floor.raise_to(last_timestamp(wal))
+        jobs.timestamps.raise_to(last_timestamp(wal))
         jobs.retire_shared_wal(wal)
         log.info("cassandra_wal: %s: flushed and removed the WAL of the shared layout "
                  "(%d batches written)", wal.root, len(report.replayed))

@@ -42,7 +42,7 @@ TMP_SUFFIX = ".tmp"
 # A batch job's table root (FORMAT.md, "Batch jobs"): one WAL per job under it.
 JOBS_DIR = "jobs"
 DONE_DIR = "done"             # flushed job WALs, moved out of jobs/ in one rename, then removed
-FLOOR_FILE = "last_ts"
+LAST_TS_FILE = "last_ts"
 TABLE_LOCK_FILE = "lock"
 JOB_LOCK_FILE = "job.lock"
 

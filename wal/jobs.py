@@ -6,10 +6,10 @@ its own, ``<table root>/jobs/<job id>/`` (its one batch is :data:`JOB_BATCH`), s
 reads, discards or deletes another's batch. What the jobs share (``wal/FORMAT.md``,
 "Batch jobs"):
 
-* the **floor** (``last_ts``): the last write timestamp any job of the table used, read
-  and raised under an exclusive ``flock`` of ``lock`` when a job seals. A job's timestamps
-  start above it, so a later job's rows win over an earlier job's even when its clock is
-  behind (the property the chain of seals gave when the jobs shared one WAL).
+* the **table's last timestamp** (``last_ts``): the last write timestamp any job of the
+  table used, read and raised under an exclusive ``flock`` of ``lock`` when a job seals. A
+  job's timestamps start above it, so a later job's rows win over an earlier job's even when
+  its clock is behind (the property the chain of seals gave when the jobs shared one WAL).
 * the **job lock** (``jobs/<id>/job.lock``): a job holds it, exclusively, from the start of
   its commit to its end. A job WAL that is sealed and whose lock is free was left by a job
   that died after its seal: the next job completes it. An unsealed job WAL belongs to a job
@@ -31,7 +31,7 @@ from .files import atomic_write, fsync_dir, make_private_dirs
 from .format import (
     BLOCKED_FILE,
     DONE_DIR,
-    FLOOR_FILE,
+    LAST_TS_FILE,
     FLUSHED_THROUGH_FILE,
     JOB_LOCK_FILE,
     JOBS_DIR,
@@ -48,11 +48,11 @@ def _lock_fd(path: str) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
 
-class TableFloor:
+class TableTimestamps:
     """The table's last write timestamp (microseconds), shared by all its jobs."""
 
     def __init__(self, root: str):
-        self.path = os.path.join(root, FLOOR_FILE)
+        self.path = os.path.join(root, LAST_TS_FILE)
         self.lock_path = os.path.join(root, TABLE_LOCK_FILE)
 
     @contextlib.contextmanager
@@ -68,7 +68,7 @@ class TableFloor:
             os.close(fd)   # releases the lock
 
     def read(self) -> int:
-        """The floor (0: no job has sealed yet)."""
+        """The table's last timestamp (0: no job has sealed yet)."""
         try:
             with open(self.path, "rb") as f:
                 return int(f.read().strip() or 0)
@@ -80,8 +80,8 @@ class TableFloor:
 
     def claim(self, base_ts_us: int, rows: int) -> int:
         """Fix a job's base timestamp: ``base_ts_us`` (its own choice, from the clock) or above
-        every timestamp any job used; raise the floor over its ``rows`` rows before returning,
-        so that the floor is durable before the seal naming these timestamps is."""
+        every timestamp any job used; raise the table's last timestamp over its ``rows`` rows
+        before returning, so that it is durable before the seal naming these timestamps is."""
         with self.locked():
             base = max(base_ts_us, self.read() + 1)
             self._write(base + max(rows - 1, 0))
@@ -101,7 +101,7 @@ class TableJobs:
     def __init__(self, root: str):
         self.root = root
         self.jobs = os.path.join(root, JOBS_DIR)
-        self.floor = TableFloor(root)
+        self.timestamps = TableTimestamps(root)
 
     def job_root(self, job_id: str) -> str:
         return os.path.join(self.jobs, job_id)

@@ -15,8 +15,8 @@ batches the other WAL wrote missing. Three things make a move safe:
   before a move back (seals of executions Spark never committed, whose ids it committed later
   through the other WAL), are never taken for its own to write. A move back is refused only
   for what the WAL was left holding when it was current (its ``m/committed_through``).
-* **Timestamps go on rising**: a seal of no segment at that batch, its base above the old
-  WAL's last write timestamp, is the floor the new WAL's next seal starts above
+* **Timestamps go on rising**: a seal of no segment at that batch, its base at the old WAL's
+  last write timestamp (the *timestamp seal*), is what the new WAL's next seal starts above
   (:func:`wal.seal.next_base_timestamp`), whatever the clock does.
 
 Crash-safe: the checkpoint's pointer naming the new WAL (written after this, by the caller)
@@ -84,8 +84,8 @@ def _start_above(old: WalDir, new: WalDir, highest: int, was_current_through: in
     last (once at ``highest``, the steps are done)."""
     # What the new WAL holds of batches after it was last current, up to the last one Spark
     # committed, is a leftover of executions Spark never committed there (it committed them
-    # through the other WAL): gone, before the floor is written over one of them (or a
-    # floor a killed earlier try wrote: written again below).
+    # through the other WAL): gone, before the timestamp seal is written over one of them (or
+    # a timestamp seal a killed earlier try wrote: written again below).
     for batch in sorted(set(new.sealed_batch_ids()) | set(new.staged_batch_ids())
                         | set(entered_batch_ids(new))):
         if was_current_through < batch <= highest:
@@ -93,8 +93,8 @@ def _start_above(old: WalDir, new: WalDir, highest: int, was_current_through: in
     newest = max((b for b in old.sealed_batch_ids() if b <= highest), default=None)
     last = read_seal(old, newest) if newest is not None else None
     if last is not None:
-        # The floor: a seal of no rows at the last batch Spark committed, at the old WAL's
-        # last write timestamp (it writes nothing): the next seal starts above it.
+        # The timestamp seal: a seal of no rows at the last batch Spark committed, at the old
+        # WAL's last write timestamp (it writes nothing): the next seal starts above it.
         write_seal(new, Seal(batch=highest, segments=(), base_ts_us=last_written_ts_us(old, last),
                              query_id=last.query_id, commit_point=COMMIT_POINT_CHECKPOINT))
     new.write_flushed_through(highest)

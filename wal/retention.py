@@ -171,8 +171,8 @@ def apply_retention(wal: WalDir, wal_log: WalLog, policy: RetentionPolicy) -> li
     through = wal_log.flushed_through()
     known = {r.batch for r in wal_log.records()}
     sealed = wal.sealed_batch_ids()
-    floor = max((b for b in sealed if b <= through), default=None)
+    kept_for_timestamps = max((b for b in sealed if b <= through), default=None)
     for batch in sealed:
-        if batch < through and batch not in known and batch != floor:
+        if batch < through and batch not in known and batch != kept_for_timestamps:
             remove_batch_files(wal, batch)
     return sorted(removed)

@@ -30,8 +30,9 @@ COMMIT_POINT_CHECKPOINT = "spark-checkpoint"   # streaming: final once commits/N
 COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: final when sealed
 
 
-class TimestampFloor(Protocol):
-    """Where a batch job's timestamps start (:class:`wal.jobs.TableFloor`)."""
+class TimestampClaims(Protocol):
+    """Where a batch job's timestamps start: above every timestamp the table's other jobs
+    claimed (:class:`wal.jobs.TableTimestamps`)."""
 
     def claim(self, base_ts_us: int, rows: int) -> int:
         """The base timestamp for ``rows`` rows, at least ``base_ts_us``, above every earlier
@@ -171,15 +172,15 @@ def next_base_timestamp(wal: WalDir, batch: int, clock_us: int | None = None) ->
     retention always keeps the newest seal, so the chain of timestamps never goes backwards
     even when the clock does.
     """
-    floor = 0
+    after_previous_seal = 0
     for other in reversed(wal.sealed_batch_ids()):
         if other >= batch:
             continue
         prev = read_seal(wal, other)
         if prev is not None:
-            floor = last_written_ts_us(wal, prev) + 1
+            after_previous_seal = last_written_ts_us(wal, prev) + 1
             break
-    return max(clock_us if clock_us is not None else now_us(), floor)
+    return max(clock_us if clock_us is not None else now_us(), after_previous_seal)
 
 
 def last_written_ts_us(wal: WalDir, seal: Seal) -> int:
@@ -203,20 +204,22 @@ def check_width(batch: int, segments: tuple[SegmentRef, ...]) -> None:
 
 def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: str = "",
                commit_point: str = COMMIT_POINT_CHECKPOINT, write: SealedWrite | None = None,
-               floor: TimestampFloor | None = None, seal_id: str | None = None) -> Seal:
+               shared_timestamps: TimestampClaims | None = None,
+               seal_id: str | None = None) -> Seal:
     """Choose the winning segments' order, fix the timestamps, and write the seal.
     ``seal_id``: the one the caller announced (a foreachBatch writer's entry names it).
 
-    ``floor``: a batch job's table floor (:class:`wal.jobs.TableFloor`). Each job has a WAL of
-    its own, so its seals alone say nothing of other jobs' timestamps; the floor does, and is
-    raised (durably) before the seal is written."""
+    ``shared_timestamps``: a batch job's table's last timestamp
+    (:class:`wal.jobs.TableTimestamps`). Each job has a WAL of its own, so its seals alone say
+    nothing of other jobs' timestamps; the table's last timestamp does, and is raised
+    (durably) before the seal is written."""
     ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))
     check_width(batch, ordered)
     if wal.remote:      # the previous seal may have been written on another host
         wal.remote.pull_seals(wal.root)
     base_ts_us = next_base_timestamp(wal, batch)
-    if floor is not None:
-        base_ts_us = floor.claim(base_ts_us, sum(s.rows for s in ordered))
+    if shared_timestamps is not None:
+        base_ts_us = shared_timestamps.claim(base_ts_us, sum(s.rows for s in ordered))
     seal = Seal(batch=batch, segments=ordered, base_ts_us=base_ts_us,
                 query_id=query_id, commit_point=commit_point, write=write,
                 **({"seal_id": seal_id} if seal_id else {}))

@@ -169,8 +169,8 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
             if batch in chosen else []
         # Above every earlier batch as it is written (one re-stamped before included), and
         # above what this plan re-stamps before it.
-        floor = max(next_base_timestamp(wal, batch, clock_us=0), next_base or 0)
-        if not hidden and current.base_ts_us >= floor:
+        lowest_base = max(next_base_timestamp(wal, batch, clock_us=0), next_base or 0)
+        if not hidden and current.base_ts_us >= lowest_base:
             if args.batch is not None and batch == args.batch:
                 raise CliError(f"batch {batch} writes no column dropped after its seal: it "
                                f"lands as sealed", "nothing to amend")
@@ -189,7 +189,7 @@ def _restamp(wal: WalDir, views: dict[int, catalog.BatchView], batches: list[int
             raise CliError(f"batch {batch} is partly written ({view.flushed_rows} rows at its "
                            f"sealed timestamps): re-stamping the rest would split it",
                            "use --without-column for it (nothing was recorded)")
-        base = max([t + 1 for _, t in hidden] + [floor])
+        base = max([t + 1 for _, t in hidden] + [lowest_base])
         next_base = base + seal.rows
         earlier = _earlier(wal, seal)
         out.append(Amendment(batch, earlier.without_columns if earlier else (), base, why,

@@ -28,7 +28,7 @@ MAX_TTL_SECONDS = 630_720_000  # Cassandra's limit: 20 years.
 #: ``spark.cassandra.connection.ssl.protocol`` values we can honour, each as the lowest and
 #: highest ``ssl.TLSVersion`` member name. As in SCC (Java's ``SSLContext.getInstance``), the
 #: name is the *highest* version offered: ``TLSv1.3`` still talks to a node that speaks only
-#: 1.2, ``TLSv1.2`` never offers 1.3. The floor is 1.2 throughout: Java disables 1.0 and 1.1 by
+#: 1.2, ``TLSv1.2`` never offers 1.3. 1.2 is the minimum throughout: Java disables 1.0 and 1.1 by
 #: default (RFC 8996), and so does Python's ssl. Names are kept as strings so that this module
 #: does not import ssl (:mod:`recovery.cql.connection` does, on first use).
 TLS_PROTOCOLS: dict[str, tuple[str, str]] = {

@@ -73,10 +73,11 @@ def _check_inet(value: str) -> str:
     return value
 
 
-def _floor_to_millis(value: Any) -> Any:
+def _round_down_to_millis(value: Any) -> Any:
     """Cassandra keeps milliseconds. The driver computes them as ``int(seconds * 1e3 +
     micros / 1e3)``, which rounds toward zero: before 1970 a sub-millisecond part would land
-    1 ms late. Drop it here (a floor, as Spark's ``unix_millis``), so the driver's sum is exact."""
+    1 ms late. Drop it here (rounded down, as Spark's ``unix_millis``), so the driver's sum is
+    exact."""
     micros = getattr(value, "microsecond", 0)
     if micros % 1000:
         return value.replace(microsecond=micros - micros % 1000)
@@ -103,7 +104,7 @@ def _as_set(items: list[Any]) -> Any:
 
 
 _SCALAR_FNS: dict[str, ValueFn] = {
-    "timestamp": _floor_to_millis,
+    "timestamp": _round_down_to_millis,
     "uuid": _to_uuid,
     "timeuuid": _to_timeuuid,
     "ascii": _check_ascii,

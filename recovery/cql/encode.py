@@ -15,7 +15,7 @@ boolean                     bool               one byte, 0 or 1
 text/varchar                string             the UTF-8 bytes as Arrow holds them
 ascii                       string, all ASCII  the same bytes
 blob                        binary             as is
-timestamp                   timestamp (any)    milliseconds since the epoch, floored, 8 bytes
+timestamp                   timestamp (any)    milliseconds since the epoch, rounded down, 8 bytes
 date                        date32             days since the epoch + 2**31, unsigned, 4 bytes
 ==========================  =================  =========================================
 

@@ -8,7 +8,7 @@ of its letters, an ``inet`` one address however it is spelt, a frozen set or map
 any order of its elements. So each key column is hashed from the value Cassandra gets:
 
 - integers, booleans, dates and times, from their integer value; a ``timestamp`` from its
-  milliseconds, floored (as :mod:`recovery.cql.encode` sends it);
+  milliseconds, rounded down (as :mod:`recovery.cql.encode` sends it);
 - text and blobs, from their bytes and length: a polynomial over the bytes modulo 2**64,
   computed for the whole column at once on Arrow's buffers, a few MB of bytes at a time
   (:func:`_bytes_hashes`; Python's ``hash`` of a string differs from one process to the next,

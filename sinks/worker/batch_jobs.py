@@ -4,7 +4,7 @@ Runs in Spark's commit worker on the driver host, once per job (layout: :mod:`wa
 
 1. take the job's lock (held to the end of the commit);
 2. flush a WAL of the earlier, shared layout if the table root holds one, then remove it;
-3. seal the job's batch with timestamps above the table's floor;
+3. seal the job's batch with timestamps above the table's last timestamp;
 4. write it to Cassandra and return only once every row is acknowledged, then remove the
    job's WAL;
 5. complete job WALs that other jobs sealed and left when they died (their lock is free).
@@ -32,7 +32,7 @@ def commit_job(plan: WritePlan, messages: Iterable[StageMessage | None]) -> None
     with jobs.holding(plan.wal_root):
         flush_shared_wal(jobs, creds)
         commit_batch(plan, messages, JOB_BATCH, commit_point=COMMIT_POINT_SEAL,
-                     floor=jobs.floor)
+                     shared_timestamps=jobs.timestamps)
         if not plan.config.wal.flush:
             return   # sealed only (benchmarks): the next job, or recover, writes it
         flush_sealed(plan.wal, plan.target.with_credentials(creds))

@@ -312,7 +312,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     _spec(
         "spark.cassandra.connection.ssl.protocol", values.ssl_protocol,
         "Highest TLS version offered, as in SCC (Java's protocol names): `TLS` (any, at least "
-        "1.2), `TLSv1.3` (1.2 or 1.3), `TLSv1.2` (1.2 only). 1.2 is the floor throughout, as "
+        "1.2), `TLSv1.3` (1.2 or 1.3), `TLSv1.2` (1.2 only). 1.2 is the minimum throughout, as "
         "in current JDKs: `TLSv1`, `TLSv1.1` and `SSL*` are refused (deprecated by RFC 8996), "
         "whether TLS is enabled or not.",
         section=_A, target="connection.ssl_protocol",

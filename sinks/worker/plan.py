@@ -35,7 +35,7 @@ from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull, WalMoveRefused
 from wal.files import others_can_write
 from wal.format import POINTER_FILE, SEGMENTS_DIR, batch_name
-from wal.jobs import TableFloor, TableJobs
+from wal.jobs import TableTimestamps, TableJobs
 from wal.layout import WalDir
 from wal.move import confirm_current, follow_move
 from wal.pointer import (
@@ -507,10 +507,11 @@ def check_not_committed(checkpoint: str, batch_id: int) -> None:
 
 def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch_id: int,
                  commit_point: str = COMMIT_POINT_CHECKPOINT,
-                 floor: TableFloor | None = None, seal_id: str | None = None) -> Seal:
+                 shared_timestamps: TableTimestamps | None = None,
+                 seal_id: str | None = None) -> Seal:
     """Seal the batch: the winning segments and the write timestamps, durably, before return.
-    ``floor``: a batch job's table floor; ``seal_id``: the one announced (both
-    :func:`wal.seal.seal_batch`)."""
+    ``shared_timestamps``: a batch job's table's last timestamp; ``seal_id``: the one
+    announced (both :func:`wal.seal.seal_batch`)."""
     use_access(plan.access)
     messages = [m for m in messages if m is not None]
     staged = [m for m in messages if m.segment]
@@ -526,7 +527,8 @@ def commit_batch(plan: WritePlan, messages: Iterable[StageMessage | None], batch
         check_not_committed(plan.checkpoint, batch_id)
     crash_point("commit.before_seal")
     seal = seal_batch(plan.wal, batch_id, refs, query_id=query_id, commit_point=commit_point,
-                      write=plan.target.write_record(), floor=floor, seal_id=seal_id)
+                      write=plan.target.write_record(), shared_timestamps=shared_timestamps,
+                      seal_id=seal_id)
     crash_point("commit.after_seal")
     return seal
 

@@ -19,7 +19,7 @@ from sinkutil import (assert_rows_equal, committed_batches, create_table, read_t
                       wait_query_done, write_json_files)
 
 from tests.helpers.node import ServerScript, create_keyspace, load_cassandra_node_module
-from wal.jobs import TableFloor
+from wal.jobs import TableTimestamps
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration
@@ -142,9 +142,9 @@ def test_batch_write_through_the_sink_into_41(spark, node41, cql41, keyspace41, 
     assert_rows_equal(rows_by_key(read_table(cql41, keyspace41, "items"), "id"), expected,
                       "items on 4.1")
     # One job, one sealed batch of 40 rows: 40 consecutive timestamps ending at the table's
-    # floor (the last timestamp the job used).
+    # last timestamp (the last one the job used).
     stamps = sorted(r.wt for r in cql41.execute(
         f"SELECT WRITETIME(name) AS wt FROM {keyspace41}.items"))
-    floor = TableFloor(str(root)).read()
-    assert stamps == list(range(floor - len(rows) + 1, floor + 1))
+    last_ts = TableTimestamps(str(root)).read()
+    assert stamps == list(range(last_ts - len(rows) + 1, last_ts + 1))
     assert_no_module_access_errors(node41)

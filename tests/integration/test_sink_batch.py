@@ -10,7 +10,7 @@ import pytest
 
 from sinkutil import (assert_rows_equal, create_table, read_table, register, rows_by_key,
                       sink_options, error_text)
-from wal.jobs import TableFloor
+from wal.jobs import TableTimestamps
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +53,14 @@ def test_batch_save_writes_exactly_the_rows_then_upserts(spark, cassandra_node, 
     assert_rows_equal(actual, expected, "after the second save")
 
     # Each job went through a WAL of its own, removed once its rows were written: nothing is
-    # left that a later job could misread. The table's floor holds the last timestamp used.
+    # left that a later job could misread. The table's last timestamp (last_ts) stays.
     assert os.listdir(root / "jobs") == []
     assert not (root / "WAL_FORMAT").exists()
     stamps = {r.id: r.ts for r in cql.execute(
         f"SELECT id, writetime(name) AS ts FROM {keyspace}.items")}
     # The second job's timestamps are above the first's: it wins the overlapping keys.
     assert min(stamps[i] for i in range(30, 60)) > max(stamps[i] for i in range(0, 30))
-    assert TableFloor(str(root)).read() == max(stamps.values())
+    assert TableTimestamps(str(root)).read() == max(stamps.values())
 
 
 def test_batch_overwrite_mode_is_refused(spark, cassandra_node, cql, keyspace, tmp_path):
@@ -133,10 +133,11 @@ def _writetimes(cql, keyspace: str) -> dict:
 def test_later_job_wins_when_its_clock_is_behind_the_earlier_jobs(spark, cassandra_node, cql,
                                                                    keyspace, tmp_path):
     """Issue 17, item 2: jobs no longer share a WAL whose chain of seals ordered their
-    timestamps; the table's floor must. The first job writes with timestamps an hour ahead of
-    the clock (as a job on a machine whose clock is ahead, or before the clock stepped back:
-    the floor it finds, ``last_ts``, is an hour ahead); the second job's clock is then behind
-    the first job's timestamps, and its rows must still win the keys both write."""
+    timestamps; the table's last timestamp must. The first job writes with timestamps an hour
+    ahead of the clock (as a job on a machine whose clock is ahead, or before the clock stepped
+    back: the table's last timestamp it finds, ``last_ts``, is an hour ahead); the second job's
+    clock is then behind the first job's timestamps, and its rows must still win the keys both
+    write."""
     register(spark)
     create_table(cql, keyspace, "items (id int PRIMARY KEY, name text, score double, "
                                 "tags frozen<list<text>>)")

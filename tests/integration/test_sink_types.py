@@ -3,7 +3,7 @@
 One table with one column per type, written once through a stream (Parquet files keep every
 Spark type) and once through a batch ``save()``, read back with the driver and compared value
 by value and type by type. Timestamps are compared at millisecond precision (Cassandra's):
-the sub-millisecond part is dropped (floored, as Spark's own ``unix_millis`` does, also
+the sub-millisecond part is dropped (rounded down, as Spark's own ``unix_millis`` does, also
 before 1970). uuid and timeuuid arrive from Spark as strings.
 """
 

@@ -6,13 +6,13 @@ pyproject.toml accepts, outside the source tree.
   repository (no ``build/``, no new ``*.egg-info``).
 * Its contents: every module of every package pyproject.toml lists, the declared package
   data (``wal/FORMAT.md``), the ``cassandra-wal`` entry point, and nothing else at the top.
-* A clean venv (``python -m venv``) gets the floor PySpark first, then the wheel with its
+* A clean venv (``python -m venv``) gets the oldest PySpark supported first, then the wheel with its
   dependencies from PyPI (pip's cache keeps reruns short). A tiny program run by that venv's
   python from a temp working dir (so the repository is not on ``sys.path``) streams JSON
   files through ``cassandra_wal`` into the real Cassandra node; this test's own driver
   session then finds every row. ``cassandra-wal --version`` and ``inspect`` run from the venv.
 
-The first run downloads and builds the floor's PySpark (an sdist of ~450 MB, ~2 min); later
+The first run downloads and builds the oldest PySpark supported (an sdist of ~450 MB, ~2 min); later
 runs install it from pip's wheel cache.
 """
 
@@ -47,7 +47,7 @@ FILES = 8 * 3      # rows: 3 input files of 8 rows, one micro-batch each
 PIP_TIMEOUT = 900
 
 
-def floor_pyspark() -> str:
+def oldest_pyspark() -> str:
     """The lowest PySpark the package accepts: ``X`` of ``pyspark>=X`` in its dependencies."""
     (spec,) = [d for d in PROJECT["dependencies"] if re.match(r"pyspark\b", d)]
     match = re.search(r">=\s*([0-9][^,;\s]*)", spec)
@@ -112,13 +112,13 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory, wheel) -> Path:
-    """A clean venv: the floor PySpark first, then the wheel and its dependencies."""
+    """A clean venv: the oldest PySpark supported first, then the wheel and its dependencies."""
     root = tmp_path_factory.mktemp("venv") / "venv"
     run([sys.executable, "-m", "venv", root], timeout=120)
     py = root / "bin" / "python"
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     env = clean_env()
-    run([*pip, f"pyspark=={floor_pyspark()}"], timeout=PIP_TIMEOUT, env=env, cwd=root)
+    run([*pip, f"pyspark=={oldest_pyspark()}"], timeout=PIP_TIMEOUT, env=env, cwd=root)
     run([*pip, wheel], timeout=PIP_TIMEOUT, env=env, cwd=root)
     return root
 
@@ -154,7 +154,7 @@ def test_the_wheel_holds_every_package_and_its_data(wheel):
 
     assert re.search(r"^cassandra-wal\s*=\s*recovery\.cli\.main:main$", entry_points, re.M)
     requires = re.findall(r"^Requires-Dist: (pyspark[^;\n]*)$", metadata, re.M)
-    assert requires and all(f">={floor_pyspark()}" in r for r in requires), requires
+    assert requires and all(f">={oldest_pyspark()}" in r for r in requires), requires
 
 
 # ------------------------------------------------------------------------------- installed
@@ -229,9 +229,9 @@ def streamed(venv, tmp_path_factory, cql, cassandra_node):
                "wal": work / "checkpoint" / "cassandra_wal", "env": env}
 
 
-def test_the_floor_pyspark_runs_the_installed_package(streamed, venv):
+def test_the_oldest_pyspark_supported_runs_the_installed_package(streamed, venv):
     report = streamed["report"]
-    assert report["pyspark"] == floor_pyspark()
+    assert report["pyspark"] == oldest_pyspark()
     assert Path(report["sinks"]).resolve().is_relative_to(venv.resolve()), report["sinks"]
     assert not any(Path(p).resolve() == REPO for p in report["sys_path"] if p), report["sys_path"]
     assert report["batches"] == FILES // 8

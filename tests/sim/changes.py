@@ -537,10 +537,10 @@ class Changes:
         return w.staged_files(w.stream_wal_location(q))
 
     @staticmethod
-    def floor_seal(w, q, moving: list[str] | None) -> str | None:
-        """The floor a move followed in ``q``'s first ``prepare_write`` writes in the new WAL
-        before anything can refuse the batch (``wal.move.follow_move``: a seal of no rows at
-        the last batch Spark committed), or None when no move was pending."""
+    def timestamp_seal(w, q, moving: list[str] | None) -> str | None:
+        """The timestamp seal a move followed in ``q``'s first ``prepare_write`` writes in the
+        new WAL before anything can refuse the batch (``wal.move.follow_move``: a seal of no
+        rows at the last batch Spark committed), or None when no move was pending."""
         if moving is None:
             return None
         from wal.format import batch_name

@@ -289,7 +289,7 @@ class Streams:
         except SinkError as exc:
             if refusal and self.refused_for_lists(exc):
                 self.list_refused(q.owner, f"batch {batch}", exc, self.stream_wal_location(q),
-                                  staged, self.changes.floor_seal(self, q, moving))
+                                  staged, self.changes.timestamp_seal(self, q, moving))
                 q.lists_refused = True
                 self.kill(q, graceful=True)
                 return "refused"

@@ -59,7 +59,7 @@ LIST_SHARE = 4
 #: A list cell's values (never empty: an empty non-frozen list is no list at all).
 LISTS = (None, ("a",), ("a", "b"), ("b", "a", "b"))
 START_US = 1_800_000_000_000_000          # 2027-01-15: the simulated clock's origin
-TS_FLOOR_WT = 1_700_000_000_000_000       # user-chosen write timestamps (writetime column)
+FIRST_USER_WT = 1_700_000_000_000_000     # user-chosen write timestamps (writetime column)
 
 
 def stores_on() -> bool:
@@ -150,7 +150,7 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         self.seals_written: list = []
         self.wal_roots: set[str] = set()
         self.executions_of: dict[tuple[str, int], list[Execution]] = {}
-        self.wt_next = TS_FLOOR_WT + self.rng.randrange(1_000_000)
+        self.wt_next = FIRST_USER_WT + self.rng.randrange(1_000_000)
         # The store's draws come from an RNG of their own: a world without a store draws
         # from self.rng exactly what it drew before stores were simulated (the seeds named in
         # README.md replay the same schedules).
@@ -409,12 +409,13 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
             f"{LISTS_OPTION}=l" in str(exc)
 
     def list_refused(self, owner: str, what: str, exc: Exception, location: str,
-                     staged: list[str], floor: str | None = None) -> None:
+                     staged: list[str], timestamp_seal: str | None = None) -> None:
         """The sink refused a write of the non-frozen list "l" without the opt-in, as it must:
-        nothing was staged or recorded meanwhile (but ``floor``: the seal of no rows a move
-        of the WAL followed before the table's lookup leaves in the new WAL, changes.py)."""
+        nothing was staged or recorded meanwhile (but ``timestamp_seal``: the seal of no rows
+        a move of the WAL followed before the table's lookup leaves in the new WAL,
+        changes.py)."""
         self.say(f"{owner}: {what} refused, as it must be: {type(exc).__name__}: {exc}")
-        now = [p for p in self.staged_files(location) if p != floor]
+        now = [p for p in self.staged_files(location) if p != timestamp_seal]
         if now != staged:
             raise Violation("a refused query stages nothing",
                             f"{owner}: {what}, refused, left {sorted(set(now) - set(staged))} "

@@ -227,9 +227,9 @@ def _dropped(monkeypatch, **columns):
 
 def test_restamp_starts_above_a_batch_restamped_before(tmp_path, monkeypatch, capsys):
     """Batch 0 was re-stamped above the drop by an earlier amend and written (its amendment
-    stays with its seal, the floor); batch 1 was sealed below the drop meanwhile. Started at
-    drop+1 again, batch 1 overlapped batch 0's re-stamped rows: on a key both write, the
-    earlier batch won."""
+    stays with its seal, what the next batch starts above); batch 1 was sealed below the drop
+    meanwhile. Started at drop+1 again, batch 1 overlapped batch 0's re-stamped rows: on a key
+    both write, the earlier batch won."""
     from wal.seal import last_written_ts_us, read_seal
 
     drop_us = 4_000_000_000_000_000

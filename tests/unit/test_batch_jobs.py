@@ -1,5 +1,6 @@
 """Batch jobs' WALs (wal/jobs.py, recovery/jobs.py, sinks/worker/batch_jobs.py): the table's
-timestamp floor under a clock that steps back, and which job WALs a job completes, leaves alone, or removes.
+last timestamp under a clock that steps back, and which job WALs a job completes, leaves alone,
+or removes.
 
 The flush itself (Cassandra) is replaced by a recorder here; the end-to-end tests in
 tests/integration/test_sink_batch.py write through the real node and real Spark."""
@@ -21,7 +22,7 @@ from recovery.cql.errors import SinkError
 from tests.helpers.walfactory import WalFactory
 from wal import seal as seal_mod
 from wal import jobs as wal_jobs
-from wal.jobs import JOB_BATCH, TableFloor, TableJobs
+from wal.jobs import JOB_BATCH, TableTimestamps, TableJobs
 from wal.layout import WalDir
 from wal.seal import COMMIT_POINT_SEAL, read_seal, seal_batch
 from wal.segment import SegmentRef
@@ -36,7 +37,7 @@ def _ref(rows: int) -> SegmentRef:
                       bytes=100, crc32=1)
 
 
-# -- the floor -----------------------------------------------------------------------------
+# -- the table's last timestamp ------------------------------------------------------------
 
 def test_a_later_job_with_a_clock_stepped_back_seals_above_the_earlier_job(tmp_path,
                                                                            monkeypatch):
@@ -47,35 +48,35 @@ def test_a_later_job_with_a_clock_stepped_back_seals_above_the_earlier_job(tmp_p
     second_wal = WalDir(jobs.job_root("b")).create()
 
     first = seal_batch(first_wal, JOB_BATCH, [_ref(10)], commit_point=COMMIT_POINT_SEAL,
-                       floor=jobs.floor)
+                       shared_timestamps=jobs.timestamps)
     second = seal_batch(second_wal, JOB_BATCH, [_ref(3)], commit_point=COMMIT_POINT_SEAL,
-                        floor=jobs.floor)
+                        shared_timestamps=jobs.timestamps)
 
     assert first.base_ts_us == 5_000_000 and first.last_ts_us == 5_000_009
     assert second.base_ts_us == 5_000_010          # not 1_000_000: above every earlier row
-    assert jobs.floor.read() == second.last_ts_us == 5_000_012
+    assert jobs.timestamps.read() == second.last_ts_us == 5_000_012
     assert read_seal(second_wal, JOB_BATCH).base_ts_us == 5_000_010
 
 
-def test_the_clock_wins_when_it_is_ahead_of_the_floor(tmp_path):
-    floor = TableFloor(str(tmp_path))
-    assert floor.claim(1_000, rows=5) == 1_000
-    assert floor.claim(9_000, rows=1) == 9_000
-    assert floor.read() == 9_000
+def test_the_clock_wins_when_it_is_ahead_of_the_tables_last_timestamp(tmp_path):
+    timestamps = TableTimestamps(str(tmp_path))
+    assert timestamps.claim(1_000, rows=5) == 1_000
+    assert timestamps.claim(9_000, rows=1) == 9_000
+    assert timestamps.read() == 9_000
 
 
-def test_a_job_of_no_rows_still_moves_the_floor_past_its_timestamp(tmp_path):
-    floor = TableFloor(str(tmp_path))
-    assert floor.claim(100, rows=0) == 100
-    assert floor.claim(50, rows=0) == 101
+def test_a_job_of_no_rows_still_moves_the_tables_last_timestamp_past_its_own(tmp_path):
+    timestamps = TableTimestamps(str(tmp_path))
+    assert timestamps.claim(100, rows=0) == 100
+    assert timestamps.claim(50, rows=0) == 101
 
 
 def test_concurrent_claims_get_disjoint_timestamp_ranges(tmp_path):
-    floor = TableFloor(str(tmp_path))
+    timestamps = TableTimestamps(str(tmp_path))
     ranges, lock = [], threading.Lock()
 
     def claim():
-        base = floor.claim(1_000, rows=7)
+        base = timestamps.claim(1_000, rows=7)
         with lock:
             ranges.append((base, base + 6))
 
@@ -86,7 +87,7 @@ def test_concurrent_claims_get_disjoint_timestamp_ranges(tmp_path):
         t.join()
     ranges.sort()
     assert all(prev[1] < nxt[0] for prev, nxt in zip(ranges, ranges[1:])), ranges
-    assert floor.read() == ranges[-1][1]
+    assert timestamps.read() == ranges[-1][1]
 
 
 # -- orphans -------------------------------------------------------------------------------
@@ -223,7 +224,7 @@ def test_a_shared_layout_wal_is_flushed_its_timestamps_carried_and_removed(tmp_p
     assert recorder == [root]
     assert jobs.shared_wal() is None
     assert sorted(os.listdir(root)) == ["last_ts", "lock"]
-    assert jobs.floor.read() == built.seal.last_ts_us     # the next job seals above it
+    assert jobs.timestamps.read() == built.seal.last_ts_us     # the next job seals above it
 
 
 def test_a_shared_layout_wal_that_waits_for_a_checkpoint_is_kept_and_the_job_fails(

@@ -111,7 +111,7 @@ def _views(f: WalFactory) -> dict[int, catalog.BatchView]:
                                                            "entry-naming-its-seal"])
 def test_a_move_back_over_a_dead_runs_leftover_does_not_block(tmp_path, entry_seal_id):
     """Run A entered and sealed batch 5 in w1 and died before Spark committed it; run B moved
-    to w2 and committed 5 there; run C moves back to w1. The floor seal written at 5 had
+    to w2 and committed 5 there; run C moves back to w1. The timestamp seal written at 5 had
     another id than A's entry named: "entered, not sealed", blocking a batch written long
     ago (Spark Connect: the entries name no run, so nothing told A's leftover apart)."""
     from wal.entries import record_run
@@ -135,10 +135,10 @@ def test_a_move_back_over_a_dead_runs_leftover_does_not_block(tmp_path, entry_se
 
 
 @pytest.mark.parametrize("legacy_pointer", [False, True], ids=["this-release", "upgraded"])
-def test_a_foreach_batch_wal_moved_keeps_its_floor_and_is_told(tmp_path, legacy_pointer):
+def test_a_foreach_batch_wal_moved_keeps_its_timestamps_and_is_told(tmp_path, legacy_pointer):
     """A foreachBatch query upgraded from the release before one WAL per table has the data
     source's pointer and the table's slot naming <cp>/cassandra_wal: a wal.path change for the
-    table was taken for leaving another table's WAL (no floor, no refusal, not told)."""
+    table was taken for leaving another table's WAL (no timestamp seal, no refusal, not told)."""
     from sinks.worker.plan import _follow_a_move
     from wal.layout import WalDir
     from wal.pointer import write_pointer
@@ -157,12 +157,12 @@ def test_a_foreach_batch_wal_moved_keeps_its_floor_and_is_told(tmp_path, legacy_
     new = WalDir(str(tmp_path / "elsewhere")).create()
     _follow_a_move(new, str(cp), ("ks", "t"))           # the user sets wal.path for ks.t
     last = last_written_ts_us(old.wal, read_seal(old.wal, 2))
-    assert next_base_timestamp(new, 3, clock_us=last - 60_000_000) > last, "no floor"
+    assert next_base_timestamp(new, 3, clock_us=last - 60_000_000) > last, "no timestamp seal"
     assert new.read_flushed_through() == 2
     assert WalDir(str(shared)).read_moved() is not None, "the old WAL was not told"
 
 
-def test_a_table_leaving_a_wal_another_table_writes_gets_a_floor_above_it(tmp_path):
+def test_a_table_leaving_a_wal_another_table_writes_starts_above_its_timestamps(tmp_path):
     """Two tables' slots name one WAL (each run called one writer); table u gets a WAL of its
     own: the shared WAL stays t's (not told, not checked), and u's new WAL still starts above
     its timestamps: u's earlier rows went through it."""
@@ -230,7 +230,7 @@ def _batch_4_through_y_is_written(tmp_path, cp) -> None:
 def test_a_move_that_failed_half_way_then_a_revert_never_writes_later_batches(
         tmp_path, monkeypatch):
     """Review 31, finding 2. The stream runs on Y (X before it) and is restarted with
-    wal.path=X; the move fails writing X's floor seal (X's disk full, or kill -9): the start
+    wal.path=X; the move fails writing X's timestamp seal (X's disk full, or kill -9): the start
     fails before the checkpoint's pointer names X. The user goes back to wal.path=Y (where
     the pointer still is: no move to follow). Before, Y had been told first (moved.json:
     moved to X after batch 3) and stayed so: every batch Spark committed through Y from then
@@ -284,9 +284,9 @@ def _kill_at(m, step: str, x: WalFactory, y: WalFactory) -> None:
     def killed(*_a, **_k):
         raise Killed()
 
-    if step in ("leftovers", "floor"):
-        m.setattr(move_mod, {"leftovers": "entered_batch_ids", "floor": "write_seal"}[step],
-                  killed)
+    if step in ("leftovers", "timestamp_seal"):
+        m.setattr(move_mod, {"leftovers": "entered_batch_ids",
+                             "timestamp_seal": "write_seal"}[step], killed)
         return
     write_moved, write_flushed = WalDir.write_moved, WalDir.write_flushed_through
 
@@ -305,7 +305,7 @@ def _kill_at(m, step: str, x: WalFactory, y: WalFactory) -> None:
         m.setattr(WalDir, "write_flushed_through", flushed_killed)
 
 
-KILL_STEPS = ["leftovers", "floor", "flushed_through", "told", "cleared"]
+KILL_STEPS = ["leftovers", "timestamp_seal", "flushed_through", "told", "cleared"]
 
 
 @pytest.mark.parametrize("step", KILL_STEPS)

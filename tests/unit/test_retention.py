@@ -226,7 +226,8 @@ def test_newest_seal_is_kept_when_a_later_batch_was_discarded(wal, wal_log, cloc
 
 
 def test_newest_flushed_seal_is_kept_when_a_newer_seal_was_discarded(wal, wal_log, clock):
-    """A newer seal that Spark never committed must not displace the timestamps' floor."""
+    """A newer seal that Spark never committed must not displace the seal the next batch's
+    timestamps start above."""
     for b in range(3):
         flush(wal, wal_log, b)
     seal(wal, 3)                       # sealed, then Spark never committed it
@@ -343,10 +344,10 @@ def test_wal_size_total_is_the_sum_of_its_parts(wal, wal_log, clock):
                               "seals": size.seals}
 
 
-def test_the_floor_seal_stays_when_only_skipped_batches_follow_it(tmp_path):
+def test_the_seal_kept_for_its_timestamps_stays_when_only_skipped_batches_follow_it(tmp_path):
     """Review 7: in a foreachBatch WAL, batches the writer was never called for move
     flushed_through past the newest flushed seal; retention took that seal (and its
-    amendment) for one kept only for its timestamps, and removed it: no floor left."""
+    amendment) for one kept only for its timestamps, and removed it: nothing left to start above."""
     from recovery.replay import Replayer
     from tests.helpers.walfactory import WalFactory
     from tests.helpers.flush_fakes import RecordingUpserter
@@ -358,14 +359,14 @@ def test_the_floor_seal_stays_when_only_skipped_batches_follow_it(tmp_path):
         f.flushed(0)
         write_amendment(f.wal, Amendment(0, (), 4_000_000_000_000_000, "re-stamped",
                                          seal_id=read_seal(f.wal, 0).seal_id))
-        floor = last_written_ts_us(f.wal, read_seal(f.wal, 0))
+        last_ts = last_written_ts_us(f.wal, read_seal(f.wal, 0))
         f.commit(1)
         f.commit(2)                     # the writer was not called for 1 and 2: skipped
         Replayer(f.wal, f.wal_log, lambda s: RecordingUpserter(), f.checkpoint).run(True)
         assert f.wal_log.flushed_through() == 2
         for _ in range(2):
             apply_retention(f.wal, f.wal_log, RetentionPolicy(keep_batches=0))
-        assert next_base_timestamp(f.wal, 3, clock_us=0) > floor
+        assert next_base_timestamp(f.wal, 3, clock_us=0) > last_ts
 
 
 def test_the_wal_size_looks_at_a_folder_per_batch_not_at_every_segment_file(wal, monkeypatch):

@@ -176,7 +176,7 @@ def test_resealing_a_batch_replaces_the_old_seal(wal):
     assert os.listdir(wal.seals) == [fmt.batch_name(3) + fmt.SEAL_SUFFIX]
 
 
-def test_resealing_a_batch_keeps_its_base_timestamp_floor_from_earlier_batches(wal):
+def test_resealing_a_batch_keeps_its_base_timestamp_above_earlier_batches(wal):
     seal_at(wal, 2, rows=10, clock_us=5_000)
     second = seal_at(wal, 3, rows=1, clock_us=100)
     rerun = seal_at(wal, 3, rows=1, clock_us=50)
@@ -240,7 +240,7 @@ def test_base_timestamps_strictly_increase_across_batches_with_a_jumping_clock(w
 def test_base_timestamp_uses_the_nearest_earlier_seal_only(wal):
     seal_at(wal, 1, rows=1, clock_us=100)
     seal_at(wal, 4, rows=2, clock_us=500)
-    seal_at(wal, 9, rows=1, clock_us=10_000)   # a later batch does not raise the floor
+    seal_at(wal, 9, rows=1, clock_us=10_000)   # a later batch does not raise batch 6's base
     assert next_base_timestamp(wal, 6, clock_us=0) == 502
     assert next_base_timestamp(wal, 3, clock_us=0) == 101
 
