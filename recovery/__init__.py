@@ -17,7 +17,7 @@ Its part of a batch's life, once the batch is sealed:
    Replayer records progress and marks a batch FLUSHED, in order.
 3. **Who drives it**: a stream's :class:`~recovery.flusher.QueryFlusher` (one per run of a
    query, in the driver: recovery at start, a drain after each commit, a last drain at stop);
-   a batch job's commit (:mod:`recovery.jobs`); ``cassandra-wal recover``
+   a batch job's commit (:mod:`recovery.batch_jobs`); ``cassandra-wal recover``
    (:mod:`recovery.recover`).
 4. **When it fails**: :func:`recovery.errors.is_transient` decides, in one place, whether a
    failure keeps the batch for the next drain (Cassandra away) or blocks the sink with the

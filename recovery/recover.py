@@ -1,6 +1,6 @@
 """A WAL replayed whole from this process (or its worker processes): what ``cassandra-wal
 recover`` runs with the query stopped, and what a batch job's commit runs over its own WAL
-(:mod:`recovery.jobs`).
+(:mod:`recovery.batch_jobs`).
 
 The same :class:`~recovery.replay.Replayer` the flusher runs at query start: it takes the
 WAL's writer lock (so it cannot run beside a live sink), discards batches Spark never committed

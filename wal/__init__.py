@@ -23,7 +23,7 @@ Lifecycle of one batch N (the on-disk layout is on one page: ``wal/FORMAT.md``):
 
 Files beside the log: ``target.json`` (where the rows go), ``query.json`` (the stream the WAL
 belongs to, :mod:`wal.binding`), ``blocked.json``, the pointer file in the checkpoint
-(:mod:`wal.pointer`), a batch job's own WAL (:mod:`wal.jobs`). Offline, ``cassandra-wal``
+(:mod:`wal.pointer`), a batch job's own WAL (:mod:`wal.batch_jobs`). Offline, ``cassandra-wal``
 (:mod:`recovery.cli`) inspects, dumps and verifies without taking the lock; its ``repair``
 (:mod:`wal.repair`) has Spark run batches again from the source when the WAL lost a
 committed one.

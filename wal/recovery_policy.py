@@ -68,7 +68,7 @@ class RecoveryPolicy(Enum):
     #: Use case: leaving a WAL with nothing pending, for a query that will not start again.
     OFFLINE_FORCED = "offline, the query stopped everywhere"
 
-    #: A batch job's WAL (``df.write``, :mod:`wal.jobs`), written at the job's commit, or left
+    #: A batch job's WAL (``df.write``, :mod:`wal.batch_jobs`), written at the job's commit, or left
     #: by a job that died and written by the next one: there is no checkpoint, each seal is
     #: its own commit point.
     #:

@@ -32,7 +32,7 @@ COMMIT_POINT_SEAL = "seal"                     # batch df.write / foreachBatch: 
 
 class TimestampClaims(Protocol):
     """Where a batch job's timestamps start: above every timestamp the table's other jobs
-    claimed (:class:`wal.jobs.TableTimestamps`)."""
+    claimed (:class:`wal.batch_jobs.TableTimestamps`)."""
 
     def claim(self, base_ts_us: int, rows: int) -> int:
         """The base timestamp for ``rows`` rows, at least ``base_ts_us``, above every earlier
@@ -210,7 +210,7 @@ def seal_batch(wal: WalDir, batch: int, segments: list[SegmentRef], query_id: st
     ``seal_id``: the one the caller announced (a foreachBatch writer's entry names it).
 
     ``shared_timestamps``: a batch job's table's last timestamp
-    (:class:`wal.jobs.TableTimestamps`). Each job has a WAL of its own, so its seals alone say
+    (:class:`wal.batch_jobs.TableTimestamps`). Each job has a WAL of its own, so its seals alone say
     nothing of other jobs' timestamps; the table's last timestamp does, and is raised
     (durably) before the seal is written."""
     ordered = tuple(sorted(segments, key=lambda s: (s.partition, s.attempt, s.name)))

@@ -63,10 +63,10 @@ def recover(spark, wal_path: str, checkpoint: str | None = None, *,
                             f"(nothing was changed)")
         binding.check(wal, checkpoint)
     target = load_target(wal, registry.session_conf)
-    jobs = SparkJobs(spark)
-    writer = ExecutorsWriter.on_spark(jobs, wal.root, lambda: target,
+    spark_jobs = SparkJobs(spark)
+    writer = ExecutorsWriter.on_spark(spark_jobs, wal.root, lambda: target,
                                       store_uri=wal.remote.uri if wal.remote else None)
-    if not may_carry_credentials(target, jobs):
+    if not may_carry_credentials(target, spark_jobs):
         log.warning("cassandra_wal: %s: through Spark Connect without TLS the Cassandra "
                     "credentials would travel to the server in the plan: the backlog is "
                     "written from this process (connect with sc://...;use_ssl=true)", wal.root)

@@ -1,6 +1,6 @@
 """A batch ``df.write`` job's commit: seal its own WAL, write it, and finish what others left.
 
-Runs in Spark's commit worker on the driver host, once per job (layout: :mod:`wal.jobs`):
+Runs in Spark's commit worker on the driver host, once per job (layout: :mod:`wal.batch_jobs`):
 
 1. take the job's lock (held to the end of the commit);
 2. flush a WAL of the earlier, shared layout if the table root holds one, then remove it;
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from recovery.batch_jobs import complete_orphans, flush_sealed, flush_shared_wal
 from recovery.cql import credentials
-from recovery.jobs import complete_orphans, flush_sealed, flush_shared_wal
-from wal.jobs import JOB_BATCH, TableJobs
+from wal.batch_jobs import JOB_BATCH, TableJobs
 from wal.seal import COMMIT_POINT_SEAL
 
 from .plan import StageMessage, WritePlan, commit_batch
@@ -27,24 +27,24 @@ from .plan import StageMessage, WritePlan, commit_batch
 
 def commit_job(plan: WritePlan, messages: Iterable[StageMessage | None]) -> None:
     """Seal and write the job planned by ``plan`` (its ``wal_root`` is the job's own WAL)."""
-    jobs = TableJobs.of_job(plan.wal_root)
+    table_jobs = TableJobs.of_job(plan.wal_root)
     creds = credentials.layered(credentials.of_connection(plan.config.connection))
-    with jobs.holding(plan.wal_root):
-        flush_shared_wal(jobs, creds)
+    with table_jobs.holding(plan.wal_root):
+        flush_shared_wal(table_jobs, creds)
         commit_batch(plan, messages, JOB_BATCH, commit_point=COMMIT_POINT_SEAL,
-                     shared_timestamps=jobs.timestamps)
+                     shared_timestamps=table_jobs.timestamps)
         if not plan.config.wal.flush:
             return   # sealed only (benchmarks): the next job, or recover, writes it
         flush_sealed(plan.wal, plan.target.with_credentials(creds))
-        jobs.retire_job(plan.wal_root)
-    jobs.remove_done()
-    complete_orphans(jobs, plan.wal_root, creds)
+        table_jobs.retire_job(plan.wal_root)
+    table_jobs.remove_done()
+    complete_orphans(table_jobs, plan.wal_root, creds)
 
 
 def abort_job(plan: WritePlan) -> None:
     """Remove the job's WAL unless it is sealed (a commit that failed after its seal, whose
     rows must still land: the next job completes it)."""
-    jobs = TableJobs.of_job(plan.wal_root)
-    with jobs.holding(plan.wal_root):
+    table_jobs = TableJobs.of_job(plan.wal_root)
+    with table_jobs.holding(plan.wal_root):
         if not plan.wal.sealed_batch_ids():
-            jobs.retire_job(plan.wal_root)
+            table_jobs.retire_job(plan.wal_root)

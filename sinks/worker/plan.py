@@ -30,12 +30,12 @@ from recovery.config import SinkConfig
 from recovery.target import RecordedTarget, Target
 from wal import checkpoint as ckpt
 from wal import clock
+from wal.batch_jobs import TableJobs, TableTimestamps
 from wal.binding import bind
 from wal.crashpoints import crash_point
 from wal.errors import WalBoundElsewhere, WalError, WalFull, WalMoveRefused
 from wal.files import others_can_write
 from wal.format import POINTER_FILE, SEGMENTS_DIR, batch_name
-from wal.jobs import TableTimestamps, TableJobs
 from wal.layout import WalDir
 from wal.move import confirm_current, follow_move
 from wal.pointer import (
@@ -138,7 +138,7 @@ def resolve_wal_root(config: SinkConfig, streaming: bool,
     """Where the WAL of a stream is (``wal.path``, else ``<checkpointLocation>/cassandra_wal``,
     on the checkpoint's filesystem; for a ``foreachBatch`` writer, ``wal_per_table``, one WAL
     per table: :func:`table_wal_location`), or of batch job ``job_id`` (under the table's root:
-    ``wal.path``, else ``~/.cassandra_wal/<keyspace>.<table>``; see :mod:`wal.jobs`): a local
+    ``wal.path``, else ``~/.cassandra_wal/<keyspace>.<table>``; see :mod:`wal.batch_jobs`): a local
     path or a store's URI. Refuses a location the sink cannot reach before anything is staged;
     touches nothing, and reads only to find a foreachBatch writer's WAL."""
     checkpoint = None
@@ -218,7 +218,7 @@ def prepare_write(options, session_conf, spark_schema, streaming: bool,
     A stream whose *options* carry credentials hands them to the driver's flusher over
     ``credential_channel`` (:mod:`recovery.cql.credentials`; in memory only, never in the WAL).
     ``filesystems``: what Spark resolves the checkpoint against (the session's default
-    filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.jobs`).
+    filesystem). ``job_id``: a batch job's id; its WAL is its own (:mod:`wal.batch_jobs`).
     ``wal_per_table``: a ``foreachBatch`` writer's (:func:`table_wal_location`). ``on_wal``:
     called with the WAL once it is resolved, bound to the stream and pointed at, before the
     table is looked up (a foreachBatch writer records its entry there: a lookup that fails,

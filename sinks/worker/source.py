@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
 
 from recovery.cql.errors import OptionError
 from wal import checkpoint as ckpt
-from wal.jobs import JOB_BATCH
+from wal.batch_jobs import JOB_BATCH
 
 from .plan import WritePlan, commit_batch, prepare_write, stage_partition
 
@@ -74,9 +74,9 @@ class CassandraWalStreamWriter(DataSourceStreamArrowWriter):
 
 
 class CassandraWalBatchWriter(DataSourceArrowWriter):
-    """``df.write``: the job is the one batch (:data:`wal.jobs.JOB_BATCH`) of a WAL of its own
+    """``df.write``: the job is the one batch (:data:`wal.batch_jobs.JOB_BATCH`) of a WAL of its own
     (``plan.wal_root``), so that jobs writing to one table at once never touch each other's
-    rows (:mod:`wal.jobs`)."""
+    rows (:mod:`wal.batch_jobs`)."""
 
     def __init__(self, plan: WritePlan):
         self.plan = plan

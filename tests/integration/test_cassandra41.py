@@ -19,7 +19,7 @@ from sinkutil import (assert_rows_equal, committed_batches, create_table, read_t
                       wait_query_done, write_json_files)
 
 from tests.helpers.node import ServerScript, create_keyspace, load_cassandra_node_module
-from wal.jobs import TableTimestamps
+from wal.batch_jobs import TableTimestamps
 from wal.seal import read_seal
 
 pytestmark = pytest.mark.integration

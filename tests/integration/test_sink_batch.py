@@ -10,7 +10,7 @@ import pytest
 
 from sinkutil import (assert_rows_equal, create_table, read_table, register, rows_by_key,
                       sink_options, error_text)
-from wal.jobs import TableTimestamps
+from wal.batch_jobs import TableTimestamps
 
 pytestmark = pytest.mark.integration
 

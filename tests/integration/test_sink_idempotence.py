@@ -17,7 +17,7 @@ from recovery.flusher import load_target
 from recovery.output import CassandraOutput
 from sinkutil import (create_table, register, running, sink_options, stream_wal,
                       wait_all_flushed, wait_log_released, wait_query_done, write_json_files)
-from wal.jobs import TableJobs
+from wal.batch_jobs import TableJobs
 from wal.layout import WalDir
 from wal.log import WalLog
 from wal.recovery_policy import RecoveryPolicy
@@ -123,7 +123,7 @@ def test_replayer_on_a_fresh_copy_of_a_sealed_batch_writes_the_same_cells(
                              **{"wal.path": table_root, "wal.flush": "false"}))
      .save())
     assert _snapshot(cql, keyspace) == {}, "wal.flush=false must stage and seal only"
-    [job_root] = TableJobs(table_root).other_jobs("")     # the job's own WAL (wal/jobs.py)
+    [job_root] = TableJobs(table_root).other_jobs("")     # the job's own WAL (wal/batch_jobs.py)
     wal = WalDir(job_root)
     [batch] = wal.sealed_batch_ids()
     copy = WalDir(str(tmp_path / "wal-copy"))

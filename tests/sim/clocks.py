@@ -45,7 +45,7 @@ DRIVER_OFFSETS_S = (0, 0, 0.4, -0.7, 3, -5, 40, -45, 200, -170)
 EXECUTOR_OFFSETS_S = (0, 7200, -7200, 1800, -1800, 300, -300)
 STEPS_S = (1, -1, 12, -12, 70, -70, 300, -300)
 EXECUTORS = ("exec-1", "exec-2")
-JOBS = "jobs"
+BATCH_JOBS_MACHINE = "jobs"           # the machine of the batch jobs' driver
 #: The slack of the timing checks: whole seconds on the sealing clock and on the node's.
 ROUNDING_S = 2.0
 
@@ -77,7 +77,7 @@ class Clocks:
         if self.on:
             for name in EXECUTORS:
                 self._new(name, EXECUTOR_OFFSETS_S)
-            self._new(JOBS, DRIVER_OFFSETS_S)
+            self._new(BATCH_JOBS_MACHINE, DRIVER_OFFSETS_S)
 
     def _new(self, name: str, offsets) -> str:
         self.offsets[name] = int((self.rng.choice(offsets) + self.rng.random()) * S)

@@ -22,7 +22,7 @@
 * A non-frozen list holds each committed row's elements once; a whole number of times (at least
   once) only where its batch was sealed with ``wal.lists.atLeastOnce`` naming it. A query
   writing one without that option is refused before anything is staged (by code that has the
-  option: :mod:`tests.sim.streams`, :mod:`tests.sim.jobs`).
+  option: :mod:`tests.sim.streams`, :mod:`tests.sim.batch_jobs`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ SINK_PACKAGES = ("wal", "recovery", "sinks", "cql", "cli")
 # Imported before patching, so every module of the sink that the simulation reaches is seen.
 MODULES = ("wal.seal", "wal.log", "wal.catalog", "wal.retention", "wal.checkpoint",
            "cql.clock", "recovery.cql.connection", "recovery.cql.table", "recovery.cql.upsert", "recovery.replay",
-           "recovery.output", "recovery.flusher", "recovery.executors", "recovery.jobs",
+           "recovery.output", "recovery.flusher", "recovery.executors", "recovery.batch_jobs",
            "recovery.recover", "sinks.worker.plan", "sinks.worker.source", "sinks.worker.batch_jobs",
            "sinks.driver.registry", "sinks.driver.wait",
            "recovery.cli.recover_cmd")

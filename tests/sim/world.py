@@ -2,7 +2,7 @@
 cast (streams, batch jobs) and the actions a schedule is made of.
 
 The actions drive the real sink through its seams as Spark and the driver would: streams in
-:mod:`tests.sim.streams`, batch jobs in :mod:`tests.sim.jobs`; here the parts both share (a
+:mod:`tests.sim.streams`, batch jobs in :mod:`tests.sim.batch_jobs`; here the parts both share (a
 task attempt, zombie tasks, the node and the clock) and the end: every driver stops, the node
 comes up for good, recovery runs as a user would run it, and everything committed must be in
 Cassandra. Everything random comes from ``World.rng``, seeded by the schedule's seed.
@@ -24,11 +24,11 @@ from recovery.cql.table import TableSchema
 from . import cassandra
 from .foreach import ENV_FOREACH_SHARE, ForeachBatch, blocked_now, foreach_shape
 from .changes import Changes, check_rising
-from .clocks import JOBS, Clocks
+from .clocks import BATCH_JOBS_MACHINE, Clocks
 from .deletes import Deletes
 from .marker import knows_marker, marker_schema
 from .invariants import Violation, check_store_end, check_table, check_written, exempt_owners
-from .jobs import BatchJobs, Job
+from .batch_jobs import BatchJobs, Job
 from .disk import Disk
 from .operators import Operators
 from .oracle import (KEYSPACE, LISTS_OPTION, MARKER_TABLE, OP_COLUMN, TABLES, WRITETIME_COLUMN,
@@ -571,7 +571,8 @@ class World(Streams, BatchJobs, Operators, ForeachBatch, Disk):
         from sinks.worker.source import CassandraWalDataSource
 
         options = self.draw_options(None, valid=True)
-        with self.running("final batch job", self.clocks.on and JOBS or None, flushing=True):
+        machine = BATCH_JOBS_MACHINE if self.clocks.on else None
+        with self.running("final batch job", machine, flushing=True):
             source = CassandraWalDataSource(options.spark_options(None))
             writer = source.writer(options.spark_schema(), False)
             writer.commit([])

@@ -215,7 +215,7 @@ def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
     of it: 150 ms a worker instead of 60, two workers a micro-batch.)"""
     heavy = ["cassandra.cluster", "cassandra.connection", "cassandra.query",
              "cassandra.concurrent", "cassandra.protocol", "recovery.flusher",
-             "recovery.executors", "recovery.processes", "recovery.output", "recovery.jobs",
+             "recovery.executors", "recovery.processes", "recovery.output", "recovery.batch_jobs",
              "recovery.cql.upsert", "recovery.cql.encode", "sinks.driver", "sinks.worker.batch_jobs",
              "wal.s3", "wal.webhdfs", "boto3", "botocore", "urllib.request"]
     probe = ("import sys, sinks, sinks.worker.source, sinks.worker.plan\n"

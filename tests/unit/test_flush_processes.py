@@ -202,12 +202,12 @@ def test_a_batch_job_flushes_through_worker_processes_in_processes_mode(tmp_path
                                                                         mode, processes):
     # Spark's commit worker, where a batch job's flush runs, cannot start a Spark job: the
     # processes mode is what scales there; executors mode's jobs flush from the driver.
-    import recovery.jobs as jobs
+    import recovery.batch_jobs as batch_jobs
     from tests.helpers.flush_fakes import target_flushed_by
 
     asked = []
-    monkeypatch.setattr(jobs, "replay_wal", lambda *a, **kw: asked.append(kw["processes"]))
-    jobs.flush_sealed(None, target_flushed_by(mode))
+    monkeypatch.setattr(batch_jobs, "replay_wal", lambda *a, **kw: asked.append(kw["processes"]))
+    batch_jobs.flush_sealed(None, target_flushed_by(mode))
     assert asked == [processes]
 
 

@@ -77,11 +77,11 @@ def test_the_flusher_writes_through_its_mode_only_while_the_query_runs(tmp_path)
 
 
 def test_a_batch_jobs_flush_is_the_batch_job_policy(tmp_path, monkeypatch):
-    import recovery.jobs as jobs
+    import recovery.batch_jobs as batch_jobs
 
     asked = []
-    monkeypatch.setattr(jobs, "replay_wal", lambda *a, **kw: asked.append(kw["policy"]))
-    jobs.flush_sealed(SimpleNamespace(root=str(tmp_path)), target())
+    monkeypatch.setattr(batch_jobs, "replay_wal", lambda *a, **kw: asked.append(kw["policy"]))
+    batch_jobs.flush_sealed(SimpleNamespace(root=str(tmp_path)), target())
     assert asked == [RecoveryPolicy.BATCH_JOB]
 
 

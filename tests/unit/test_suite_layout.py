@@ -104,7 +104,7 @@ RESERVED_ALIASES = {"driver", "log", "jobs", "floor"}
 
 
 def test_no_module_of_ours_is_imported_under_a_word_that_names_something_else():
-    """(A module may keep its own name: ``import recovery.jobs as jobs``.)"""
+    """(A module may keep its own name: ``import recovery.batch_jobs as batch_jobs``.)"""
     found = []
     for path in suite_modules():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

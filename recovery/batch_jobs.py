@@ -1,5 +1,5 @@
-"""Writing a batch job's WALs (layout: :mod:`wal.jobs`): a job's own, just sealed; a WAL of the
-earlier shared layout; and job WALs that other jobs sealed and left when they died.
+"""Writing a batch job's WALs (layout: :mod:`wal.batch_jobs`): a job's own, just sealed; a WAL
+of the earlier shared layout; and job WALs that other jobs sealed and left when they died.
 
 A batch job's seal is its own commit point (there is no Spark checkpoint), so each is written
 in full by the :class:`~recovery.replay.Replayer` in this process, from the driver, or with
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Mapping
 
 from recovery.cql.errors import ConnectionFailed, FlushFailed, SinkError
+from wal.batch_jobs import TableJobs, last_timestamp
 from wal.errors import WalError
-from wal.jobs import TableJobs, last_timestamp
 from wal.layout import WalDir
 from wal.recovery_policy import RecoveryPolicy
 
@@ -42,12 +42,12 @@ def _recorded_target(wal: WalDir, creds: Mapping[str, str]) -> Target:
     return RecordedTarget.require(wal).target.with_credentials(creds)
 
 
-def flush_shared_wal(jobs: TableJobs, creds: Mapping[str, str]) -> None:
+def flush_shared_wal(table_jobs: TableJobs, creds: Mapping[str, str]) -> None:
     """A WAL of the earlier layout at the table root (every job in one WAL): write what it
     holds, raise the table's last timestamp to its own, and remove it, before this job seals. Under
     the table's lock, so that one job does it and none seals meanwhile."""
-    with jobs.timestamps.locked():
-        wal = jobs.shared_wal()
+    with table_jobs.timestamps.locked():
+        wal = table_jobs.shared_wal()
         if wal is None:
             return
         wal.check()
@@ -57,19 +57,19 @@ def flush_shared_wal(jobs: TableJobs, creds: Mapping[str, str]) -> None:
                 f"{wal.root} holds a WAL whose batch {report.waiting_at} waits for a Spark "
                 f"checkpoint (a stream's WAL?): batch jobs need a wal.path of their own; "
                 f"see docs/runbook.md to recover that WAL")
-        jobs.timestamps.raise_to(last_timestamp(wal))
-        jobs.retire_shared_wal(wal)
+        table_jobs.timestamps.raise_to(last_timestamp(wal))
+        table_jobs.retire_shared_wal(wal)
         log.info("cassandra_wal: %s: flushed and removed the WAL of the shared layout "
                  "(%d batches written)", wal.root, len(report.replayed))
 
 
-def complete_orphans(jobs: TableJobs, own_root: str, creds: Mapping[str, str]) -> None:
+def complete_orphans(table_jobs: TableJobs, own_root: str, creds: Mapping[str, str]) -> None:
     """Write the job WALs that other jobs sealed and left (their lock is free: their process
     died after the seal), each with the options it recorded. A failure is logged and leaves
     that WAL for the next job or ``cassandra-wal recover``: it does not fail this job, whose
     own rows are written, and whose timestamps are above the orphan's whatever the order."""
-    for job_root in jobs.other_jobs(own_root):
-        with jobs.orphan(job_root) as wal:
+    for job_root in table_jobs.other_jobs(own_root):
+        with table_jobs.orphan(job_root) as wal:
             if wal is None:
                 continue
             try:
@@ -80,6 +80,6 @@ def complete_orphans(jobs: TableJobs, own_root: str, creds: Mapping[str, str]) -
                           "that died: %s; the next job to this table retries it, or run "
                           "'cassandra-wal recover %s'", job_root, exc, job_root)
                 continue
-            jobs.retire_job(job_root)
+            table_jobs.retire_job(job_root)
             log.warning("cassandra_wal: completed the WAL %s left by a job that died after "
                         "its seal (%d rows)", job_root, report.rows_written)

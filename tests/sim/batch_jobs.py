@@ -13,7 +13,7 @@ import gc
 from dataclasses import dataclass
 
 from . import cassandra
-from .clocks import JOBS
+from .clocks import BATCH_JOBS_MACHINE
 from .invariants import Violation, absorb_writes
 from .patches import SimCrash
 from .spark import InFlight, plan_attempts
@@ -146,7 +146,7 @@ class BatchJobs:
     def job_process(self, name: str, flushing: bool = False):
         """What follows runs in batch job ``name``'s driver (``World.running``): every job's
         driver is on one machine of its own (clocks.py)."""
-        return self.running(name, JOBS if self.clocks.on else None, flushing)
+        return self.running(name, BATCH_JOBS_MACHINE if self.clocks.on else None, flushing)
 
     def job_crash(self, job: Job) -> str:
         self.jobs.remove(job)
