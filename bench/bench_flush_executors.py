@@ -33,14 +33,14 @@ Two measurements:
 2. **The flusher alone, from a prepared WAL**: the same batch staged and sealed by a query with
    ``wal.flush=false`` (2 executors), then flushed in this process with
    :class:`recovery.replay.Replayer` and :class:`recovery.cql.upsert.Upserter`: ingest timed
-   separately, then the upserts (wall and CPU seconds of this process, driver threads
+   separately, then the upserts (wall and CPU seconds of this process, cassandra-driver's threads
    included), then a second, profiled pass (cProfile) from a pristine copy of the WAL, reduced
    to the share of the flush spent in each step. One more plain pass with 128 requests in
    flight (``spark.cassandra.output.concurrent.writes``, default 32).
 
-3. **The Python driver alone**: the same rows (50,000) inserted with
+3. **cassandra-driver alone**: the same rows (50,000) inserted with
    ``execute_concurrent_with_args`` and no WAL, at 32 and 128 in flight: the ceiling of any
-   flusher written with this driver, on this machine and node.
+   flusher written with cassandra-driver, on this machine and node.
 
 Needs a Cassandra node (``--host``/``--port``, or ``CASSANDRA_HOST``/``CASSANDRA_PORT``) and
 Java 17. Usage::
@@ -193,7 +193,7 @@ def driver_cpu_s(spark) -> dict:
 def flusher_thread_cpu_s() -> float:
     """CPU seconds of the sink's flusher threads of this process (``cassandra-wal-flusher``:
     the drains, the flush job's submission and results in the scale-out modes; in ``driver``
-    mode the upserts' encoding too, the Cassandra driver's I/O thread apart)."""
+    mode the upserts' encoding too, cassandra-driver's I/O thread apart)."""
     total = 0.0
     for thread in threading.enumerate():
         if thread.name.startswith("cassandra-wal-flusher") and thread.native_id:
@@ -419,8 +419,8 @@ def offline_flush(prep: dict, host: str, port: int, workdir: Path) -> dict:
             "profiled_total_s": round(total, 2), "profile_shares": shares}
 
 
-def raw_driver(data: Path, host: str, port: int, rows: int) -> dict:
-    """The same rows through the Python driver alone (prepared INSERT ... USING TIMESTAMP,
+def raw_cassandra_driver(data: Path, host: str, port: int, rows: int) -> dict:
+    """The same rows through cassandra-driver alone (prepared INSERT ... USING TIMESTAMP,
     ``execute_concurrent_with_args``), no WAL: the ceiling of any Python flusher here."""
     import pyarrow.parquet as pq
     from cassandra.concurrent import execute_concurrent_with_args
@@ -555,7 +555,7 @@ def markdown(result: dict) -> str:
                   f"{off[f'upsert_rows_per_s_concurrency_{WIDE}']:,} rows/s."]
     raw = result.get("driver_alone")
     if raw:
-        lines += ["", f"The Python driver alone ({raw['rows']:,} rows, no WAL): "
+        lines += ["", f"cassandra-driver alone ({raw['rows']:,} rows, no WAL): "
                   + ", ".join(f"{k.replace('_', ' ')}: {v['rows_per_s']:,} rows/s "
                               f"(CPU/wall {v['cpu_per_wall']})"
                               for k, v in raw.items() if k.startswith("concurrency"))]
@@ -618,9 +618,9 @@ def main(argv=None) -> int:
             prep = children[max(executors)]["prepared"]
             result["flusher_offline"] = offline_flush(prep, args.host, args.port, workdir)
             say(f"flusher alone: {result['flusher_offline']}")
-            result["driver_alone"] = raw_driver(workdir / "data", args.host, args.port,
+            result["driver_alone"] = raw_cassandra_driver(workdir / "data", args.host, args.port,
                                                 min(args.rows, 50_000))
-            say(f"driver alone: {result['driver_alone']}")
+            say(f"cassandra-driver alone: {result['driver_alone']}")
         result["loadavg_at_end"] = list(os.getloadavg())
         result["seconds"] = round(time.time() - started, 1)
     finally:

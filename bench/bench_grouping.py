@@ -11,8 +11,8 @@ Two table shapes, because grouping matters by how many rows share a partition:
 For each shape and grouping the same rows are written in 10,000-row chunks (as the flusher
 writes a WAL batch's chunks), the table truncated before each run, the variants alternating
 for ``--reps`` repetitions. Reported: median rows/s, median client CPU µs a row (this
-process: building the requests and the driver's work), requests a run, and the ratio of
-``replica_set`` to ``partition``. It also counts Cassandra's batch-size warnings the driver
+process: building the requests and cassandra-driver's work), requests a run, and the ratio of
+``replica_set`` to ``partition``. It also counts Cassandra's batch-size warnings cassandra-driver
 received (there should be none)::
 
     python3 scripts/cassandra start --port 19542 --dir /tmp/node-bench
@@ -93,7 +93,7 @@ def write_once(host: str, port: int, table_name: str, columns: list[str], data, 
 
 
 class ServerWarnings(logging.Handler):
-    """Counts the warnings Cassandra sent with its responses (the driver logs each one)."""
+    """Counts the warnings Cassandra sent with its responses (cassandra-driver logs each one)."""
 
     def __init__(self):
         super().__init__(logging.WARNING)

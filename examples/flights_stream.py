@@ -126,7 +126,7 @@ def cassandra_address() -> tuple[str, int]:
 
 
 def connect():
-    """A plain driver session (setup and checks; the sink opens its own connections)."""
+    """A plain cassandra-driver session (setup and checks; the sink opens its own connections)."""
     from cassandra.cluster import Cluster
 
     host, port = cassandra_address()

@@ -106,8 +106,8 @@ class NotFlushedYet(RecoveryError, TimeoutError):
 
 class FlushTaskError(RecoveryError):
     """An error raised in a flush task or worker process that could not travel back as itself
-    (a driver exception that does not survive pickling unchanged): its type's name, its text,
-    and whether it is transient, decided where it was raised (:func:`is_transient`)."""
+    (a cassandra-driver exception that does not survive pickling unchanged): its type's name, its
+    text, and whether it is transient, decided where it was raised (:func:`is_transient`)."""
 
     def __init__(self, type_name: str, text: str, transient: bool):
         super().__init__(type_name, text, transient)
@@ -139,7 +139,7 @@ def is_transient(exc: BaseException) -> bool:
     """Whether waiting and retrying can cure ``exc``: the one place that decides whether a
     failed flush keeps its batch and retries later (transient) or blocks the sink.
 
-    Transient: the driver's timeouts, unavailable, overloaded, no host, lost connections
+    Transient: cassandra-driver's timeouts, unavailable, overloaded, no host, lost connections
     (also when ``session.prepare`` meets them right after connecting), a transient
     :class:`FlushFailed`, :class:`~recovery.cql.errors.ConnectionFailed`, ``OSError`` (a shared
     filesystem away, a full disk an operator frees) and the log's own
@@ -165,7 +165,7 @@ def is_transient(exc: BaseException) -> bool:
 def portable_error(exc: BaseException) -> BaseException:
     """``exc`` if it survives pickling unchanged (type, text, :func:`is_transient`), as the
     sink's own errors do; else a :class:`FlushTaskError` carrying them. What a flush task or
-    worker process returns to the driver, so that an unpicklable driver exception neither
+    worker process returns to the driver, so that an unpicklable cassandra-driver exception neither
     fails the whole job nor turns into a plain error that blocks the sink."""
     try:
         back = pickle.loads(pickle.dumps(exc))

@@ -302,7 +302,7 @@ class ExecutorsWriter:
     def reset(self) -> None:
         """After a failed flush: worker processes (and their sessions) are closed, the next
         batch starts anew; Spark's Python workers keep theirs (:mod:`recovery.sessions`: the
-        driver reconnects a session whose nodes went away, and other options are another
+        cassandra-driver reconnects a session whose nodes went away, and other options are another
         target, with a session of its own)."""
         self.close()
 

@@ -230,8 +230,9 @@ class QueryFlusher:
                 self._set_blocked(None)
                 self._set_failing(None)
             except Exception as exc:  # noqa: BLE001 - each failure is sorted, none is silent
-                # Nothing met while the interpreter exits is a verdict on a batch (the driver's
-                # thread pools refuse new work then): the next start of the query writes it.
+                # Nothing met while the interpreter exits is a verdict on a batch
+                # (cassandra-driver's thread pools refuse new work then): the next start of the
+                # query writes it.
                 if is_transient(exc) or self._exiting:
                     self.last_error = exc   # the batch stays in the WAL, retried in a moment
                     self.counters.count(retries=1)

@@ -64,7 +64,7 @@ class MarkerWriter:
         self.written: Completeness | None = None     # the last row written by this process
 
     def write(self, session, done: Completeness) -> None:
-        """Record ``done``. Raises what the driver raises, the flusher retrying a transient
+        """Record ``done``. Raises what cassandra-driver raises, the flusher retrying a transient
         failure; a table gone or changed since the query checked it (InvalidRequest) is a
         :class:`SinkError` naming the option and the remedy, which blocks the sink."""
         try:

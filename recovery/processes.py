@@ -2,7 +2,7 @@
 
 Why: in ``driver`` mode one Python process writes every row, and it is the Spark driver's own
 process, whose GIL the flusher shares with py4j, the listener and the query's Python; the
-Python Cassandra driver spends 40-50 µs of client CPU a row, so that process is the
+cassandra-driver spends 40-50 µs of client CPU a row, so that process is the
 limit (``docs/performance.md``). ``executors`` mode spreads the rows over Spark tasks, but
 pays a Spark job per batch and needs the WAL folder on every node. This mode keeps the
 writing on the driver's machine, where the WAL is, and spreads it over ``wal.flush.processes``
@@ -18,7 +18,7 @@ any process may write any segment, in any order, more than once, and the cells e
 
 The workers are plain ``python -m recovery.processes`` children, not ``multiprocessing``
 ones: spawn and forkserver re-import the parent's ``__main__``, which in a Spark driver is
-the user's job script, and fork copies a process full of py4j and driver threads. A worker
+the user's job script, and fork copies a process full of py4j and cassandra-driver threads. A worker
 reads ``(fn, tasks)`` from a pipe, runs ``fn(tasks)`` and sends back its list of results
 (or the error ``fn`` raised, which the driver re-raises); the closure (with credentials) travels through that pipe only, never through a file. A
 worker dies with its driver: it watches its parent and exits when the parent is gone. A

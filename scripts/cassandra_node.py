@@ -25,7 +25,7 @@ version its data was written by (``node.json``): ``start`` without ``--version``
 and a start with another version is refused until ``stop --purge``.
 
 Readiness and ``status`` use a tiny raw CQL (native protocol v4) client: STARTUP then
-``SELECT release_version FROM system.local``, so no driver is needed.
+``SELECT release_version FROM system.local``, so no cassandra-driver is needed.
 
 Security (``start --auth`` / ``--tls-keystore``): ``--auth`` turns on PasswordAuthenticator,
 CassandraAuthorizer and CassandraRoleManager; the default superuser is ``cassandra`` /

@@ -65,7 +65,7 @@ from .worker.source import FORMAT_NAME, CassandraWalDataSource
 #: The public functions of the driver's side (:mod:`sinks.driver`), loaded on their first use
 #: (PEP 562): Spark's one-shot Python workers import this package twice a micro-batch, to
 #: unpickle the data source, and never need the flusher, which brings recovery's writers and
-#: the Cassandra driver's cluster module (about 90 ms a worker; tests/unit/test_architecture.py
+#: cassandra-driver's cluster module (about 90 ms a worker; tests/unit/test_architecture.py
 #: keeps the workers' imports light).
 DRIVER_SIDE = ("register", "wait_flushed", "status", "recover")
 

@@ -5,8 +5,9 @@ process writes them to Cassandra; it reports when each became visible.
   ``processingTime`` of the spec's ``trigger_s``) through our sink, full guarantee. Per batch:
   ``commits/N``'s mtime, the moment the WAL says it is FLUSHED (polled every 20 ms), and its
   files (Spark's ``sources/0`` log).
-* ``--mode raw``: the raw driver (``raw.py``'s replica-set batches, 32 in flight) looking at the
-  folder every ``trigger_s`` seconds, writing each new file, and noting when it is written.
+* ``--mode raw``: the raw cassandra-driver (``raw.py``'s replica-set batches, 32 in flight)
+  looking at the folder every ``trigger_s`` seconds, writing each new file, and noting when it is
+  written.
 
 Either prints ``READY`` once it can take files, then runs until the harness's sentinel
 ``_fed`` (the number of files) is there and every file is visible, and prints one ``RESULT``.

@@ -8,7 +8,7 @@ by column) and writes them with one prepared ``INSERT``:
   to 32 rows, through ``execute_concurrent(..., concurrency=C)``;
 * ``--mode replicas``: rows grouped by the replicas owning their partition
   (``cluster.metadata.get_replicas``) into UNLOGGED batches of up to 32 rows and 10 partitions,
-  the grouping our sink uses by default, with the driver's own ``bind``;
+  the grouping our sink uses by default, with cassandra-driver's own ``bind``;
 * ``--procs P``: P processes, each with its own session, the files split between them.
 
 Timed from before the first file is read to the last acknowledgement (everything is visible at

@@ -8,7 +8,7 @@
   the commit-to-visible latency.
 * ``ours-driver``, ``ours-executors``, ``ours-processes``: ``ours`` with ``wal.flush.mode``
   ``driver`` / ``executors`` / ``processes`` (``ours`` keeps the default, ``auto``).
-* ``ours-batch32``: ``ours`` sending the raw driver's requests (``SINK_OPTIONS``);
+* ``ours-batch32``: ``ours`` sending the raw cassandra-driver's requests (``SINK_OPTIONS``);
   ``ours-group1``: ``ours`` grouping each chunk's rows on their own.
 * ``ours-staging``: the same with ``wal.flush=false``: rows staged and sealed, never written.
   It leaves the WAL behind for the ``recovery`` contestant.

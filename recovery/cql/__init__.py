@@ -1,5 +1,5 @@
 """Floor 2 of 4, at the bottom of :mod:`recovery`: rows -> requests -> Cassandra. Knows the
-Cassandra driver; knows neither Spark nor the WAL, nor the rest of :mod:`recovery` (floors:
+cassandra-driver; knows neither Spark nor the WAL, nor the rest of :mod:`recovery` (floors:
 ``docs/architecture.md``).
 
 Its part of a batch's life:

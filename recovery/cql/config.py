@@ -122,12 +122,12 @@ class ConnectionConfig:
 
     @property
     def consistency_level(self) -> int:
-        """The driver's ``cassandra.ConsistencyLevel`` value for :attr:`consistency`."""
+        """cassandra-driver's ``cassandra.ConsistencyLevel`` value for :attr:`consistency`."""
         return ConsistencyLevel.name_to_value[self.consistency]
 
     @property
     def contact_points(self) -> list:
-        """The driver's ``Cluster(contact_points=...)``: a host alone (the driver adds
+        """cassandra-driver's ``Cluster(contact_points=...)``: a host alone (cassandra-driver adds
         :attr:`port`) or ``(host, port)`` for an entry with a port of its own."""
         points = (contact_point(entry) for entry in self.hosts)
         return [host if port is None else (host, port) for host, port in points]

@@ -1,7 +1,7 @@
 """Opening a cassandra-driver session from a :class:`~recovery.cql.config.ConnectionConfig`.
 
 One place builds clusters, so the sink's validation, the flusher, recovery and the tools all
-connect the same way: token-aware routing (the driver's default), the configured local DC,
+connect the same way: token-aware routing (cassandra-driver's default), the configured local DC,
 protocol v5 when the node speaks it, credentials that never reach a log line.
 """
 
@@ -37,7 +37,7 @@ _PLAINTEXT_HINT = ("the node closed the connection: if it accepts TLS only, set 
 
 
 def _explain(reason: str, errors, conn: ConnectionConfig) -> str:
-    """Put what most likely went wrong, naming the options to check, before the driver's
+    """Put what most likely went wrong, naming the options to check, before cassandra-driver's
     (already redacted) reason: auth and TLS failures otherwise read as generic connection
     errors. The hints are constants: they cannot hold a secret."""
     lowered = reason.lower()
@@ -58,10 +58,10 @@ def _explain(reason: str, errors, conn: ConnectionConfig) -> str:
 
 def build_cluster(conn: ConnectionConfig):
     """A ``cassandra.cluster.Cluster`` for ``conn`` (not connected yet; with a secure connect
-    bundle the driver reads it and asks the cloud's metadata service for the nodes here).
+    bundle cassandra-driver reads it and asks the cloud's metadata service for the nodes here).
 
-    The driver's cluster modules are imported here, on first use: they take about 85 ms to import,
-    and Spark's one-shot Python workers import this module twice a micro-batch while needing
+    cassandra-driver's cluster modules are imported here, on first use: they take about 85 ms to
+    import, and Spark's one-shot Python workers import this module twice a micro-batch while needing
     it only when a table's schema must be read (``tests/unit/test_architecture.py``)."""
     from cassandra.cluster import Cluster
 
@@ -71,7 +71,7 @@ def build_cluster(conn: ConnectionConfig):
 def cluster_kwargs(conn: ConnectionConfig) -> dict:
     """The keyword arguments :func:`build_cluster` gives ``Cluster`` (tests check them without
     connecting). Contact points with a port of their own are ``(host, port)`` tuples; the others
-    take ``port``. A secure connect bundle replaces contact points, port and TLS: the driver
+    take ``port``. A secure connect bundle replaces contact points, port and TLS: cassandra-driver
     refuses them beside ``cloud``."""
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
@@ -151,7 +151,7 @@ def connect(conn: ConnectionConfig):
         reasons = "; ".join(f"{h}: {e}" for h, e in exc.errors.items()) or str(exc)
         reasons = _explain(_redact(reasons, conn), list(exc.errors.values()), conn)
         raise ConnectionFailed(where, reasons) from None
-    except Exception as exc:  # auth and TLS failures surface as various driver types
+    except Exception as exc:  # auth and TLS failures surface as various cassandra-driver types
         cluster.shutdown()
         reason = _explain(_redact(f"{type(exc).__name__}: {exc}", conn), [exc], conn)
         raise ConnectionFailed(where, reason) from None

@@ -1,4 +1,4 @@
-"""Arrow record batches to driver-ready row tuples.
+"""Arrow record batches to row tuples ready for cassandra-driver.
 
 Why column-wise: a micro-batch holds many rows of few columns. Each column is turned into
 Python values once (``to_pylist``) and a per-type function runs only for the CQL types whose
@@ -8,11 +8,11 @@ nulls inside collections) run on the Arrow arrays, before anything is sent, so o
 fails the batch with an :class:`~recovery.cql.errors.InvalidValueError` naming the column instead of
 leaving it half written.
 
-What the driver binds, per CQL type: text/varchar/ascii/inet as ``str``; uuid/timeuuid as
+What cassandra-driver binds, per CQL type: text/varchar/ascii/inet as ``str``; uuid/timeuuid as
 ``uuid.UUID``; timestamp as ``datetime`` (tz-aware UTC is fine, naive means UTC); date as
 ``datetime.date``; time as ``datetime.time`` (Arrow's nanoseconds are cut to microseconds,
 Spark's own precision); decimal as ``Decimal``; blob as ``bytes``; list and vector as ``list``;
-set as ``set`` (a ``list`` when its elements are unhashable, e.g. frozen maps: the driver
+set as ``set`` (a ``list`` when its elements are unhashable, e.g. frozen maps: cassandra-driver
 serialises any sized iterable and Cassandra de-duplicates); map as ``dict`` (keys made
 hashable: a frozen list key becomes a tuple); a tuple as ``tuple``; a user-defined type as a
 :class:`UdtValue`, its fields' values in the type's order.
@@ -74,9 +74,9 @@ def _check_inet(value: str) -> str:
 
 
 def _round_down_to_millis(value: Any) -> Any:
-    """Cassandra keeps milliseconds. The driver computes them as ``int(seconds * 1e3 +
+    """Cassandra keeps milliseconds. cassandra-driver computes them as ``int(seconds * 1e3 +
     micros / 1e3)``, which rounds toward zero: before 1970 a sub-millisecond part would land
-    1 ms late. Drop it here (rounded down, as Spark's ``unix_millis``), so the driver's sum is
+    1 ms late. Drop it here (rounded down, as Spark's ``unix_millis``), so cassandra-driver's sum is
     exact."""
     micros = getattr(value, "microsecond", 0)
     if micros % 1000:
@@ -114,7 +114,7 @@ _SCALAR_FNS: dict[str, ValueFn] = {
 
 def value_fn(cql: CqlType, arrow_type: pa.DataType | None = None) -> ValueFn | None:
     """The function turning one non-null ``to_pylist`` value of ``arrow_type`` into what the
-    driver binds.
+    cassandra-driver binds.
 
     None when Arrow's Python value is already right (the common, fast case). A UDT or tuple
     needs the Arrow type (the struct's field names); FieldMismatch if the struct cannot feed it.
@@ -206,9 +206,9 @@ def struct_sources(cql: CqlType, names: Sequence[str]) -> list[int]:
 
 
 class UdtValue(tuple):
-    """A UDT value as the driver binds it: its fields' values in the type's order.
+    """A UDT value as cassandra-driver binds it: its fields' values in the type's order.
 
-    The driver's ``UserType.serialize`` reads field ``i`` as ``value[i]``, for every field of
+    cassandra-driver's ``UserType.serialize`` reads field ``i`` as ``value[i]``, for every field of
     the type as the prepared statement knows it; a field past the end reads as null here. So a
     field added to the type (``ALTER TYPE ... ADD``) after a batch was staged, which a replay's
     statement knows and the staged schema does not, is written as null instead of failing."""
@@ -243,7 +243,7 @@ _INT_RANGES = {"tinyint": 8, "smallint": 16, "int": 32}
 
 
 def check_column(array: pa.Array, cql: CqlType, column: str, path: str | None = None) -> None:
-    """Refuse, before sending, values Cassandra or the driver would reject mid-batch:
+    """Refuse, before sending, values Cassandra or cassandra-driver would reject mid-batch:
     nulls inside collections and integers too wide for a narrower CQL int, also inside UDTs
     and tuples (``path``: where in the column, e.g. ``address.zip``; nulls are fine there);
     a struct that cannot feed its UDT or tuple is a SchemaError."""
@@ -296,7 +296,7 @@ class RowConverter:
     ``columns`` are DataFrame column names (as returned by
     :func:`sinks.worker.validation.validate_schema`); each is looked up in the table exactly, then
     case-insensitively. Extra batch columns (ttl, writetime) are ignored. With
-    ``ignore_nulls`` a top-level null becomes the driver's ``UNSET_VALUE`` (no tombstone).
+    ``ignore_nulls`` a top-level null becomes cassandra-driver's ``UNSET_VALUE`` (no tombstone).
     """
 
     def __init__(self, table: TableSchema, columns: Sequence[str], *, ignore_nulls: bool = False) -> None:
@@ -334,7 +334,7 @@ class RowConverter:
                 raise _locate(values, fn, name, len(values)) from exc
 
     def column(self, batch: pa.RecordBatch, name: str, cql: CqlType) -> list[Any]:
-        """One column's values as the driver binds them (checked whole first)."""
+        """One column's values as cassandra-driver binds them (checked whole first)."""
         array = batch.column(name)
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()

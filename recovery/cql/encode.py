@@ -1,4 +1,4 @@
-"""Arrow columns to the bytes the driver puts on the wire, a whole column at a time.
+"""Arrow columns to the bytes cassandra-driver puts on the wire, a whole column at a time.
 
 Binding a row through ``PreparedStatement.bind`` calls the column's CQL type ``serialize`` once
 per value: 19 Python calls for a flights row, about 48 µs of the flusher's 56 µs of client CPU
@@ -6,7 +6,7 @@ per row (``docs/performance.md``). For the scalar types that make up most tables
 bytes come from a handful of vectorised Arrow and numpy operations per column:
 
 ==========================  =================  =========================================
-CQL type                    Arrow type         bytes (what the driver's ``serialize`` gives)
+CQL type                    Arrow type         bytes (what cassandra-driver's ``serialize`` gives)
 ==========================  =================  =========================================
 tinyint/smallint/int/bigint any integer        big-endian two's complement, 1/2/4/8 bytes
 double                      float32/float64    big-endian IEEE 754, 8 bytes
@@ -21,10 +21,10 @@ date                        date32             days since the epoch + 2**31, uns
 
 Every other pairing (uuid from strings, decimals, collections, UDTs and tuples, a text column
 fed by a non-string, ...) goes through :class:`~recovery.cql.convert.RowConverter`'s per-value conversion and
-then the driver's own ``serialize``, value by value, exactly as ``bind`` does. Either way the
-bytes are the driver's: ``tests/unit/test_encode.py`` checks each fast path against the driver
-for edge values and nulls. A null is ``None`` (a null cell, a tombstone), or ``UNSET_VALUE``
-with ``spark.cassandra.output.ignoreNulls``.
+then cassandra-driver's own ``serialize``, value by value, exactly as ``bind`` does. Either way the
+bytes are cassandra-driver's: ``tests/unit/test_encode.py`` checks each fast path against
+cassandra-driver for edge values and nulls. A null is ``None`` (a null cell, a tombstone), or
+``UNSET_VALUE`` with ``spark.cassandra.output.ignoreNulls``.
 """
 
 from __future__ import annotations
@@ -142,15 +142,16 @@ class _NotFast(Exception):
 class CellEncoder:
     """Callable turning a RecordBatch into rows of serialized cells, in ``columns`` order.
 
-    ``driver_types`` are the driver's CQL type classes of the same columns (a prepared
+    ``cqltype_classes`` are cassandra-driver's CQL type classes of the same columns (a prepared
     statement's ``column_metadata[i].type``); they serialize what the fast paths do not cover.
     """
 
-    def __init__(self, converter: RowConverter, driver_types: Sequence[Any], protocol_version: int) -> None:
-        if len(driver_types) < len(converter.columns):
-            raise ValueError("one driver type per column is needed")
+    def __init__(self, converter: RowConverter, cqltype_classes: Sequence[Any],
+                 protocol_version: int) -> None:
+        if len(cqltype_classes) < len(converter.columns):
+            raise ValueError("one cassandra-driver type class per column is needed")
         self.converter = converter
-        self.driver_types = list(driver_types)
+        self.cqltype_classes = list(cqltype_classes)
         self.protocol_version = protocol_version
 
     @property
@@ -195,10 +196,11 @@ class CellEncoder:
         return [UNSET_VALUE if c is None else c for c in cells]
 
     def _serialize_each(self, batch: pa.RecordBatch, index: int) -> Cells:
-        """The driver's ``serialize`` per value, after the converter's per-value conversion."""
+        """cassandra-driver's ``serialize`` per value, after the converter's per-value
+        conversion."""
         name, cql = self.converter.columns[index], self.converter.types[index]
         values = self.converter.column(batch, name, cql)
-        serialize, version = self.driver_types[index].serialize, self.protocol_version
+        serialize, version = self.cqltype_classes[index].serialize, self.protocol_version
         try:
             return [v if v is None or v is UNSET_VALUE else serialize(v, version) for v in values]
         except (TypeError, ValueError, OverflowError, struct.error) as exc:

@@ -24,7 +24,7 @@ what is secret, for option names and config fields alike: :class:`OptionError` r
 such an option, the configs leave such fields out of their repr and of ``target.json``
 (:mod:`recovery.cql.config`), a connection's errors have their values replaced
 (:mod:`recovery.cql.connection`) and ``docs/options.md`` marks such options.
-:class:`ConnectionFailed` carries hosts and a reason only (callers pass the driver's reason,
+:class:`ConnectionFailed` carries hosts and a reason only (callers pass cassandra-driver's reason,
 which never holds the password).
 """
 
@@ -205,12 +205,12 @@ class FlushFailed(Exception):
 
 
 @functools.cache
-def transient_driver_errors() -> tuple[type[BaseException], ...]:
-    """Errors of the Cassandra driver that a later attempt may not meet: timeouts, a replica or
+def transient_cassandra_driver_errors() -> tuple[type[BaseException], ...]:
+    """Errors of cassandra-driver that a later attempt may not meet: timeouts, a replica or
     the coordinator unavailable or overloaded, no connection. The Upserter retries statements
     that fail with them; anything else Cassandra answers is a refusal of the write.
 
-    Three of them are imported on first use: the driver's cluster, connection and protocol
+    Three of them are imported on first use: cassandra-driver's cluster, connection and protocol
     modules take about 75 ms to import, and Spark's one-shot Python workers, which import this
     module twice a micro-batch, never need them (``tests/unit/test_architecture.py``)."""
     from cassandra.cluster import NoHostAvailable
@@ -229,7 +229,7 @@ _SCHEMA_NOT_YET = ("unconfigured table", "does not exist")
 
 def is_shutdown_error(exc: BaseException | None) -> bool:
     """``exc`` is, or was caused by, a thread pool refusing work because the interpreter is
-    exiting (the Cassandra driver's, once ``concurrent.futures`` shut its pools down at exit):
+    exiting (cassandra-driver's, once ``concurrent.futures`` shut its pools down at exit):
     no verdict on a batch, and no later attempt in this process can succeed."""
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -241,15 +241,16 @@ def is_shutdown_error(exc: BaseException | None) -> bool:
 
 
 def is_transient_answer(error: BaseException) -> bool:
-    """Whether an error Cassandra (or the driver) answered a write with may not come back on
-    a later attempt: :func:`transient_driver_errors`, a ``ServerError`` (a node's own failure,
-    not a verdict on the row), and a table or keyspace the coordinator does not know yet (a
+    """Whether an error Cassandra (or cassandra-driver) answered a write with may not come back on
+    a later attempt: :func:`transient_cassandra_driver_errors`, a ``ServerError`` (a node's own
+    failure, not a verdict on the row), and a table or keyspace the coordinator does not know yet (a
     schema disagreement) or any more (a dropped table: made again, the write goes through).
     A pool shut down by the interpreter's exit (:func:`is_shutdown_error`) is no answer at
     all. Anything else is Cassandra refusing the row."""
     from cassandra.protocol import ServerError
 
-    if isinstance(error, (*transient_driver_errors(), ServerError)) or is_shutdown_error(error):
+    if isinstance(error, (*transient_cassandra_driver_errors(), ServerError)) or \
+            is_shutdown_error(error):
         return True
     text = str(error).lower()
     return isinstance(error, InvalidRequest) and any(s in text for s in _SCHEMA_NOT_YET)

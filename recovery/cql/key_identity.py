@@ -112,10 +112,10 @@ def _integers(array: pa.Array) -> np.ndarray:
 
 
 def canonical(value: Any, cql: CqlType) -> Any:
-    """A converted key value (what :class:`~recovery.cql.convert.RowConverter` gives the driver)
-    as one Python value per Cassandra value: an ``inet`` as its packed bytes, a set's elements
-    and a map's entries sorted and without repeats, a list, tuple or UDT as a tuple, each
-    element canonical too; a scalar as it is (text, uuid, Decimal, datetime, ...)."""
+    """A converted key value (what :class:`~recovery.cql.convert.RowConverter` gives
+    cassandra-driver) as one Python value per Cassandra value: an ``inet`` as its packed bytes, a
+    set's elements and a map's entries sorted and without repeats, a list, tuple or UDT as a tuple,
+    each element canonical too; a scalar as it is (text, uuid, Decimal, datetime, ...)."""
     if value is None:
         return None
     name = cql.name

@@ -1,9 +1,9 @@
 """The target table's shape, read once from the cluster and recorded in the WAL.
 
-Why a plain frozen dataclass instead of the driver's ``TableMetadata``: it must be pickled
+Why a plain frozen dataclass instead of cassandra-driver's ``TableMetadata``: it must be pickled
 to executors and written as JSON into the write-ahead log (a replay must write with the
-schema the batch was staged against), and the driver's object is neither small nor stable.
-Type strings are kept as the driver reports them (``frozen<map<text, list<int>>>``);
+schema the batch was staged against), and cassandra-driver's object is neither small nor stable.
+Type strings are kept as cassandra-driver reports them (``frozen<map<text, list<int>>>``);
 :func:`parse_cql_type` parses them, and :meth:`TableSchema.cql_type` gives a column's parsed
 type with its user-defined types expanded. A column's type string names a UDT only
 (``frozen<address>``), so the schema also records the definition of every UDT the columns use,
@@ -85,7 +85,8 @@ def quote(name: str) -> str:
 
 @lru_cache(maxsize=1024)
 def parse_cql_type(text: str) -> CqlType:
-    """Parse a CQL type string as the driver reports it (``TableMetadata.columns[c].cql_type``).
+    """Parse a CQL type string as cassandra-driver reports it
+    (``TableMetadata.columns[c].cql_type``).
 
     Raises ValueError with the offending position for a malformed string.
     """
@@ -250,7 +251,8 @@ class TableSchema:
         return matches[0] if matches else None
 
     @classmethod
-    def from_driver_metadata(cls, table_metadata: Any, user_types: Mapping[str, Any] | None = None) -> TableSchema:
+    def from_table_metadata(cls, table_metadata: Any,
+                            user_types: Mapping[str, Any] | None = None) -> TableSchema:
         """Build from ``cassandra.metadata.TableMetadata`` (its key lists hold ColumnMetadata)
         and its keyspace's ``user_types`` (name -> ``cassandra.metadata.UserType``), of which
         the schema keeps those its columns use."""
@@ -315,10 +317,10 @@ def _used_types(type_strings: Iterable[str], defined: Mapping[str, Any]
 
 
 def fetch_table_schema(cluster_or_session: Any, keyspace: str, table: str) -> TableSchema:
-    """Read the table's schema from the cluster, refreshing the driver's metadata first.
+    """Read the table's schema from the cluster, refreshing cassandra-driver's metadata first.
 
     The refresh matters: the table may have been created moments ago by this very job, and
-    the driver's cached metadata may not know it yet. Names match exactly first, then
+    cassandra-driver's cached metadata may not know it yet. Names match exactly first, then
     case-insensitively. Raises UnknownKeyspaceError / UnknownTableError, or ConnectionFailed
     when the refresh itself fails.
     """
@@ -339,7 +341,7 @@ def fetch_table_schema(cluster_or_session: Any, keyspace: str, table: str) -> Ta
     if tbl_name is None:
         raise UnknownTableError(ks_name, table)
     keyspace_metadata = keyspaces[ks_name]
-    return TableSchema.from_driver_metadata(keyspace_metadata.tables[tbl_name],
+    return TableSchema.from_table_metadata(keyspace_metadata.tables[tbl_name],
                                             getattr(keyspace_metadata, "user_types", {}))
 
 
@@ -375,7 +377,7 @@ def dropped_columns(session: Any, keyspace: str, table: str) -> dict[str, int]:
     for row in rows:
         dropped = row.dropped_time
         if isinstance(dropped, datetime.datetime):
-            # The driver gives a naive datetime in UTC: never the machine's zone.
+            # cassandra-driver gives a naive datetime in UTC: never the machine's zone.
             if dropped.tzinfo is None:
                 dropped = dropped.replace(tzinfo=datetime.timezone.utc)
             ms = (dropped - _EPOCH) // datetime.timedelta(milliseconds=1)

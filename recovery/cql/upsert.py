@@ -10,13 +10,13 @@ expired cells would have left, a tombstone per written column at its sealed time
 marked a delete is a ``DELETE`` of its row or partition at its sealed timestamp.
 
 Building requests: values are serialized a whole column at a time (:mod:`recovery.cql.encode`, the
-driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same replicas:
-the rows of up to 10 partitions owned by the same replica set (``replica_set``, the default),
-or one partition's rows (``partition``). A replica-set batch is still applied by its replicas
-only, and rows of few per partition need several times fewer requests, which is where a Python
-client spends its CPU (``docs/performance.md``).
+cassandra-driver's own bytes); rows go into UNLOGGED batches whose rows all live on the same
+replicas: the rows of up to 10 partitions owned by the same replica set (``replica_set``, the
+default), or one partition's rows (``partition``). A replica-set batch is still applied by its
+replicas only, and rows of few per partition need several times fewer requests, which is where a
+Python client spends its CPU (``docs/performance.md``).
 
-Executing: a chunk's requests run through the driver's ``execute_concurrent`` with a
+Executing: a chunk's requests run through cassandra-driver's ``execute_concurrent`` with a
 bounded number in flight, while the next chunk is read and its requests built
 (:meth:`Upserter.write_chunks`); statements that failed with a transient error (timeouts,
 unavailable, overloaded, lost connections) are retried with exponential back-off and jitter
@@ -396,7 +396,7 @@ class Upserter:
         return [statement for unit in units for statement in self._pack(unit, bind)]
 
     def _replica_set(self, key_cells: tuple) -> object:
-        """The nodes owning this partition (the partition itself when the driver has no
+        """The nodes owning this partition (the partition itself when cassandra-driver has no
         token map: then it is grouped alone, as with ``partition``)."""
         if len(key_cells) == 1:
             routing_key = key_cells[0]
@@ -527,12 +527,12 @@ class Upserter:
             yield group
 
     def _launch(self, pending: list[tuple]) -> Iterator:
-        """Send the first ``concurrent.writes`` requests and return at once; the driver's
+        """Send the first ``concurrent.writes`` requests and return at once; cassandra-driver's
         event loop sends each next one as an answer comes. The results come in order from
-        the generator. (``execute_concurrent_async`` would not do: in driver 3.30 it waits
+        the generator. (``execute_concurrent_async`` would not do: in cassandra-driver 3.30 it waits
         for every answer before it returns its future.)
 
-        The driver's concurrent module is imported on first use: it brings the driver's
+        cassandra-driver's concurrent module is imported on first use: it brings its
         cluster module, which ``cassandra-wal inspect``, ``dump`` and ``verify`` never need."""
         from cassandra.concurrent import execute_concurrent
 

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 
-# Imported here, before any registry registers its exit hook: the Cassandra driver registers
+# Imported here, before any registry registers its exit hook: cassandra-driver registers
 # its own exit hook (which stops its event loop) when this module is first imported, and ours
 # must run before it (see _register_exit_hook).
 import cassandra.cluster  # noqa: F401
@@ -466,8 +466,8 @@ def register_session(spark) -> FlushRegistry:
 def _register_exit_hook() -> None:
     # Once, with the first registry. atexit runs the last registered first, and this one must
     # run before two others, both registered when their modules are imported: pyspark's, which
-    # kills the JVM, and the Cassandra driver's (cassandra.cluster, imported at the top of this
-    # module), which stops the driver's event loop: a last drain after it waits forever for
+    # kills the JVM, and cassandra-driver's (cassandra.cluster, imported at the top of this
+    # module), which stops cassandra-driver's event loop: a last drain after it waits forever for
     # answers that no loop will deliver (the script that stops its query and exits hung so).
     atexit.register(finish_at_exit)
 

@@ -163,13 +163,13 @@ _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def cloud_bundle(raw: str) -> str:
-    """A secure connect bundle: an absolute local path (the Python driver opens it as a file).
-    SCC also takes URLs and bare ``spark.files`` names; the driver cannot fetch the first, and
+    """A secure connect bundle: an absolute local path (cassandra-driver opens it as a file).
+    SCC also takes URLs and bare ``spark.files`` names; cassandra-driver cannot fetch the first, and
     the second would resolve against each process's working directory, not Spark's files."""
     path = nonempty(raw)
     local = f"{LOCAL_SCHEME}://"
     if _URL_RE.match(path) and not path.startswith(local):
-        raise ValueError("a URL is not supported: the Python driver reads the bundle from a local "
+        raise ValueError("a URL is not supported: cassandra-driver reads the bundle from a local "
                          "file; copy it to the same absolute path on every node")
     path = path.removeprefix(local)
     if not os.path.isabs(path):

@@ -277,7 +277,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.connection.config.cloud.path", values.cloud_bundle,
-        "Secure connect bundle (a zip) of a cloud database, handed to the Python driver "
+        "Secure connect bundle (a zip) of a cloud database, handed to cassandra-driver "
         "(`Cluster(cloud={'secure_connect_bundle': path})`): the bundle names the nodes and "
         "brings its own TLS, so `connection.host`, `connection.port` and the `ssl.*` options "
         "are refused beside it; credentials still come from `spark.cassandra.auth.*` (or the "
@@ -459,7 +459,7 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         LISTS_AT_LEAST_ONCE, values.column_names,
         "Non-frozen `list<...>` columns you accept to be written **at least once**, "
         "comma-separated (unset: none). Cassandra stores each element of a non-frozen list "
-        "under a new cell id it picks at every write, so a row written again (the driver's "
+        "under a new cell id it picks at every write, so a row written again (cassandra-driver's "
         "retry after a timeout, a replay after a crash, a flush task run again: the sink does "
         "these on purpose) holds its elements twice (CASSANDRA-11368). Without this option a "
         "write to such a column is refused before anything is staged: declare it "
@@ -510,24 +510,24 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     ),
     _spec(
         "spark.cassandra.connection.keepAliveMS", values.ignored,
-        "The driver's idle heartbeat keeps connections alive.",
+        "cassandra-driver's idle heartbeat keeps connections alive.",
         section=_I, status="ignored",
         old_names=("spark.cassandra.connection.keep_alive_ms",),
     ),
     _spec(
         "spark.cassandra.connection.compression", values.ignored,
-        "The Python driver negotiates compression itself.",
+        "cassandra-driver negotiates compression itself.",
         section=_I, status="ignored",
     ),
     _spec(
         "spark.cassandra.connection.reconnectionDelayMS.min", values.ignored,
-        "The driver's reconnection policy applies.",
+        "cassandra-driver's reconnection policy applies.",
         section=_I, status="ignored",
         old_names=("spark.cassandra.connection.reconnection_delay_ms.min",),
     ),
     _spec(
         "spark.cassandra.connection.reconnectionDelayMS.max", values.ignored,
-        "The driver's reconnection policy applies.",
+        "cassandra-driver's reconnection policy applies.",
         section=_I, status="ignored",
         old_names=("spark.cassandra.connection.reconnection_delay_ms.max",),
     ),
@@ -668,7 +668,7 @@ def _collect(mapping: Mapping[str, Any], *, from_session: bool) -> dict[str, str
 
 
 #: Options a secure connect bundle decides: given beside it, they would be ignored (by the
-#: driver, which also refuses an SSL context with a bundle), so they are refused instead.
+#: cassandra-driver, which also refuses an SSL context with a bundle), so they are refused instead.
 _CLOUD_DECIDES = {
     "spark.cassandra.connection.host": "the bundle names the nodes",
     "spark.cassandra.connection.port": "the bundle names the nodes",

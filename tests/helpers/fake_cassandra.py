@@ -1,13 +1,13 @@
-"""The one fake Cassandra of the tests: the driver's side of the wire, in process. The unit
+"""The one fake Cassandra of the tests: cassandra-driver's side of the wire, in process. The unit
 tests use it as it is; the simulation (``tests/sim/cassandra.py``) adds its node's modes, seeded
 faults, dropped columns and its record of writes over it.
 
-* **Statements.** :func:`prepare_statement` gives the driver's real ``PreparedStatement`` for
+* **Statements.** :func:`prepare_statement` gives cassandra-driver's real ``PreparedStatement`` for
   the ``Upserter``'s ``INSERT ... USING TIMESTAMP ? [AND TTL ?]``, its ``DELETE <columns>
   ... USING TIMESTAMP ? WHERE <key>`` (a row whose TTL ran out while pending) and a change
   stream's ``DELETE FROM ... USING TIMESTAMP ? WHERE <key>`` of a row (the whole primary key)
-  or a partition (the partition key alone), with each column's driver type
-  (:data:`DRIVER_TYPES`); :class:`Statements` keeps what a node prepared and reads a request (a
+  or a partition (the partition key alone), with each column's cassandra-driver type
+  (:data:`CQLTYPE_CLASSES`); :class:`Statements` keeps what a node prepared and reads a request (a
   ``BoundStatement`` or a ``BatchStatement``) back into its rows.
 * **The session.** :class:`FakeSession`: ``prepare``, ``execute_async`` answered
   (:class:`Answer`) at once or held until :meth:`FakeSession.release`, each from
@@ -46,7 +46,7 @@ _MARSHAL = {"text": "UTF8Type", "int": "Int32Type", "bigint": "LongType",
             "boolean": "BooleanType", "uuid": "UUIDType", "date": "SimpleDateType",
             "blob": "BytesType", "set<text>": f"SetType({M}UTF8Type)",
             "list<text>": f"ListType({M}UTF8Type)", "frozen<list<text>>": f"ListType({M}UTF8Type)"}
-DRIVER_TYPES = {cql: cqltypes.lookup_casstype(M + name) for cql, name in _MARSHAL.items()}
+CQLTYPE_CLASSES = {cql: cqltypes.lookup_casstype(M + name) for cql, name in _MARSHAL.items()}
 NON_FROZEN = frozenset({"list<text>"})     # a cell per element (ListCells)
 NO_DELETION = float("inf")                 # a live, non-expiring cell
 NOT_DELETED = -(2**63)                     # below every write timestamp: nothing hidden
@@ -85,12 +85,12 @@ def query_id(cql: str, cluster: str = "") -> bytes:
 
 
 def prepare_statement(cql: str, schema: TableSchema, qid: bytes) -> PreparedStatement:
-    """The driver's ``PreparedStatement`` of an INSERT or DELETE of the ``Upserter`` on the
+    """cassandra-driver's ``PreparedStatement`` of an INSERT or DELETE of the ``Upserter`` on the
     table ``schema``: its bound columns, with the write timestamp (``[timestamp]``) and TTL
-    (``[ttl]``) where the driver puts them, and its routing key's positions."""
-    def column(name, driver_type=None):
+    (``[ttl]``) where cassandra-driver puts them, and its routing key's positions."""
+    def column(name, cqltype_class=None):
         return ColumnMetadata(schema.keyspace, schema.table, name,
-                              driver_type or DRIVER_TYPES[schema.column_type(name)])
+                              cqltype_class or CQLTYPE_CLASSES[schema.column_type(name)])
 
     if cql.startswith("DELETE"):
         _table, _deleted, names = parse_delete(cql)
@@ -156,13 +156,13 @@ def deletion_kind(schema: TableSchema, names: list[str]) -> str:
 
 
 def plain(value):
-    """A driver value as the tests hold it: a list as a tuple (rows are hashed)."""
+    """A cassandra-driver value as the tests hold it: a list as a tuple (rows are hashed)."""
     return tuple(value) if isinstance(value, list) else value
 
 
 def decoded(prepared: PreparedStatement, values) -> dict[str, tuple]:
     """A bound row: column -> (raw bytes, value), each value deserialized with its column's
-    driver type (:func:`plain`); an unset one is ``(UNSET_VALUE, UNSET_VALUE)``."""
+    cassandra-driver type (:func:`plain`); an unset one is ``(UNSET_VALUE, UNSET_VALUE)``."""
     out = {}
     for column, raw in zip(prepared.column_metadata, values):
         out[column.name] = ((raw, raw) if raw is UNSET_VALUE else
@@ -173,7 +173,7 @@ def decoded(prepared: PreparedStatement, values) -> dict[str, tuple]:
 
 # -- the session and the cluster -------------------------------------------------------------
 class Answer:
-    """The driver's ResponseFuture as the concurrent executor uses it: answered at once
+    """cassandra-driver's ResponseFuture as the concurrent executor uses it: answered at once
     (:meth:`now`), or when :meth:`answer` is called, from any thread."""
 
     _col_names = _col_types = None
@@ -215,7 +215,7 @@ class Answer:
 
 
 class Metadata:
-    """The driver's ``cluster.metadata`` as the sink reads it: ``get_replicas`` (of ``nodes``
+    """cassandra-driver's ``cluster.metadata`` as the sink reads it: ``get_replicas`` (of ``nodes``
     nodes, a partition's replica chosen from its routing key; none at all with
     ``known=False``: no token map; every key asked kept in ``asked``), ``cluster_name``, and
     the ``keyspaces`` (name -> namespace of ``tables``) that ``fetch_table_schema`` reads."""
@@ -234,7 +234,8 @@ class Metadata:
 
 
 def keyspaces(keyspace: str = "ks", **tables) -> dict:
-    """``Metadata.keyspaces`` of one keyspace holding these tables (driver table metadata)."""
+    """``Metadata.keyspaces`` of one keyspace holding these tables (cassandra-driver's table
+    metadata)."""
     return {keyspace: SimpleNamespace(tables=dict(tables))}
 
 
@@ -269,7 +270,7 @@ class FakeCluster:
 
 
 class FakeSession:
-    """A driver Session for a real ``Upserter`` over ``tables`` (TableSchemas, or a node's
+    """A cassandra-driver Session for a real ``Upserter`` over ``tables`` (TableSchemas, or a node's
     :class:`Statements`). ``execute_async`` answers from ``script(statement, attempt)`` (an
     exception or None) at once, or holds every answer until :meth:`release` when ``hold`` is
     set; every request is kept in ``sent`` (its :class:`Answer`) and counted in ``attempts``
@@ -317,7 +318,7 @@ class FakeSession:
         return future
 
     def release(self, count: int | None = None):
-        """Answer the held requests (the first ``count`` not answered yet), as the driver's
+        """Answer the held requests (the first ``count`` not answered yet), as cassandra-driver's
         event loop would: from another thread."""
         with self.lock:
             waiting = [f for f in self.sent if f.outcome is None][:count]

@@ -110,7 +110,7 @@ def count_rows(cql, keyspace: str, table: str) -> int:
 
 
 def plain(value: Any) -> Any:
-    """A driver value as a plain Python value: SortedSet -> set, maps -> dict,
+    """A cassandra-driver value as a plain Python value: SortedSet -> set, maps -> dict,
     ``cassandra.util.Date`` -> ``datetime.date``, UDT values (named tuples) and tuples ->
     tuples; containers recursively."""
     from cassandra.util import Date, OrderedMap, SortedSet

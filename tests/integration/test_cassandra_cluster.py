@@ -12,7 +12,7 @@
   ``wal.maxBytes``, the sink never blocks, and everything drains once one node is back;
 * replication factor 1: each partition lives on one node, and the default ``replica_set``
   grouping sends each request to the node that owns its rows: the coordinator of every write
-  request the sink sends is taken from the driver (a request listener on the flusher's
+  request the sink sends is taken from cassandra-driver (a request listener on the flusher's
   session) and at least 95% are a replica of the request's partition; the nodes agree: they
   sent each other next to no messages meanwhile (``system_views.internode_outbound``), where
   a write coordinated by a non-replica is forwarded.
@@ -92,10 +92,10 @@ def visible(cql, keyspace: str, ids: list[int]) -> list[bool]:
 
 
 class RequestLog:
-    """A request listener of the driver (``Session.add_request_init_listener``) on the
+    """A request listener of cassandra-driver (``Session.add_request_init_listener``) on the
     flusher's own session: for each request to ``keyspace``, the hosts it was sent to, its
     coordinator, whether it failed, and whether the coordinator stores every row of it (the
-    replicas of each row's partition, as the driver's token map says)."""
+    replicas of each row's partition, as cassandra-driver's token map says)."""
 
     def __init__(self, keyspace: str, cluster):
         self.keyspace, self.metadata = keyspace, cluster.metadata
@@ -162,7 +162,7 @@ class RequestLog:
             self.failed += 1
 
     def settled(self) -> bool:
-        """Every request sent has been counted (the driver hands a request its result before
+        """Every request sent has been counted (cassandra-driver hands a request its result before
         it runs the callbacks that count it)."""
         with self.lock:
             return self.sent == self.total + self.failed

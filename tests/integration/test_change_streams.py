@@ -282,7 +282,7 @@ def test_the_marker_names_the_last_batch_written_as_the_wal_and_status_do(
 
 
 def _ms(value) -> int:
-    """A timestamp cell as the driver reads it (a naive UTC datetime), in ms."""
+    """A timestamp cell as cassandra-driver reads it (a naive UTC datetime), in ms."""
     return calendar.timegm(value.utctimetuple()) * 1000 + value.microsecond // 1000
 
 

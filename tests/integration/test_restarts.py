@@ -47,7 +47,7 @@ def test_a_stream_stopped_during_an_outage_restarts_and_drains_once_cassandra_is
     """Issue 31, item 0. A keyspace at RF 2 on the one node: every LOCAL_QUORUM write is
     Unavailable, as with replicas down. Run 1, availableNow, commits two batches and ends; its
     flusher is in the Upserter's back-off (the default 10 retries) when the script exits,
-    and its next attempt met the driver's pools shut down by the interpreter's exit
+    and its next attempt met cassandra-driver's pools shut down by the interpreter's exit
     (RuntimeError: cannot schedule new futures after shutdown), which blocked the WAL: run 2
     failed at its first commit and nothing landed even once the replicas were back. Now
     run 2 keeps staging and drains once the keyspace is writable."""

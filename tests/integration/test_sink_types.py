@@ -1,7 +1,7 @@
 """Every supported CQL type round-trips: Spark value -> WAL -> Cassandra -> cassandra-driver.
 
 One table with one column per type, written once through a stream (Parquet files keep every
-Spark type) and once through a batch ``save()``, read back with the driver and compared value
+Spark type) and once through a batch ``save()``, read back with cassandra-driver and compared value
 by value and type by type. Timestamps are compared at millisecond precision (Cassandra's):
 the sub-millisecond part is dropped (rounded down, as Spark's own ``unix_millis`` does, also
 before 1970). uuid and timeuuid arrive from Spark as strings.
@@ -75,9 +75,9 @@ INPUT = [
 
 
 def _expected() -> dict:
-    """What the driver must return for each INPUT row, keyed by (k, c)."""
+    """What cassandra-driver must return for each INPUT row, keyed by (k, c)."""
 
-    def ms(ts):  # Cassandra keeps milliseconds; the driver returns naive UTC datetimes
+    def ms(ts):  # Cassandra keeps milliseconds; cassandra-driver returns naive UTC datetimes
         if ts is None:
             return None
         return ts.replace(microsecond=ts.microsecond // 1000 * 1000, tzinfo=None)

@@ -1,10 +1,11 @@
-"""Spark structs round-trip to user-defined types and tuples: DataFrame -> WAL -> Cassandra -> driver.
+"""Spark structs round-trip to user-defined types and tuples: DataFrame -> WAL -> Cassandra ->
+cassandra-driver.
 
 One table holds a non-frozen and a frozen UDT (a UDT nested in it, fields in another order than
 the struct's and one matched ignoring case), lists, sets and maps of UDTs, a tuple and a list of
 tuples holding a UDT; rows hold nulls inside (a null field, a null nested UDT, a null tuple
 component) and null values. Written once by a batch ``save()`` and once by one streaming
-micro-batch, read back with the driver and compared value by value.
+micro-batch, read back with cassandra-driver and compared value by value.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ INPUT = [
 
 
 def _udt(a: dict | None) -> tuple | None:
-    """An input struct as the driver reads the UDT back: fields in the type's order."""
+    """An input struct as cassandra-driver reads the UDT back: fields in the type's order."""
     if a is None:
         return None
     zip_ = None if a["zip"] is None else (a["zip"]["code"], a["zip"]["plus4"])

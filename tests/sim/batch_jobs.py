@@ -20,7 +20,7 @@ from .spark import InFlight, plan_attempts
 
 
 def _typed(exc: Exception) -> bool:
-    """An error the sink means to raise (its own families, or the driver's reporting an
+    """An error the sink means to raise (its own families, or cassandra-driver's reporting an
     outage), not a bug surfacing (KeyError, an illegal state transition...)."""
     from recovery.errors import SINK_ERRORS
     from wal.errors import IllegalTransition

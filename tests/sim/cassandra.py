@@ -1,13 +1,13 @@
 """A simulated Cassandra node: the shared fake Cassandra (``tests/helpers/fake_cassandra.py``:
 its statements, session, cluster and cells) on the sim's clock, with the world's faults.
 
-``SimSession.prepare`` returns a real driver ``PreparedStatement``; ``execute_async`` takes the
-``BoundStatement`` or UNLOGGED ``BatchStatement`` the sink's ``Upserter`` builds, deserializes
-each bound value with its column's driver type, and applies it to an in-memory table with
-Cassandra's reconciliation (``fake_cassandra.resolve``): per (primary key, column) the cell
-with the highest write timestamp wins; on a tie a tombstone or expiring cell beats a plain live
-one, a tombstone an expiring one, then the later local deletion time, then the larger value
-bytes (Cassandra 4.0+ ``Cells.resolveRegular``, CASSANDRA-14592). A TTL expires on the
+``SimSession.prepare`` returns a real cassandra-driver ``PreparedStatement``; ``execute_async``
+takes the ``BoundStatement`` or UNLOGGED ``BatchStatement`` the sink's ``Upserter`` builds,
+deserializes each bound value with its column's cassandra-driver type, and applies it to an
+in-memory table with Cassandra's reconciliation (``fake_cassandra.resolve``): per (primary key,
+column) the cell with the highest write timestamp wins; on a tie a tombstone or expiring cell beats
+a plain live one, a tombstone an expiring one, then the later local deletion time, then the larger
+value bytes (Cassandra 4.0+ ``Cells.resolveRegular``, CASSANDRA-14592). A TTL expires on the
 simulated clock.
 
 A non-frozen list is not one cell (``fake_cassandra.ListCells``): as Cassandra does, each
@@ -49,7 +49,7 @@ from cassandra.query import UNSET_VALUE, PreparedStatement
 
 from recovery.cql.errors import ConnectionFailed
 from recovery.cql.table import TableSchema
-from tests.helpers.fake_cassandra import (DRIVER_TYPES, NO_DELETION, NON_FROZEN, PROTOCOL,
+from tests.helpers.fake_cassandra import (CQLTYPE_CLASSES, NO_DELETION, NON_FROZEN, PROTOCOL,
                                           NOT_DELETED, Cell, Deletions, FakeCluster,
                                           FakeSession, ListCells, Metadata, Statements, decoded,
                                           plain, resolve, shown)
@@ -114,7 +114,7 @@ class SimCassandra:
     def __post_init__(self):
         self.statements = Statements(self.tables)
 
-    # -- the driver's entry points ----------------------------------------------------------
+    # -- cassandra-driver's entry points -------------------------------------------------------
     def connect(self, connection=None):
         """``recovery.cql.connection.connect``: (cluster, session), or ConnectionFailed when down; the
         other cluster when the contact points name it."""
@@ -260,7 +260,7 @@ class SimCassandra:
 
     # -- reading ----------------------------------------------------------------------------
     def decode(self, table: str, column: str, raw: bytes):
-        return plain(DRIVER_TYPES[self.tables[bare(table)].column_type(column)].deserialize(
+        return plain(CQLTYPE_CLASSES[self.tables[bare(table)].column_type(column)].deserialize(
             raw, PROTOCOL))
 
     def table_names(self) -> set[str]:

@@ -53,7 +53,7 @@ def pool():
     # the unit tests after the simulation in one process).
     workers = max(1, int(os.environ.get("CASSANDRA_WAL_SIM_WORKERS",
                                         min(2, os.cpu_count() or 1))))
-    # spawn, not fork: the parent holds the driver's and Arrow's threads and locks.
+    # spawn, not fork: the parent holds cassandra-driver's and Arrow's threads and locks.
     with multiprocessing.get_context("spawn").Pool(workers, initializer=runner.installed) as p:
         yield p
 

@@ -90,8 +90,8 @@ def test_with_the_users_own_timestamps_a_drop_after_the_seal_counts(monkeypatch)
     assert "--restamp" not in str(info.value)       # not the sink's to re-stamp
 
 
-def test_the_drivers_naive_drop_time_is_utc_whatever_the_machines_zone(monkeypatch):
-    """The driver hands a ``timestamp`` back as a naive datetime in UTC: read in the machine's
+def test_cassandra_drivers_naive_drop_time_is_utc_whatever_the_machines_zone(monkeypatch):
+    """cassandra-driver hands a ``timestamp`` back as a naive datetime in UTC: read in the machine's
     zone, a drop east of Greenwich would look hours earlier (hiding nothing), west of it hours
     later (blocking batches it never hid)."""
     import time
@@ -368,7 +368,7 @@ def test_a_drop_block_is_a_recovery_block_that_survives_pickling():
 def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
         tmp_path, monkeypatch, capsys, away):
     """--restamp asks the cluster for the drop times. Cassandra away, ConnectionFailed (or
-    the driver's NoHostAvailable on the query) left recovery.cli.main as a traceback."""
+    cassandra-driver's NoHostAvailable on the query) left recovery.cli.main as a traceback."""
     from cassandra.cluster import NoHostAvailable
 
     from recovery.cql.errors import ConnectionFailed
@@ -395,7 +395,7 @@ def test_amend_restamp_with_cassandra_away_says_where_and_that_nothing_changed(
 
 def test_recover_with_cassandra_away_at_the_dropped_columns_query_exits_1(
         tmp_path, monkeypatch, capsys):
-    """The driver's NoHostAvailable on the dropped-columns query (connected, then the node
+    """cassandra-driver's NoHostAvailable on the dropped-columns query (connected, then the node
     went away) left recover as a traceback."""
     from cassandra.cluster import NoHostAvailable
 

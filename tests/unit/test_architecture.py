@@ -90,8 +90,8 @@ def test_a_broken_floor_is_caught(tmp_path, module, bad_import, contract):
 
 #: The only imports of the project's own modules that wait for a call, and why: a stream's
 #: commit worker (twice a micro-batch) must not load the flusher, recovery's writers and the
-#: Cassandra driver's cluster module, which only a batch job's commit needs (about 90 ms a
-#: worker: test_one_shot_workers_import_no_flusher_and_no_driver_cluster).
+#: cassandra-driver's cluster module, which only a batch job's commit needs (about 90 ms a
+#: worker: test_one_shot_workers_import_no_flusher_and_no_cassandra_driver_cluster).
 OWN_DEFERRED = {("sinks/worker/source.py", "commit", "sinks.worker.batch_jobs"),
                 ("sinks/worker/source.py", "abort", "sinks.worker.batch_jobs"),
                 # A store's client (boto3, an HTTP client) only where a location names it.
@@ -143,7 +143,7 @@ def test_no_own_module_is_imported_in_a_function_but_the_listed_few():
     assert own == OWN_DEFERRED
 
 
-def test_third_party_imports_wait_only_for_the_heavy_driver_modules():
+def test_third_party_imports_wait_only_for_the_heavy_modules():
     third = [d for d in _all_deferred() if d[2].split(".")[0] not in PACKAGES]
     assert [d for d in third if d[2] not in HEAVY_THIRD_PARTY] == []
 
@@ -178,7 +178,7 @@ def test_a_worker_unpickling_the_registered_data_source_loads_nothing_of_the_dri
     """The class ``sinks.register`` bakes (for a classic session, and for Spark Connect,
     whose server workers unpickle it), pickled as Spark pickles it and unpickled in a fresh
     process as a one-shot worker does. (Until the Connect class moved to the workers' half,
-    each server worker loaded the registry, the flusher and the Cassandra driver's cluster
+    each server worker loaded the registry, the flusher and cassandra-driver's cluster
     module with it: the review of the split.)"""
     module, name = base.split(":")
     maker = (f"import importlib, sys\nfrom pyspark import cloudpickle\n"
@@ -209,7 +209,7 @@ def test_the_flush_task_loads_nothing_of_the_driver_side():
     assert probe_output(probe) == "[]"
 
 
-def test_one_shot_workers_import_no_flusher_and_no_driver_cluster():
+def test_one_shot_workers_import_no_flusher_and_no_cassandra_driver_cluster():
     """What a Python worker loads to unpickle the data source and prepare or commit a batch:
     none of the driver side. (After the floors were first built, ``import sinks`` loaded all
     of it: 150 ms a worker instead of 60, two workers a micro-batch.)"""
@@ -259,7 +259,7 @@ def test_each_spark_facing_method_says_where_it_runs(name, method):
 
 
 def test_the_read_only_tools_load_no_cassandra_cluster_module():
-    """``cassandra-wal inspect|dump|verify`` read files: they start without the driver's
+    """``cassandra-wal inspect|dump|verify`` read files: they start without cassandra-driver's
     cluster module (which needs an event loop implementation to even import)."""
     probe = ("import sys, recovery.cli.main\n"
              "print([m for m in ('cassandra.cluster', 'cassandra.connection', 'pyspark')"
@@ -267,13 +267,13 @@ def test_the_read_only_tools_load_no_cassandra_cluster_module():
     assert probe_output(probe) == "[]"
 
 
-def test_the_drivers_exit_hooks_are_registered_before_the_flushers():
+def test_cassandra_drivers_exit_hooks_are_registered_before_the_flushers():
     """atexit runs the last registered first; the flushers' last drains (sinks.driver.registry's
-    exit hook, registered with the first registry) must run before the Cassandra driver stops
-    its event loop at exit, or they wait forever for answers. The driver registers its hooks
+    exit hook, registered with the first registry) must run before cassandra-driver stops
+    its event loop at exit, or they wait forever for answers. cassandra-driver registers its hooks
     when cassandra.cluster is first imported: importing the registry must do that. (When the
-    driver's cluster module was loaded on first use only, a script that stopped its query and
-    exited hung: tests/integration/test_outage.py.)"""
+    cassandra-driver's cluster module was loaded on first use only, a script that stopped its query
+    and exited hung: tests/integration/test_outage.py.)"""
     probe = "import sys, sinks.driver.registry\nprint('cassandra.cluster' in sys.modules)"
     assert probe_output(probe) == "True"
 

@@ -61,8 +61,9 @@ def test_cluster_gets_host_port_tuples_and_the_default_port_for_the_rest():
     assert "cloud" not in kwargs
 
 
-def test_driver_resolves_per_host_ports():
-    # The driver itself pairs bare hosts with `port` and keeps a tuple's own port (no connection).
+def test_cassandra_driver_resolves_per_host_ports():
+    # cassandra-driver itself pairs bare hosts with `port` and keeps a tuple's own port (no
+    # connection).
     from cassandra.cluster import Cluster
 
     cluster = Cluster(**cluster_kwargs(hosts("127.0.0.1,127.0.0.2:9043", **{PORT: "9100"})))
@@ -234,7 +235,7 @@ def test_old_spellings_do_not_clash_with_any_name():
 # ---------------------------------------------------------------- cloud secure connect bundle
 
 
-def test_cloud_bundle_is_handed_to_the_driver_instead_of_contact_points_and_tls():
+def test_cloud_bundle_is_handed_to_cassandra_driver_instead_of_contact_points_and_tls():
     conn = connection(**{CLOUD: BUNDLE, "spark.cassandra.auth.username": "u",
                          "spark.cassandra.auth.password": "p",
                          "spark.cassandra.connection.timeoutMS": "8000"})
@@ -260,7 +261,7 @@ def test_cloud_bundle_accepts_a_file_url():
     ("hdfs:///bundles/b.zip", "URL is not supported"),
     ("  ", "must not be empty"),
 ])
-def test_cloud_bundle_that_the_driver_cannot_open_is_refused(value, says):
+def test_cloud_bundle_that_cassandra_driver_cannot_open_is_refused(value, says):
     with pytest.raises(OptionError) as info:
         connection(**{CLOUD: value})
     assert info.value.option == CLOUD

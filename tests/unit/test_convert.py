@@ -1,7 +1,8 @@
-"""CQL type parsing and Arrow -> driver value conversion.
+"""CQL type parsing and Arrow -> cassandra-driver value conversion.
 
-Each converted value is also serialised and read back with the driver's own type classes,
-so "driver-ready" is checked against the real binder, not just against our expectations.
+Each converted value is also serialised and read back with cassandra-driver's own type classes,
+so "ready for cassandra-driver" is checked against the real binder, not just against our
+expectations.
 """
 
 from __future__ import annotations
@@ -72,16 +73,17 @@ def test_malformed_cql_type(text):
 # ---------------------------------------------------------------- helpers
 
 
-def driver_type(cql: CqlType) -> type:
-    """The driver's serializer class for a parsed type."""
+def cqltype_class(cql: CqlType) -> type:
+    """cassandra-driver's serializer class for a parsed type."""
     if cql.name == "vector":
-        return cqltypes.VectorType.apply_parameters([driver_type(cql.params[0]), cql.size], None)
+        return cqltypes.VectorType.apply_parameters([cqltype_class(cql.params[0]), cql.size], None)
     base = cqltypes._cqltypes[cql.name]
-    return base.apply_parameters([driver_type(p) for p in cql.params]) if cql.params else base
+    return base.apply_parameters([cqltype_class(p) for p in cql.params]) if cql.params else base
 
 
 def normalize(value):
-    """Any value as a hashable, order-free form; aware datetimes as naive UTC (as the driver reads them)."""
+    """Any value as a hashable, order-free form; aware datetimes as naive UTC (as cassandra-driver
+    reads them)."""
     if isinstance(value, (SortedSet, set, frozenset)):
         return frozenset(normalize(v) for v in value)
     if isinstance(value, (OrderedMapSerializedKey, dict)):
@@ -105,8 +107,8 @@ def convert(cql: str, array: pa.Array, **kw) -> list:
     return [r[1] for r in rows]
 
 
-def assert_driver_round_trip(cql: str, values: list) -> None:
-    typ = driver_type(parse_cql_type(cql))
+def assert_cassandra_driver_round_trip(cql: str, values: list) -> None:
+    typ = cqltype_class(parse_cql_type(cql))
     for value in values:
         if value is None:
             continue
@@ -171,7 +173,7 @@ def test_type_round_trips(cql, array, expected):
     assert got == expected
     for value, want in zip(got, expected):
         assert type(value) is type(want)
-    assert_driver_round_trip(cql, got)
+    assert_cassandra_driver_round_trip(cql, got)
 
 
 def test_uuid_values_are_uuid_objects():
@@ -182,7 +184,7 @@ def test_timestamp_with_other_zone_is_the_same_instant():
     instant = dt.datetime(2024, 1, 1, 0, 0, tzinfo=UTC)
     (value,) = convert("timestamp", pa.array([instant], pa.timestamp("us", tz="America/New_York")))
     assert value == instant
-    assert_driver_round_trip("timestamp", [value])
+    assert_cassandra_driver_round_trip("timestamp", [value])
 
 
 def test_rows_are_tuples_in_requested_order_and_extra_columns_ignored():

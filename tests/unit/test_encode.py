@@ -1,8 +1,8 @@
-"""recovery.cql.encode: every vectorised column encoder gives the driver's own bytes.
+"""recovery.cql.encode: every vectorised column encoder gives cassandra-driver's own bytes.
 
 The reference is what ``PreparedStatement.bind`` sends: the converter's per-value conversion,
-then the driver CQL type's ``serialize``. A difference would break idempotent replay (a cell
-written twice must be the same cell), so each fast path is compared with it on edge values,
+then the cassandra-driver CQL type's ``serialize``. A difference would break idempotent replay (a
+cell written twice must be the same cell), so each fast path is compared with it on edge values,
 nulls and sliced arrays.
 """
 
@@ -23,7 +23,7 @@ from recovery.cql.table import TableSchema, parse_cql_type
 
 pytestmark = pytest.mark.unit
 
-DRIVER_TYPES = {
+CQLTYPE_CLASSES = {
     "tinyint": cqltypes.ByteType, "smallint": cqltypes.ShortType, "int": cqltypes.Int32Type,
     "bigint": cqltypes.LongType, "double": cqltypes.DoubleType, "float": cqltypes.FloatType,
     "boolean": cqltypes.BooleanType, "text": cqltypes.UTF8Type, "varchar": cqltypes.VarcharType,
@@ -69,20 +69,20 @@ def table_of(cql: str) -> TableSchema:
 
 
 def reference(cql: str, array: pa.Array, ignore_nulls: bool = False) -> list:
-    """What bind() would send: the converter's values through the driver's serialize."""
+    """What bind() would send: the converter's values through cassandra-driver's serialize."""
     conv = row_converter(table_of(cql), ["v"], ignore_nulls=ignore_nulls)
     values = conv.column(pa.record_batch({"v": array}), "v", conv.types[0])
-    ser = DRIVER_TYPES[cql].serialize
+    ser = CQLTYPE_CLASSES[cql].serialize
     return [v if v is None or v is UNSET_VALUE else ser(v, 5) for v in values]
 
 
 def encoder(cql: str, ignore_nulls: bool = False) -> CellEncoder:
     conv = row_converter(table_of(cql), ["v"], ignore_nulls=ignore_nulls)
-    return CellEncoder(conv, [DRIVER_TYPES[cql]], protocol_version=5)
+    return CellEncoder(conv, [CQLTYPE_CLASSES[cql]], protocol_version=5)
 
 
 @pytest.mark.parametrize("cql,array", CASES, ids=[f"{c}-{a.type}-{i}" for i, (c, a) in enumerate(CASES)])
-def test_fast_path_gives_the_drivers_bytes(cql, array):
+def test_fast_path_gives_cassandra_drivers_bytes(cql, array):
     assert fast_encoder(parse_cql_type(cql), array.type) is not None, "expected a vectorised path"
     [cells] = encoder(cql).columns_of(pa.record_batch({"v": array}))
     assert cells == reference(cql, array)
@@ -103,7 +103,7 @@ def test_ignore_nulls_sends_unset_not_null():
     assert cells == reference("int", array, ignore_nulls=True)
 
 
-def test_pairings_without_a_fast_path_use_the_driver_per_value():
+def test_pairings_without_a_fast_path_use_cassandra_driver_per_value():
     """uuid from Spark strings, or a double column fed by integers: converter + serialize."""
     ids = pa.array(["3b241101-e2bb-4255-8caf-4136c566a962", None], pa.string())
     assert fast_encoder(parse_cql_type("uuid"), ids.type) is None
@@ -123,7 +123,7 @@ def test_an_int_too_wide_for_the_column_is_refused_by_name():
         encoder("tinyint").columns_of(pa.record_batch({"v": pa.array([1, 300], pa.int64())}))
 
 
-def test_a_value_the_driver_cannot_serialize_names_the_column():
+def test_a_value_cassandra_driver_cannot_serialize_names_the_column():
     big = pa.array([2**64 - 1], pa.uint64())   # no int64 cast, and too big for a bigint
     with pytest.raises(InvalidValueError, match="'v'.*CQL bigint"):
         encoder("bigint").columns_of(pa.record_batch({"v": big}))

@@ -3,7 +3,7 @@
 Cassandra keeps each element of a non-frozen list in a cell of its own, named by a time-based
 id the node picks at each write: ``INSERT ... l = ['a', 'b'] USING TIMESTAMP 1000`` run twice
 leaves ``['a', 'b', 'a', 'b']`` (measured on 5.0.8; CASSANDRA-11368). This sink writes a row
-again on purpose (the driver's retry after a timeout, a replay after a crash, a flush task run
+again on purpose (cassandra-driver's retry after a timeout, a replay after a crash, a flush task run
 again), so such a column is refused before anything is staged unless the user accepts
 at-least-once for it (``wal.lists.atLeastOnce``). Sets, maps and frozen collections are
 idempotent (a set's or map's cell is named by its element or key; a frozen collection is one
@@ -46,7 +46,7 @@ from wal.states import BatchState
 pytestmark = pytest.mark.unit
 
 OPTION = "wal.lists.atLeastOnce"
-WITH_LIST = ("withlist", (("name", "text"), ("l", "list<text>")))          # as the driver reports it
+WITH_LIST = ("withlist", (("name", "text"), ("l", "list<text>")))  # as cassandra-driver reports it
 WITH_FROZEN_LIST = ("withflist", (("name", "text"), ("l", "frozen<list<text>>")))
 TABLE = TableSchema(
     "ks", "t",

@@ -13,7 +13,7 @@
   writer stayed visible).
 
 No Cassandra: the Upserter's requests are read back from a session whose ``prepare`` gives the
-driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
+cassandra-driver's real ``PreparedStatement`` (tests/unit/test_upsert.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Which flush failures block the sink (recovery/errors.py: is_transient) and which only wait.
 
 A failure a retry may cure (Cassandra away, right after connecting too; a shared filesystem
-away; a worker's driver error that does not pickle) keeps its batch in the WAL and never writes
-``blocked.json``; only a failure no retry cures blocks, and the first drain that gets through
+away; a worker's cassandra-driver error that does not pickle) keeps its batch in the WAL and never
+writes ``blocked.json``; only a failure no retry cures blocks, and the first drain that gets through
 clears the block. The flusher here is the real ``QueryFlusher`` and ``Replayer`` on a real WAL;
 Cassandra is a fake session whose ``prepare`` fails while the "outage" lasts.
 """
@@ -36,7 +36,8 @@ BLOCKED = "blocked.json"
 
 
 def unpicklable_timeout() -> OperationTimedOut:
-    """A driver error as the driver raises it: it holds a connection-like object (here a lock)."""
+    """A cassandra-driver error as cassandra-driver raises it: it holds a connection-like object
+    (here a lock)."""
     return OperationTimedOut(errors={"127.0.0.1:9042": threading.Lock()}, last_host="127.0.0.1")
 
 
@@ -63,14 +64,14 @@ def test_what_no_retry_cures_is_permanent(exc):
     assert not is_transient(exc)
 
 
-def test_an_unpicklable_driver_error_travels_as_a_typed_error_keeping_its_verdict():
+def test_an_unpicklable_cassandra_driver_error_travels_as_a_typed_error_keeping_its_verdict():
     err = portable_error(unpicklable_timeout())
     back = pickle.loads(pickle.dumps(err))
     assert isinstance(back, FlushTaskError) and back.type_name == "OperationTimedOut"
     assert "last_host=127.0.0.1" in str(back) and is_transient(back)
 
 
-def test_a_driver_error_that_pickles_into_another_text_is_carried_as_text():
+def test_a_cassandra_driver_error_that_pickles_into_another_text_is_carried_as_text():
     # OperationTimedOut rebuilds its message from its first argument: garbled after pickling.
     err = portable_error(OperationTimedOut(errors="timed out", last_host="h"))
     assert isinstance(err, FlushTaskError) and str(err) == "OperationTimedOut: errors=timed out, last_host=h"
@@ -281,7 +282,7 @@ def test_a_full_disk_under_the_log_waits_and_the_log_is_reopened_once_it_has_roo
 def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, capsys):
     # The runbook's way out of a block: fix the cause, run `cassandra-wal recover`; the
     # query's next commit must then go on (it failed on blocked.json before).
-    import recovery.recover as driver_module
+    import recovery.recover as recover
     from recovery.cli.main import main
 
     class Output:
@@ -301,7 +302,7 @@ def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, cap
     with flusher_on(tmp_path) as flusher:
         wal = flusher.wal
     wal.write_blocked("FlushFailed: Cassandra refused the rows")
-    monkeypatch.setattr(driver_module, "CassandraOutput", Output)
+    monkeypatch.setattr(recover, "CassandraOutput", Output)
     assert main(["recover", wal.root, "--checkpoint", str(tmp_path / "cp")]) == 0, \
         capsys.readouterr().err
     assert wal.read_blocked() is None
@@ -310,7 +311,7 @@ def test_a_recover_that_gets_through_clears_the_block(tmp_path, monkeypatch, cap
 # -- issue 31, items 0 and 7: errors a retry cures never block; the flusher never dies -------------
 def test_a_thread_pool_shut_down_by_the_interpreters_exit_is_no_verdict():
     """Issue 31, item 0: a stream stopped during an outage, its script exiting: the last
-    drain at exit met the driver's pool refusing work and wrote blocked.json; the restart
+    drain at exit met cassandra-driver's pool refusing work and wrote blocked.json; the restart
     then failed at its first commit, even once Cassandra was back."""
     from recovery.errors import is_shutdown_error
 
@@ -447,9 +448,9 @@ def test_the_flushers_loop_outlives_a_bug_in_a_drain(tmp_path, monkeypatch, capl
         monkeypatch.undo()
 
 
-def test_a_request_the_drivers_shut_pool_refused_is_retried_not_refused():
+def test_a_request_cassandra_drivers_shut_pool_refused_is_retried_not_refused():
     """What the end-to-end test met: the flusher was in the Upserter's back-off when the script
-    exited; the next attempt's answer was the RuntimeError of the driver's shut pool, taken
+    exited; the next attempt's answer was the RuntimeError of cassandra-driver's shut pool, taken
     for Cassandra refusing the rows (a permanent FlushFailed, then blocked.json)."""
     from recovery.cql.upsert import Upserter, _Transient
 

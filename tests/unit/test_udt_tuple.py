@@ -1,8 +1,8 @@
 """Spark structs to Cassandra user-defined types (fields by name) and tuples (by position).
 
 What the table records (:class:`recovery.cql.table.TableSchema`: the UDTs its columns use, nested ones
-too), how a struct's values become what the driver binds (:mod:`recovery.cql.convert`) and the
-driver's bytes (:mod:`recovery.cql.encode`), and every refusal of
+too), how a struct's values become what cassandra-driver binds (:mod:`recovery.cql.convert`) and the
+cassandra-driver's bytes (:mod:`recovery.cql.encode`), and every refusal of
 :func:`sinks.worker.validation.validate_schema` and of the whole-column checks, each naming the column and the field's path.
 """
 
@@ -73,13 +73,14 @@ def batch(rows=ROWS) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=ARROW)
 
 
-def driver_type(cql: CqlType) -> type:
-    """The driver's serializer class of an expanded type (a prepared statement gives the same)."""
+def cqltype_class(cql: CqlType) -> type:
+    """cassandra-driver's serializer class of an expanded type (a prepared statement gives the
+    same)."""
     if cql.is_udt:
         return cqltypes.UserType.make_udt_class("ks", cql.name, cql.fields,
-                                                tuple(driver_type(p) for p in cql.params))
+                                                tuple(cqltype_class(p) for p in cql.params))
     base = cqltypes._cqltypes[cql.name]
-    return base.apply_parameters([driver_type(p) for p in cql.params]) if cql.params else base
+    return base.apply_parameters([cqltype_class(p) for p in cql.params]) if cql.params else base
 
 
 def columns_of(rows) -> dict[str, list]:
@@ -102,9 +103,9 @@ def metadata(columns, user_types):
 
 def test_the_schema_records_the_udts_its_columns_use_nested_ones_too():
     unused = ("unused", (("x", "int"),))
-    table = TableSchema.from_driver_metadata(*metadata(COLUMNS, [unused, ZIP, ADDR]))
+    table = TableSchema.from_table_metadata(*metadata(COLUMNS, [unused, ZIP, ADDR]))
     assert table.user_types == (ADDR, ZIP)
-    only_nested = TableSchema.from_driver_metadata(*metadata(COLUMNS[:2], [unused, ZIP, ADDR]))
+    only_nested = TableSchema.from_table_metadata(*metadata(COLUMNS[:2], [unused, ZIP, ADDR]))
     assert only_nested.user_types == (ADDR, ZIP)
 
 
@@ -173,19 +174,19 @@ def test_a_udt_with_a_frozen_list_field_can_be_a_set_element_and_a_map_key():
     assert s == {((1, 2),)} and m == {((3,),): 4}
 
 
-def test_every_value_round_trips_through_the_drivers_types():
+def test_every_value_round_trips_through_cassandra_drivers_types():
     converter = row_converter(TABLE, [c for c, _ in COLUMNS])
     for name, cql in zip(converter.columns, converter.types, strict=True):
-        typ = driver_type(cql)
+        typ = cqltype_class(cql)
         for value in converter.column(batch(), name, cql):
             if value is not None:
                 again = typ.from_binary(typ.to_binary(value, 5), 5)
                 assert typ.to_binary(again, 5) == typ.to_binary(value, 5), name
 
 
-def test_cells_are_the_drivers_bytes():
+def test_cells_are_cassandra_drivers_bytes():
     converter = row_converter(TABLE, [c for c, _ in COLUMNS])
-    types = [driver_type(t) for t in converter.types]
+    types = [cqltype_class(t) for t in converter.types]
     cells = CellEncoder(converter, types, protocol_version=5).columns_of(batch())
     for i, name in enumerate(converter.columns):
         values = converter.column(batch(), name, converter.types[i])
@@ -198,8 +199,9 @@ def test_a_field_added_to_the_type_after_staging_is_written_null():
     home_type = TABLE.cql_type("home")
     wider = cqltypes.UserType.make_udt_class(
         "ks", "Addr_wider", home_type.fields + ("added",),
-        tuple(driver_type(p) for p in home_type.params) + (cqltypes.Int32Type,))
-    assert wider.serialize(home, 5) == driver_type(home_type).serialize(home, 5) + b"\xff\xff\xff\xff"
+        tuple(cqltype_class(p) for p in home_type.params) + (cqltypes.Int32Type,))
+    assert wider.serialize(home, 5) == \
+        cqltype_class(home_type).serialize(home, 5) + b"\xff\xff\xff\xff"
     assert wider.deserialize(wider.serialize(home, 5), 5)[-1] is None
 
 

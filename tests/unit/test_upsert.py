@@ -1,8 +1,8 @@
 """recovery.cql.upsert.Upserter builds, from an Arrow chunk, exactly the requests ``bind`` would.
 
-No Cassandra: a session whose ``prepare`` returns a real driver ``PreparedStatement`` for the
-``INSERT ... USING TIMESTAMP ? [AND TTL ?]`` with the driver's CQL types. Each row the Upserter
-builds must carry the same serialized values and the same routing key as
+No Cassandra: a session whose ``prepare`` returns a real cassandra-driver ``PreparedStatement`` for
+the ``INSERT ... USING TIMESTAMP ? [AND TTL ?]`` with cassandra-driver's CQL types. Each row the
+Upserter builds must carry the same serialized values and the same routing key as
 ``PreparedStatement.bind(row + (timestamp,))``, every row must appear once, and each UNLOGGED
 batch must hold one partition only.
 """
@@ -128,7 +128,8 @@ def test_replica_set_batches_hold_partitions_of_one_replica_set(rows_per_partiti
     rb = rb.set_column(1, "flight", pa.array([i // rows_per_partition for i in range(300)], pa.int32()))
     rb = rb.set_column(2, "year", pa.array([2013] * 300, pa.int32()))
     requests = upserter.statements(upserter.parameters(rb, first_ts=1))
-    asked = set(ring.asked)   # the Upserter asks once a partition, with the driver's routing key
+    # the Upserter asks once a partition, with cassandra-driver's routing key
+    asked = set(ring.asked)
     built = flattened(requests, ring, upserter=upserter)
     assert len(built) == 300
     assert asked == {routing_key(values) for values in built}

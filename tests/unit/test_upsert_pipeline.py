@@ -1,6 +1,6 @@
 """recovery.cql.upsert.Upserter.write_chunks: chunks pipelined, acknowledged in order, retried.
 
-No Cassandra: the Upserter runs on the driver's real ``execute_concurrent_async`` over a
+No Cassandra: the Upserter runs on cassandra-driver's real ``execute_concurrent_async`` over a
 session whose ``execute_async`` returns futures the test answers itself (at once, or when it
 releases them from another thread). What must hold:
 

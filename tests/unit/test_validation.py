@@ -1,4 +1,4 @@
-"""Table schema (from driver metadata, JSON) and DataFrame validation against it."""
+"""Table schema (from cassandra-driver's metadata, JSON) and DataFrame validation against it."""
 
 from __future__ import annotations
 
@@ -63,16 +63,16 @@ def fake_table_metadata(keyspace: str = "ks", name: str = "events") -> SimpleNam
     )
 
 
-def test_from_driver_metadata():
-    assert TableSchema.from_driver_metadata(fake_table_metadata()) == EVENTS
+def test_from_table_metadata():
+    assert TableSchema.from_table_metadata(fake_table_metadata()) == EVENTS
 
 
-def test_static_columns_come_from_the_driver_metadata():
+def test_static_columns_come_from_the_cassandra_driver_metadata():
     """A change stream's key check needs them (issue 35: sinks.worker.key_order); the real
     node's metadata sets ``is_static`` the same way."""
     metadata = fake_table_metadata()
     metadata.columns["payload"].is_static = True
-    assert TableSchema.from_driver_metadata(metadata).static_columns == ("payload",)
+    assert TableSchema.from_table_metadata(metadata).static_columns == ("payload",)
 
 
 def test_to_dict_from_dict_round_trip_through_json():
