@@ -53,14 +53,13 @@ from wal.recovery_policy import RecoveryPolicy
 from wal.retention import RetentionPolicy
 from wal.schemes import is_local
 from wal.seal import Seal
-from wal.states import BatchState
 
 from . import events
 from .errors import (SINK_ERRORS, ColumnDroppedAfterSeal, RecoveryBlocked, is_shutdown_error,
                      is_transient)
 from .executors import ExecutorsWriter, SparkJobs, may_carry_credentials
 from .health import LAG_AFTER_S, FlushCounters, Health, HealthState, read_health
-from .marker import Completeness, MarkerWriter
+from .marker import MarkerWriter, marker_query_id, write_marker
 from .output import CassandraOutput, sealed_rows
 from .recover import open_writer_waiting
 from .replay import RUNBOOK_LOST, Replayer, WrittenBatch
@@ -312,20 +311,13 @@ class QueryFlusher:
         if self.target.config.wal.marker_table is None:
             return
         if self._marker is None:
-            query_id = ckpt.open_checkpoint(self.checkpoint).query_id() or self.checkpoint
-            self._marker = MarkerWriter(self.target, query_id)
+            self._marker = MarkerWriter(self.target, marker_query_id(self.checkpoint))
             if self._marker_due is None:
                 self._marker_due = self.wal_log.flushed_through()
-        batch = self._marker_due
-        record = self.wal_log.get(batch) if batch is not None and batch >= 0 else None
-        if record is None or record.seal is None or record.state is not BatchState.FLUSHED:
-            self._marker_due = None        # retention took it: the next batch's will come
-            return
-        done = Completeness.of(record, self.target,
-                               ckpt.open_checkpoint(self.checkpoint).batch_watermark_ms(batch))
-        if done != self._marker.written:
-            self._marker.write(self.output.session_of(record.seal), done)
-        self._marker_due = None
+        if self._marker_due is not None:
+            write_marker(self._marker, self.wal_log, self.target, self.checkpoint,
+                         self._marker_due, self.output.session_of)
+        self._marker_due = None     # written, or not held written: the next batch's will come
 
     def _recorded_fingerprint(self) -> str | None:
         try:

@@ -8,7 +8,9 @@ every row Cassandra acknowledged (:class:`Completeness`), in a table of its own
 
 When: after the batch is marked FLUSHED in the log, never before, so the marker never names a
 batch with a row missing; a crash between the two leaves it one batch behind until the next
-drain writes it again. How: ``INSERT ... USING TIMESTAMP`` the batch's last sealed write
+drain, or ``cassandra-wal recover`` (:func:`recovery.recover.replay_wal`), writes it again.
+Who: whoever holds the WAL's log as its writer (:func:`write_marker`): the query's flusher,
+or an offline recovery of a stream's WAL. How: ``INSERT ... USING TIMESTAMP`` the batch's last sealed write
 timestamp, at the data's consistency level, every value read from the log's record of the
 batch (fixed once it was marked flushed): a replay writes the very same row, and an older
 batch's marker, written late, loses to a newer one. A reader that reads it at a consistency
@@ -18,13 +20,17 @@ level overlapping the writes' (``LOCAL_QUORUM`` with ``LOCAL_QUORUM`` writes; ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cassandra import InvalidRequest
 
 from recovery.cql.errors import SinkError
 from recovery.cql.marker_table import TABLE_OPTION, create_cql, insert_cql, split_name
-from wal.log import BatchRecord
+from wal import checkpoint as ckpt
+from wal.log import BatchRecord, WalLog
+from wal.seal import Seal
+from wal.states import BatchState
 
 from .target import Target
 
@@ -88,3 +94,25 @@ class MarkerWriter:
             self.query_id, done.target_table, done.batch,
             None if done.commit_seen_at_us is None else done.commit_seen_at_us // 1000,
             done.acknowledged_at_us // 1000, done.rows, done.watermark_ms, done.write_ts_us))
+
+
+def marker_query_id(checkpoint: str) -> str:
+    """The query a marker row is of: the checkpoint's query id (its path where none is
+    recorded yet)."""
+    return ckpt.open_checkpoint(checkpoint).query_id() or checkpoint
+
+
+def write_marker(writer: MarkerWriter, wal_log: WalLog, target: Target, checkpoint: str,
+                 batch: int, session_of: Callable[[Seal], object]) -> bool:
+    """Record batch ``batch``'s completeness with ``writer`` if the log holds it written
+    (FLUSHED) and ``writer`` has not recorded it yet, in the session ``session_of`` gives for
+    its seal (its cluster's). False when the log does not hold it written (none yet, or
+    retention took it: a later batch's marker will come). Raises as :meth:`MarkerWriter.write`."""
+    record = wal_log.get(batch) if batch >= 0 else None
+    if record is None or record.seal is None or record.state is not BatchState.FLUSHED:
+        return False
+    done = Completeness.of(record, target,
+                           ckpt.open_checkpoint(checkpoint).batch_watermark_ms(batch))
+    if done != writer.written:
+        writer.write(session_of(record.seal), done)
+    return True

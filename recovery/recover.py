@@ -23,6 +23,7 @@ from wal.seal import Seal
 
 from . import events
 from .executors import ExecutorsWriter
+from .marker import MarkerWriter, marker_query_id, write_marker
 from .output import CassandraOutput, sealed_rows
 from .replay import Progress, Replayer, ReplayReport, RowWriter
 from .target import Target
@@ -60,7 +61,10 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
     whether what Spark never committed is discarded or waits. ``processes``: the rows are
     written by that many worker processes of this one, a segment at a time, each with its own
     session (as ``wal.flush.mode=processes``: :mod:`recovery.processes`); 0: by this process,
-    unless ``writer`` says who (Spark tasks: :func:`sinks.recover`). Raises
+    unless ``writer`` says who (Spark tasks: :func:`sinks.recover`). Then, for a stream's WAL
+    whose target has ``marker.table``, the completeness marker of the newest batch written
+    (:mod:`recovery.marker`), so that a reader of Cassandra learns of what the recovery wrote
+    before the query runs again. Raises
     ``WalLocked`` (another process holds the WAL), ``RecoveryBlocked`` (a batch cannot be
     replayed: named), ``FlushFailed`` / ``ConnectionFailed`` (Cassandra)."""
     output = CassandraOutput(target)
@@ -73,6 +77,9 @@ def replay_wal(wal: WalDir, checkpoint: str | None, target: Target, *,
                           before_write=lambda seal: _before_write(wal, wal_log, target, output,
                                                                     seal), writer=writer
                           ).run(policy, crash_prefix=crash_prefix)
+        if checkpoint is not None and target.config.wal.marker_table is not None:
+            write_marker(MarkerWriter(target, marker_query_id(checkpoint)), wal_log, target,
+                         checkpoint, wal_log.flushed_through(), output.session_of)
     finally:
         wal_log.close()
         output.close()

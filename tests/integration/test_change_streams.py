@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -26,10 +27,12 @@ from recovery.cql.config import ConnectionConfig, WriteConfig
 from recovery.cql.connection import connect
 from recovery.cql.table import TableSchema
 from recovery.cql.upsert import Upserter
-from recovery.config import SinkConfig
+from recovery.config import SinkConfig, WalConfig
+from recovery.cql import marker_table
 from recovery.recover import replay_wal
 from recovery.target import Target
 from sinkutil import (
+    cassandra_wal,
     create_table,
     running,
     sink_options,
@@ -279,6 +282,38 @@ def test_the_marker_names_the_last_batch_written_as_the_wal_and_status_do(
     # Batch 2 ran with the watermark batch 1 left: its newest event (10:01:03) less 30 s.
     assert _ms(row.watermark) == status.watermark_ms == \
         _ms_of("2026-11-29T10:01:03Z") - 30_000
+
+
+def test_cassandra_wal_recover_writes_the_marker_of_the_newest_batch_it_wrote(
+        cassandra_node, cql, keyspace, tmp_path):
+    """``cassandra-wal recover`` of a stream's WAL with ``marker.table`` writes the marker of
+    the newest batch it wrote, as the query's flusher does after a drain: a reader of
+    Cassandra learns of what the recovery wrote before the query runs again (before, the
+    marker stayed behind until then)."""
+    create_table(cql, keyspace, "recovered (k int, c int, v text, PRIMARY KEY (k, c))")
+    cql.execute(marker_table.create_cql(keyspace, "recovered_progress"))
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / "metadata").write_text('{"id":"query-r"}\n')
+    target = _target(cassandra_node, keyspace, "recovered")
+    target = replace(target, config=replace(target.config, checkpoint_location=str(cp),
+                                            wal=WalConfig(marker_table="recovered_progress")))
+    with WalFactory(tmp_path / "wal", checkpoint=cp,
+                    target={"fingerprint": "f", "target": target.to_dict(),
+                            "checkpoint_location": str(cp)}) as f:
+        f.sealed(0, rows=[_rows((1, 1, "a", "c"))], write=target.write_record())
+        last = f.sealed(1, rows=[_rows((2, 1, "b", "c"), (2, 2, "c", "c"))],
+                        write=target.write_record())
+        f.sealed(2, rows=[_rows((3, 1, "never", "c"))], committed=False,
+                 write=target.write_record())
+    assert _marker_rows(cql, keyspace, "recovered_progress") == []
+    recover = cassandra_wal("recover", f.wal.root, "--checkpoint", str(cp))
+    assert recover.returncode == 0, recover.stdout + recover.stderr
+    assert _table(cql, keyspace, "recovered") == {(1, 1): "a", (2, 1): "b", (2, 2): "c"}
+    (row,) = _marker_rows(cql, keyspace, "recovered_progress")
+    assert (row.query_id, row.target_table, row.batch_id, row.rows) == \
+        ("query-r", f"{keyspace}.recovered", 1, 2)
+    assert row.written_at == last.seal.last_ts_us
 
 
 def _ms(value) -> int:

@@ -13,7 +13,7 @@ from recovery.cql import marker_table
 from recovery.cql.config import WriteConfig
 from recovery.cql.errors import OptionError, SinkError
 from recovery.cql.table import TableSchema
-from recovery.marker import Completeness, MarkerWriter
+from recovery.marker import Completeness, MarkerWriter, marker_query_id, write_marker
 from recovery.target import Target
 from tests.helpers.walfactory import WalFactory
 from wal import checkpoint as ckpt
@@ -140,3 +140,35 @@ def test_a_marker_table_gone_since_the_check_blocks_naming_the_option_and_the_re
     assert "marker.table ks.progress" in text and "batch 7 is written" in text
     assert "CREATE TABLE IF NOT EXISTS" in text and not is_transient(info.value)
     assert writer.written is None
+
+
+def test_the_marker_is_written_for_a_batch_the_log_holds_written_and_once(tmp_path):
+    """:func:`write_marker`, the flusher's and an offline recovery's: a batch the log does not
+    hold FLUSHED (sealed only, or gone) is not named; one it does is written once per
+    writer."""
+    writer, session = _writer(), _Session()
+    target = Target(SinkConfig("ks", "t", wal=WalConfig(marker_table="progress")),
+                    TableSchema("ks", "t", (("id", "bigint"),), ("id",)), ("id",))
+    cp = tmp_path / "cp"
+    with WalFactory(tmp_path / "wal", checkpoint=cp) as f:
+        f.flushed(0, rows=[3])
+        f.ingested(1, rows=[2])
+        sessions = []
+
+        def session_of(seal):
+            sessions.append(seal.batch)
+            return session
+
+        assert not write_marker(writer, f.wal_log, target, str(cp), 1, session_of)
+        assert not write_marker(writer, f.wal_log, target, str(cp), -1, session_of)
+        assert not write_marker(writer, f.wal_log, target, str(cp), 7, session_of)
+        assert session.executed == []
+        assert write_marker(writer, f.wal_log, target, str(cp), 0, session_of)
+        assert write_marker(writer, f.wal_log, target, str(cp), 0, session_of)
+    ((_, values),) = session.executed                  # once: the same figures again
+    assert values[0] == "query-1" and values[2] == 0 and values[5] == 3
+    assert sessions == [0] and writer.written.batch == 0
+    # The query a row is of: Spark's id, or the checkpoint's path before Spark wrote one.
+    assert marker_query_id(str(cp)) == str(cp)
+    (cp / "metadata").write_text('{"id":"q-7"}\n')
+    assert marker_query_id(str(cp)) == "q-7"
