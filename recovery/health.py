@@ -95,7 +95,7 @@ class Health:
     """The figures of one WAL (one query). Sizes in bytes, ages and latencies in seconds."""
 
     wal: str
-    state: HealthState
+    state: str                          # a HealthState's word: healthy | lagging | blocked
     blocked_reason: str | None          # blocked.json: why no batch can be written
     pending_batches: int                # committed by Spark, not yet written to Cassandra
     pending_rows: int                   # ... their rows not yet acknowledged
@@ -116,6 +116,11 @@ class Health:
     #: the newest batch written whole, as the completeness marker records it (marker.table):
     #: its rows, when its commit was seen and its last write acknowledged, its watermark
     last_written: Completeness | None = None
+
+    def __post_init__(self) -> None:
+        # The plain word, a str as sinks.status(query) always gave (docs/user-guide.md shows
+        # 'lagging'): its repr, a type check or a YAML dump of to_dict() see no enum.
+        object.__setattr__(self, "state", HealthState(self.state).value)
 
     def to_dict(self) -> dict:
         return asdict(self)

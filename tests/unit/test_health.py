@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from recovery.cli.main import main
 from recovery import events
 from recovery.errors import FlushFailed
 from recovery.flusher import QueryFlusher
-from recovery.health import FlushCounters, HealthState, health_of, read_health
+from recovery.health import FlushCounters, HealthState, combined, health_of, read_health
 from tests.helpers.flush_fakes import record_target_capped
 from tests.helpers.walfactory import WalFactory
 from tests.helpers.outage import Outage, fake_cassandra, flusher_on
@@ -110,6 +111,19 @@ def test_read_health_reads_blocked_json_and_the_recorded_cap(tmp_path):
     assert health.max_bytes == 4096 and health.wal_bytes > 0
     assert (health.retries, health.replays) == (0, 0)
 
+
+
+def test_the_state_is_the_plain_word_the_user_guide_shows(backlog):
+    """``sinks.status(q).state`` is a str, as before HealthState: docs/user-guide.md shows
+    ``h.state, h.blocked_reason  # 'lagging', None``; a YAML dump of ``to_dict()`` or a check
+    of its type sees a str, whatever makes the figures (health_of, combined, the flusher)."""
+    wal, cp = backlog
+    lagging, _ = figures(wal, cp, max_bytes=1)
+    assert repr((lagging.state, lagging.blocked_reason)) == "('lagging', None)"
+    blocked = dataclasses.replace(lagging, state=HealthState.BLOCKED, blocked_reason="x")
+    for health in (lagging, blocked, combined([lagging, blocked])):
+        assert type(health.state) is str and type(health.to_dict()["state"]) is str
+    assert combined([lagging, blocked]).state == "blocked"
 
 # -- the live flusher: counters and log lines ------------------------------------------------
 def test_the_flusher_counts_retries_and_replays_and_logs_each_batch_and_state_change(
