@@ -226,8 +226,7 @@ def _recorded(wal: WalDir) -> RecordedTarget | None:
 
 def max_bytes_of(recorded: RecordedTarget | None) -> int | None:
     """``wal.maxBytes`` as the query's last batch recorded it (None: not recorded yet)."""
-    target = recorded.readable_target if recorded is not None else None
-    return target.config.wal.max_bytes if target is not None else None
+    return recorded.max_bytes if recorded is not None else None
 
 
 def read_health(wal: WalDir, checkpoint: str | None, counters: FlushCounters | None = None,

@@ -161,6 +161,16 @@ class RecordedTarget:
             return None
 
     @property
+    def max_bytes(self) -> int | None:
+        """``wal.maxBytes`` as recorded (None: not recorded), read from its own field, so that
+        a target this release cannot read whole (a later release's option) still gives it:
+        :mod:`recovery.health` says lagging over it."""
+        config = (self.target_fields or {}).get("config")
+        wal = config.get("wal") if isinstance(config, dict) else None
+        value = wal.get("max_bytes") if isinstance(wal, dict) else None
+        return value if isinstance(value, int) else None
+
+    @property
     def table_name(self) -> str | None:
         """``<keyspace>.<table>`` of the WAL's last write (None: none recorded)."""
         if not self.target_fields:

@@ -113,6 +113,21 @@ def test_read_health_reads_blocked_json_and_the_recorded_cap(tmp_path):
 
 
 
+def test_a_target_this_release_cannot_read_whole_still_gives_its_cap(tmp_path):
+    """wal.maxBytes is read from target.json even when the rest is not this release's to read
+    (a later release's option): status shows the cap and says lagging over it, as it did
+    before health read the target through RecordedTarget.readable_target."""
+    with WalFactory(tmp_path / "wal", checkpoint=tmp_path / "cp") as f:
+        f.sealed(0, rows=(3,), committed=True)
+    wal = WalDir.at(str(tmp_path / "wal"))
+    record_target_capped(wal, 1)
+    recorded = wal.read_target()
+    recorded["target"]["config"]["write"]["an_option_of_a_later_release"] = True
+    wal.write_target(recorded)
+    health = read_health(wal, str(tmp_path / "cp"))
+    assert health.max_bytes == 1 and health.state == HealthState.LAGGING
+
+
 def test_the_state_is_the_plain_word_the_user_guide_shows(backlog):
     """``sinks.status(q).state`` is a str, as before HealthState: docs/user-guide.md shows
     ``h.state, h.blocked_reason  # 'lagging', None``; a YAML dump of ``to_dict()`` or a check
