@@ -459,8 +459,8 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         LISTS_AT_LEAST_ONCE, values.column_names,
         "Non-frozen `list<...>` columns you accept to be written **at least once**, "
         "comma-separated (unset: none). Cassandra stores each element of a non-frozen list "
-        "under a new cell id it picks at every write, so a row written again (cassandra-driver's "
-        "retry after a timeout, a replay after a crash, a flush task run again: the sink does "
+        "under a new cell id it picks at every write, so a row written again (a write request "
+        "retried after a timeout, a replay after a crash, a flush task run again: the sink does "
         "these on purpose) holds its elements twice (CASSANDRA-11368). Without this option a "
         "write to such a column is refused before anything is staged: declare it "
         "`frozen<list<...>>` (one cell, exactly once) or `set<...>` instead. For the columns "
