@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.planted_tree import PACKAGES
+
 try:
     import tomllib
 except ImportError:                 # Python 3.10: build (the test extra) brings tomli
@@ -25,7 +27,6 @@ except ImportError:                 # Python 3.10: build (the test extra) brings
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("wal", "recovery", "sinks")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:

@@ -30,6 +30,7 @@ from recovery.flusher import load_target
 from recovery.output import CassandraOutput
 from recovery.target import Target
 from sinks.worker.options import OPTION_SPECS, parse_options
+from tests.helpers.planted_tree import parsed_modules
 from wal.layout import WalDir
 
 pytestmark = pytest.mark.unit
@@ -285,14 +286,13 @@ def test_each_credential_option_is_named_in_the_credential_table_only():
     assert credentials.CREDENTIAL_OPTIONS == {
         c.option.lower(): c.field for c in credentials.CREDENTIALS}
     names = {c.option.lower() for c in credentials.CREDENTIALS}
-    owner = Path(credentials.__file__).resolve()
+    owner = Path(credentials.__file__).resolve().relative_to(REPO).as_posix()
     spelt = []
-    for package in ("wal", "recovery", "sinks"):
-        for path in sorted((REPO / package).rglob("*.py")):
-            if path.resolve() == owner:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                        and node.value.strip().lower() in names):
-                    spelt.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+    for rel, tree in parsed_modules(REPO):
+        if rel == owner:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value.strip().lower() in names):
+                spelt.append(f"{rel}:{node.lineno}: {node.value}")
     assert not spelt, "a credential option named outside recovery/cql/credentials.py"

@@ -28,6 +28,7 @@ from sinks.worker.options import (
     parse_options,
 )
 from sinks.worker.options_doc import options_markdown
+from tests.helpers.planted_tree import parsed_modules
 from wal.secrets import is_secret
 from wal.stores import StoreAccess
 
@@ -543,17 +544,16 @@ def test_which_values_are_secret_is_said_in_one_place():
 
     assert "secret" not in inspect.signature(OptionSpec).parameters
     second = []
-    for package in ("wal", "recovery", "sinks"):
-        for path in sorted((REPO / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if (isinstance(node, ast.keyword) and node.arg == "repr"
-                        and isinstance(node.value, ast.Constant) and node.value.value is False):
-                    second.append(f"{path.relative_to(REPO)}: field(repr=False)")
-                if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-                        and "SECRET" in node.id and path.name != "secrets.py"):
-                    second.append(f"{path.relative_to(REPO)}: {node.id}")
-                if isinstance(node, ast.keyword) and node.arg == "secret":
-                    second.append(f"{path.relative_to(REPO)}: secret=")
+    for rel, tree in parsed_modules(REPO):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.keyword) and node.arg == "repr"
+                    and isinstance(node.value, ast.Constant) and node.value.value is False):
+                second.append(f"{rel}: field(repr=False)")
+            if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+                    and "SECRET" in node.id and Path(rel).name != "secrets.py"):
+                second.append(f"{rel}: {node.id}")
+            if isinstance(node, ast.keyword) and node.arg == "secret":
+                second.append(f"{rel}: secret=")
     assert not second, "a second declaration of what is secret (is_secret is the one)"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.planted_tree import plant
+from tests.helpers.planted_tree import PACKAGES, parsed_modules, plant
 from wal import schemes
 from wal.checkpoint import Filesystems, NotLocal
 from wal.schemes import (
@@ -41,7 +41,6 @@ from wal.stores import StoreAccess, open_store
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("wal", "recovery", "sinks")
 OWNER = "wal/schemes.py"
 #: The helpers that read the table: defined in the owner only.
 HELPERS = {"kind_of", "is_local_scheme", "is_store_scheme", "is_local", "is_remote",
@@ -84,23 +83,20 @@ def mentions(root: Path, names=tuple(SCHEMES)) -> list[tuple[str, int, str]]:
     out a scheme of ``names`` (``'hdfs'``, ``'s3a://'``) or defines a helper of the table."""
     pattern = _mention_pattern(names)
     found = []
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            rel = path.relative_to(root).as_posix()
-            if rel == OWNER:
-                continue
-            tree = ast.parse(path.read_text(), rel)
-            skipped = _not_schemes(tree)
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                        and node.name in HELPERS:
-                    found.append((rel, node.lineno, f"def {node.name}"))
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                        and id(node) not in skipped:
-                    text = node.value
-                    found += [(rel, node.lineno, mention) for mention in
-                              ([text.strip()] if text.strip() in names else [])
-                              + pattern.findall(text)]
+    for rel, tree in parsed_modules(root):
+        if rel == OWNER:
+            continue
+        skipped = _not_schemes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and node.name in HELPERS:
+                found.append((rel, node.lineno, f"def {node.name}"))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in skipped:
+                text = node.value
+                found += [(rel, node.lineno, mention) for mention in
+                          ([text.strip()] if text.strip() in names else [])
+                          + pattern.findall(text)]
     return found
 
 

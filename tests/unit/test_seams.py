@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.planted_tree import plant
+from tests.helpers.planted_tree import PACKAGES, parsed_modules, plant
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("wal", "recovery", "sinks")
 
 #: ``time`` functions that read a clock or wait: only wal/clock.py calls them.
 CLOCK_READS = {"time", "time_ns", "monotonic", "monotonic_ns", "sleep", "perf_counter",
@@ -36,24 +35,21 @@ SEAMS = {("recovery.cql.connection", "connect"): "recovery/cql/connection.py",
 def escapes(root: Path) -> list[str]:
     """Each place under ``root``'s packages that goes around a seam, as ``path:line: what``."""
     found = []
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            rel = path.relative_to(root).as_posix()
-            tree = ast.parse(path.read_text(), rel)
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    for alias in node.names:
-                        if node.module == "time" and alias.name in CLOCK_READS \
-                                and rel != "wal/clock.py":
-                            found.append(f"{rel}:{node.lineno}: from time import {alias.name}")
-                        owner = SEAMS.get((_absolute(rel, node), alias.name))
-                        if owner is not None and owner != rel:
-                            found.append(f"{rel}:{node.lineno}: from {node.module} import "
-                                         f"{alias.name} (call it through its module)")
-                elif isinstance(node, ast.Attribute) and node.attr in CLOCK_READS \
-                        and isinstance(node.value, ast.Name) and node.value.id == "time" \
-                        and rel != "wal/clock.py":
-                    found.append(f"{rel}:{node.lineno}: time.{node.attr} (use wal.clock)")
+    for rel, tree in parsed_modules(root):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    if node.module == "time" and alias.name in CLOCK_READS \
+                            and rel != "wal/clock.py":
+                        found.append(f"{rel}:{node.lineno}: from time import {alias.name}")
+                    owner = SEAMS.get((_absolute(rel, node), alias.name))
+                    if owner is not None and owner != rel:
+                        found.append(f"{rel}:{node.lineno}: from {node.module} import "
+                                     f"{alias.name} (call it through its module)")
+            elif isinstance(node, ast.Attribute) and node.attr in CLOCK_READS \
+                    and isinstance(node.value, ast.Name) and node.value.id == "time" \
+                    and rel != "wal/clock.py":
+                found.append(f"{rel}:{node.lineno}: time.{node.attr} (use wal.clock)")
     return found
 
 

@@ -10,19 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.planted_tree import parsed_modules
+
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("wal", "recovery", "sinks")
 #: Identifiers of libraries that are what they are.
 LIBRARY_NAMES = {"floor_divide"}
 A_WAL_LOG = re.compile(r"^['\"]?WalLog( \| None)?['\"]?$")
-
-
-def _trees():
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            yield path.relative_to(REPO), ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _identifiers(tree: ast.AST):
@@ -41,7 +36,7 @@ def _identifiers(tree: ast.AST):
 
 
 def _offending(predicate) -> list[str]:
-    return sorted({f"{path}:{node.lineno}: {name}" for path, tree in _trees()
+    return sorted({f"{path}:{node.lineno}: {name}" for path, tree in parsed_modules(REPO)
                    for name, node in _identifiers(tree) if predicate(name, node)})
 
 
