@@ -35,7 +35,6 @@ from .marker import Completeness
 from .target import RecordedTarget
 
 
-
 class HealthState(str, Enum):
     """How a sink is doing, worst last. The value is the word ``cassandra-wal status`` and
     ``inspect`` show (``--json`` too) and the ``sinks.status(query)`` figures hold: never
@@ -44,9 +43,6 @@ class HealthState(str, Enum):
     HEALTHY = "healthy"     # every committed batch written, or being written in time
     LAGGING = "lagging"     # a committed batch older than ``lag_after_s``, or over wal.maxBytes
     BLOCKED = "blocked"     # no batch can be written until someone acts (``blocked_reason``)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: A committed batch still unwritten after this long makes the sink "lagging" (the default of

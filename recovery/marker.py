@@ -10,10 +10,10 @@ When: after the batch is marked FLUSHED in the log, never before, so the marker 
 batch with a row missing; a crash between the two leaves it one batch behind until the next
 drain, or ``cassandra-wal recover`` (:func:`recovery.recover.replay_wal`), writes it again.
 Who: whoever holds the WAL's log as its writer (:func:`write_marker`): the query's flusher,
-or an offline recovery of a stream's WAL. How: ``INSERT ... USING TIMESTAMP`` the batch's last sealed write
-timestamp, at the data's consistency level, every value read from the log's record of the
-batch (fixed once it was marked flushed): a replay writes the very same row, and an older
-batch's marker, written late, loses to a newer one. A reader that reads it at a consistency
+or an offline recovery of a stream's WAL. How: ``INSERT ... USING TIMESTAMP`` the batch's
+last sealed write timestamp, at the data's consistency level, every value read from the log's
+record of the batch (fixed once it was marked flushed): a replay writes the very same row, and
+an older batch's marker, written late, loses to a newer one. A reader that reads it at a consistency
 level overlapping the writes' (``LOCAL_QUORUM`` with ``LOCAL_QUORUM`` writes; ``ALL`` with
 ``ONE``) then sees every row of that batch and of every batch before it.
 """

@@ -81,10 +81,11 @@ class SealedWrite:
              **{name: list(v) if isinstance(v, tuple) else v
                 for name, v in self.options().items()}}
         # Where it goes, as far as its release recorded it (all of it, since they exist).
-        where = {"keyspace": self.keyspace, "table": self.table,
-                 "table_schema": self.table_schema,
-                 "contact": self.contact.to_dict() if self.contact is not None else None}
-        return dict(d, **{k: v for k, v in where.items() if v is not None})
+        for name in _WHERE:
+            value = getattr(self, name)
+            if value is not None:
+                d[name] = value.to_dict() if isinstance(value, SealedContact) else value
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SealedWrite:
@@ -96,9 +97,11 @@ class SealedWrite:
                    contact=SealedContact.from_dict(contact) if contact else None)
 
 
+#: Where a batch goes: the fields an earlier release may not have recorded.
+_WHERE = ("keyspace", "table", "table_schema", "contact")
 #: The write options a seal records: the ones that decide which cells a row becomes.
 #: Connection, batching and retry options only decide how they travel, and are not sealed.
 SEALED_OPTIONS = tuple(f.name for f in fields(SealedWrite)
-                if f.name not in ("columns", "keyspace", "table", "table_schema", "contact"))
+                       if f.name != "columns" and f.name not in _WHERE)
 _TUPLE_OPTIONS = ("lists_at_least_once", "upsert_values", "delete_values",
                   "partition_delete_values")
