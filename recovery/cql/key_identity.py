@@ -182,8 +182,10 @@ def key_values(batch: pa.RecordBatch, columns: Sequence[str], converter: RowConv
     """The canonical key (:func:`canonical`, one value a column of ``columns``) of each of
     ``rows``: what two rows with equal :func:`key_hashes` compare to be the same key."""
     picked = batch.take(pa.array(list(rows), pa.int64()))
-    per_column = [[canonical(v, cql) for v in converter.column(picked, name, cql)]
-                  for name, cql in ((name, _type_of(converter, name)) for name in columns)]
+    per_column = []
+    for name in columns:
+        cql = _type_of(converter, name)
+        per_column.append([canonical(v, cql) for v in converter.column(picked, name, cql)])
     return list(zip(*per_column)) if per_column else [() for _ in rows]
 
 
